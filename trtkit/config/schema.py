@@ -1,0 +1,172 @@
+"""The model config: one YAML file per model drives convert, calibrate, build, deploy, serve and client.
+
+Each section is a slots dataclass. Types, allowed values and numeric bounds are checked by
+loader.py; rules that relate several fields are in rules.py. ``None`` means "derive it": the
+serving profile or the engine fills it in (see profiles.py), and ``trtkit config show`` prints the
+resolved value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from trtkit.config.loader import bounded, described
+
+Dtype = Literal["float16", "bfloat16", "float32"]
+QuantFormat = Literal["none", "int8_sq", "int8_wo", "int4_wo", "int4_awq", "w4a8_awq", "fp8", "nvfp4"]
+KvCacheDtype = Literal["auto", "fp8", "int8"]
+PluginSwitch = Literal["auto", "disable", "float16", "bfloat16", "float32", "fp8"]
+SchedulerPolicy = Literal["guaranteed_no_evict", "max_utilization"]
+Profile = Literal["latency", "throughput"]
+
+
+@dataclass(slots=True)
+class ModelSection:
+    source: str = described(doc="bundled:smollm2-135m, a local Hugging Face folder, or a local .gguf file")
+    architecture: str = described("LlamaForCausalLM", doc="Hugging Face architecture name")
+    tokenizer: str | None = described(None, doc="tokenizer folder; defaults to the model source")
+    trust_remote_code: bool = described(False, doc="run code shipped with the model; off unless you trust it")
+    chat_template: bool = described(True, doc="apply the tokenizer's chat template to prompts by default")
+
+
+@dataclass(slots=True)
+class ConvertSection:
+    dtype: Dtype = described("bfloat16", doc="weight dtype of the TensorRT-LLM checkpoint")
+    tp_size: int = bounded(1, ge=1, doc="tensor-parallel ranks")
+    pp_size: int = bounded(1, ge=1, doc="pipeline-parallel ranks")
+
+
+@dataclass(slots=True)
+class QuantizationSection:
+    format: QuantFormat = described("none", doc="weight/activation quantization format")
+    kv_cache_dtype: KvCacheDtype = described("auto", doc="auto keeps the model dtype; fp8 or int8 quantize the KV cache")
+    calib_dataset: str = described("default", doc="'default' (bundled corpus), or .txt/.jsonl/.parquet files or folders")
+    calib_text_field: str = described("text", doc="field holding the text in .jsonl/.parquet data")
+    calib_size: int = bounded(64, ge=1, doc="number of calibration samples")
+    calib_max_seq_len: int = bounded(256, ge=8, doc="tokens per calibration sample")
+    calib_batch_size: int = bounded(4, ge=1, doc="samples per calibration forward pass")
+    seed: int = bounded(1234, ge=0, doc="seed for sample selection")
+    smoothquant_alpha: float = bounded(0.5, ge=0.0, le=1.0, doc="SmoothQuant migration strength")
+    awq_block_size: int = bounded(128, ge=32, doc="group size for 4-bit formats")
+    exclude_modules: list[str] = described(factory=lambda: ["lm_head"], doc="modules left unquantized")
+    eval_samples: int = bounded(8, ge=1, doc="held-out samples for the quality report")
+
+
+@dataclass(slots=True)
+class BuildSection:
+    max_batch_size: int = bounded(8, ge=1)
+    max_input_len: int = bounded(1024, ge=1)
+    max_seq_len: int = bounded(2048, ge=2)
+    max_num_tokens: int = bounded(2048, ge=1, doc="tokens processed per engine step (all requests)")
+    opt_num_tokens: int | None = bounded(None, ge=1)
+    max_beam_width: int = bounded(1, ge=1)
+    tokens_per_block: int = bounded(32, ge=1, doc="paged KV cache block size; a power of two")
+    gpt_attention_plugin: PluginSwitch = described("auto")
+    gemm_plugin: PluginSwitch = described("auto", doc="auto matches the model dtype (fp8 for fp8 checkpoints)")
+    use_fused_mlp: bool = described(True)
+    context_fmha: bool = described(True)
+    use_paged_context_fmha: bool = described(True, doc="forced on when KV reuse or chunked context is on")
+    remove_input_padding: bool = described(True)
+    reduce_fusion: bool | None = described(None, doc="None: on when tp_size > 1")
+    multiple_profiles: bool = described(False)
+    gather_logits: bool = described(False, doc="build with log-prob outputs (gather_*_logits)")
+    workers: int = bounded(1, ge=1)
+    target_gpu: str | None = described(None, doc="GPU kind for planning and SM checks, e.g. H100-80GB")
+
+
+@dataclass(slots=True)
+class InstanceCounts:
+    preprocessing: int = bounded(1, ge=1)
+    postprocessing: int = bounded(1, ge=1)
+    bls: int = bounded(1, ge=1)
+
+
+@dataclass(slots=True)
+class ServeSection:
+    bind_address: str = described("127.0.0.1")
+    http_port: int = bounded(8000, ge=0, le=65535, doc="0 picks a free port")
+    grpc_port: int = bounded(8001, ge=0, le=65535, doc="0 picks a free port")
+    metrics_port: int = bounded(8002, ge=0, le=65535, doc="0 picks a free port")
+    profile: Profile = described("latency")
+    batch_scheduler_policy: SchedulerPolicy | None = described(None, doc="None: from the profile")
+    max_batch_size: int | None = bounded(None, ge=1, doc="None: from the profile, capped by build.max_batch_size")
+    kv_cache_free_gpu_mem_fraction: float = bounded(0.9, gt=0.0, le=1.0)
+    max_tokens_in_paged_kv_cache: int | None = bounded(None, ge=1)
+    cpu_kv_cache_mb: int = bounded(256, ge=1, doc="KV budget of the CPU reference engine")
+    enable_kv_cache_reuse: bool = described(True)
+    enable_chunked_context: bool | None = described(None, doc="None: from the profile")
+    max_queue_delay_microseconds: int | None = bounded(None, ge=0, doc="None: from the profile")
+    max_queue_size: int = bounded(0, ge=0, doc="0 means unbounded on GPU, 1024 on the CPU engine")
+    streaming: bool = described(True, doc="decoupled models that stream deltas")
+    exclude_input_in_output: bool = described(True)
+    instances: InstanceCounts = described(factory=InstanceCounts)
+    server_start_timeout_s: float = bounded(120.0, gt=0.0)
+
+
+@dataclass(slots=True)
+class BudgetRule:
+    scope: Literal["user", "key", "session", "global"] = described("user")
+    period: Literal["hour", "day", "month", "total"] = described("day")
+    max_tokens: int | None = bounded(None, ge=1)
+    max_cost: float | None = bounded(None, gt=0.0)
+
+
+@dataclass(slots=True)
+class CacheSection:
+    enabled: bool = described(True)
+    ttl_seconds: float = bounded(3600.0, gt=0.0)
+    max_entries: int = bounded(10000, ge=1)
+
+
+@dataclass(slots=True)
+class ContextSection:
+    strategy: Literal["tail", "summary", "retrieval"] = described("tail")
+    max_context_tokens: int | None = bounded(None, ge=1, doc="None: client.max_input_tokens minus room for the question")
+    summary_max_tokens: int = bounded(128, ge=8)
+    retrieval_top_k: int = bounded(4, ge=1)
+
+
+@dataclass(slots=True)
+class GuardSection:
+    enabled: bool = described(True)
+    ngram_size: int = bounded(8, ge=2, doc="length of the n-gram watched for repetition")
+    max_ngram_repeats: int = bounded(4, ge=2, doc="stop after an n-gram repeats this many times")
+    max_punctuation_run: int = bounded(64, ge=4, doc="stop after this many punctuation characters in a row")
+
+
+@dataclass(slots=True)
+class PricingSection:
+    currency: str = described("USD")
+    input_per_million: float = bounded(0.0, ge=0.0)
+    output_per_million: float = bounded(0.0, ge=0.0)
+    cached_input_per_million: float = bounded(0.0, ge=0.0)
+
+
+@dataclass(slots=True)
+class ClientSection:
+    model_name: str = described("ensemble", doc="Triton model the client calls (ensemble or tensorrt_llm_bls)")
+    max_input_tokens: int | None = bounded(None, ge=1, doc="None: build.max_input_len")
+    input_overflow: Literal["reject", "truncate_left", "truncate_right"] = described("reject")
+    default_max_tokens: int = bounded(256, ge=1)
+    deadline_seconds: float = bounded(120.0, gt=0.0)
+    max_retries: int = bounded(3, ge=0)
+    session_ttl_seconds: float = bounded(1800.0, gt=0.0)
+    budgets: list[BudgetRule] = described(factory=list)
+    cache: CacheSection = described(factory=CacheSection)
+    context: ContextSection = described(factory=ContextSection)
+    guard: GuardSection = described(factory=GuardSection)
+    pricing: PricingSection = described(factory=PricingSection)
+    metrics_port: int | None = bounded(None, ge=0, le=65535, doc="client-side Prometheus counters")
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    name: str = described(doc="short model name used for work folders and the ledger")
+    model: ModelSection = described(doc="where the model comes from")
+    workdir: str | None = described(None, doc="artifacts folder; default $TRTKIT_HOME/work/<name>")
+    convert: ConvertSection = described(factory=ConvertSection)
+    quantization: QuantizationSection = described(factory=QuantizationSection)
+    build: BuildSection = described(factory=BuildSection)
+    serve: ServeSection = described(factory=ServeSection)
+    client: ClientSection = described(factory=ClientSection)

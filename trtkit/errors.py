@@ -1,0 +1,54 @@
+"""The project's error types. Library code raises these; only the CLI entry point catches them.
+
+Every message names what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class TrtkitError(Exception):
+    """Base class for errors a user can fix. The message is shown as one line."""
+
+
+class ConfigError(TrtkitError):
+    """A model config file is invalid: the message names the field path and the fix."""
+
+
+class ModelSourceError(TrtkitError):
+    """A model source cannot be found or loaded."""
+
+
+class CalibrationError(TrtkitError):
+    """Calibration or checkpoint export cannot proceed."""
+
+
+class BuildError(TrtkitError):
+    """An engine build cannot proceed (preflight failure, missing TensorRT-LLM, ...)."""
+
+
+class RepositoryError(TrtkitError):
+    """A Triton model repository is invalid or inconsistent."""
+
+
+class ServerError(TrtkitError):
+    """tritonserver failed to start, became unhealthy, or could not be stopped."""
+
+
+class EngineError(TrtkitError):
+    """The CPU reference engine rejected a request or cannot load a checkpoint."""
+
+
+class ClientError(TrtkitError):
+    """A client-side governance rule refused a request, or the server answered with an error."""
+
+
+class BudgetExceededError(ClientError):
+    """A token or cost budget would be exceeded; raised before the request is sent."""
+
+
+class InputTooLongError(ClientError):
+    """The prompt is longer than the configured hard input limit."""
+
+
+class NotBuiltYetError(TrtkitError):
+    """A command that is planned but not implemented yet."""

@@ -1,0 +1,74 @@
+"""GGUF file -> a normal Hugging Face folder (bf16 safetensors + tokenizer), converted once and cached.
+
+transformers dequantizes GGUF weights on load but refuses to ``save_pretrained`` a model that still
+carries its GGUF quantization config; dropping that config and copying the state dict into a fresh
+model gives a plain folder that every later stage (ModelOpt, our engine, tokenizers) reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from trtkit.errors import ModelSourceError
+
+log = logging.getLogger(__name__)
+COMPLETE_MARKER = ".trtkit-complete"
+
+
+def file_fingerprint(path: Path) -> str:
+    """Cheap identity of a large file: size, mtime-independent head and tail bytes."""
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(str(size).encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, size - (1 << 20)))
+        h.update(f.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+def gguf_to_hf(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") -> Path:
+    """Return a cached HF folder for ``gguf_path``, converting it the first time."""
+    out = cache_root / "gguf" / f"{gguf_path.stem}-{file_fingerprint(gguf_path)}-{dtype}"
+    if (out / COMPLETE_MARKER).is_file():
+        return out
+    log.info("converting %s to a Hugging Face folder (once; cached in %s)", gguf_path.name, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    try:
+        _convert(gguf_path, tmp, dtype)
+        (tmp / COMPLETE_MARKER).write_text(str(gguf_path))
+        if out.exists():  # a concurrent conversion won, or a stale incomplete folder
+            shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _convert(gguf_path: Path, out: Path, dtype: str) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    except Exception as exc:  # transformers raises many types for unreadable GGUF
+        raise ModelSourceError(f"{gguf_path}: transformers cannot read this GGUF file ({exc}); "
+                               f"use a Llama-family GGUF or a Hugging Face folder") from exc
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = dtype
+    fresh = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    fresh.load_state_dict(loaded.state_dict(), strict=False)
+    fresh.tie_weights()
+    fresh.generation_config = loaded.generation_config
+    fresh.save_pretrained(out)
+    tokenizer.save_pretrained(out)

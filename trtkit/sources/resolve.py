@@ -1,0 +1,52 @@
+"""Resolve a config's ``model.source`` to a local Hugging Face folder. Never touches a model hub."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trtkit.errors import ModelSourceError
+from trtkit.paths import cache_dir
+from trtkit.sources.bundled import bundled_gguf_path
+from trtkit.sources.gguf import gguf_to_hf
+
+BUNDLED_PREFIX = "bundled:"
+GENERATED_PREFIX = "generated:"
+GENERATED = {"tiny-llama": "a random 2-layer Llama, hidden 128, with SmolLM2's tokenizer (for tests)"}
+
+
+def resolve_model_dir(source: str) -> Path:
+    """``bundled:NAME``, a ``.gguf`` file, or a Hugging Face folder -> an HF folder on disk."""
+    if source.startswith(BUNDLED_PREFIX):
+        return gguf_to_hf(bundled_gguf_path(source[len(BUNDLED_PREFIX):]), cache_dir())
+    if source.startswith(GENERATED_PREFIX):
+        return _generated(source[len(GENERATED_PREFIX):])
+    path = Path(source).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelSourceError(f"model.source: GGUF file {path} does not exist; check the path")
+        return gguf_to_hf(path, cache_dir())
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelSourceError(f"model.source: {path} has no config.json; point it at a Hugging Face model folder")
+        return path
+    if "/" in source and not path.exists() and not source.startswith((".", "/", "~")):
+        raise ModelSourceError(f"model.source: {source!r} looks like a hub id; trtkit never downloads models. "
+                               f"Download it yourself and point model.source at the local folder")
+    raise ModelSourceError(f"model.source: {source} does not exist; use bundled:smollm2-135m, a .gguf file "
+                           f"or a Hugging Face folder")
+
+
+def resolve_tokenizer_dir(source: str, tokenizer: str | None) -> Path:
+    return resolve_model_dir(tokenizer) if tokenizer else resolve_model_dir(source)
+
+
+def _generated(name: str) -> Path:
+    """Models made locally from the bundled tokenizer, cached; used by tests and the tiny config."""
+    from trtkit.sources.tiny import make_tiny_llama
+
+    if name not in GENERATED:
+        raise ModelSourceError(f"generated:{name} is unknown; known: {', '.join('generated:' + n for n in GENERATED)}")
+    out = cache_dir() / "tiny-llama-h128"
+    if not (out / "model.safetensors").is_file():
+        make_tiny_llama(out, resolve_model_dir(BUNDLED_PREFIX + "smollm2-135m"))
+    return out
