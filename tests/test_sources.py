@@ -1,0 +1,69 @@
+"""Model sources: bundled GGUF -> HF folder (cached), generated tiny model, and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trtkit.errors import ModelSourceError
+from trtkit.sources import resolve_model_dir
+from trtkit.sources.gguf import COMPLETE_MARKER
+
+
+@pytest.mark.slow
+def test_bundled_smollm2_converts_and_answers_sensibly(smollm2_dir: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    assert (smollm2_dir / COMPLETE_MARKER).is_file()
+    assert (smollm2_dir / "model.safetensors").is_file() and (smollm2_dir / "tokenizer.json").is_file()
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32)
+    assert model.config.hidden_size == 576 and model.config.num_hidden_layers == 30
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+    ids = ids if isinstance(ids, torch.Tensor) else ids["input_ids"]
+    out = model.generate(ids, max_new_tokens=12, do_sample=False)
+    answer = tokenizer.decode(out[0][ids.shape[1]:], skip_special_tokens=True)
+    assert "Paris" in answer
+
+
+def test_second_resolution_reuses_the_cache(smollm2_dir: Path) -> None:
+    before = (smollm2_dir / "model.safetensors").stat().st_mtime_ns
+    again = resolve_model_dir("bundled:smollm2-135m")
+    assert again == smollm2_dir
+    assert (again / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_tiny_llama_has_real_tokenizer_and_128_multiple_width(tiny_llama_dir: Path) -> None:
+    import json
+
+    from transformers import AutoTokenizer
+
+    config = json.loads((tiny_llama_dir / "config.json").read_text())
+    assert config["hidden_size"] % 128 == 0 and config["num_key_value_heads"] < config["num_attention_heads"]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    assert tokenizer.decode(tokenizer.encode("hello world")) == "hello world"
+
+
+def test_hf_folder_is_used_in_place(tiny_llama_dir: Path) -> None:
+    assert resolve_model_dir(str(tiny_llama_dir)) == tiny_llama_dir
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("bundled:llama-70b", "bundled:llama-70b is not a bundled model; known: bundled:smollm2-135m"),
+    ("generated:huge", "generated:huge is unknown"),
+    ("/nonexistent/model.gguf", "GGUF file /nonexistent/model.gguf does not exist"),
+    ("meta-llama/Llama-3-8B", "looks like a hub id; trtkit never downloads models"),
+    ("/nonexistent/folder", "/nonexistent/folder does not exist; use bundled:smollm2-135m"),
+])
+def test_bad_sources_name_the_fix(source: str, message: str) -> None:
+    with pytest.raises(ModelSourceError) as info:
+        resolve_model_dir(source)
+    assert message in str(info.value)
+
+
+def test_folder_without_config_json(tmp_path: Path) -> None:
+    with pytest.raises(ModelSourceError, match="has no config.json"):
+        resolve_model_dir(str(tmp_path))
