@@ -9,8 +9,11 @@ import typer
 from trtkit.errors import NotBuiltYetError
 
 
+_EXTRA_ARGS = typer.Argument(None, hidden=True)
+
+
 def register_pending(app: typer.Typer, name: str, summary: str) -> None:
-    def command(args: list[str] | None = typer.Argument(None, hidden=True)) -> None:
+    def command(args: list[str] | None = _EXTRA_ARGS) -> None:
         raise NotBuiltYetError(f"`trtkit {name}` is not built yet ({summary}); see the open issues")
 
     command.__doc__ = f"(not built yet) {summary}"

@@ -8,6 +8,7 @@ Explicit values in the YAML always win; ``implied_settings`` says which values c
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from trtkit.config.schema import ModelConfig, Profile, ServeSection
 
@@ -43,7 +44,7 @@ def apply_profile(config: ModelConfig, profile: Profile | None = None) -> tuple[
     serve: ServeSection = config.serve
     chosen = profile or serve.profile
     implied: list[ImpliedSetting] = []
-    updates: dict[str, object] = {"profile": chosen}
+    updates: dict[str, Any] = {"profile": chosen}
     for name, (value, reason) in _profile_defaults(chosen, config.build.max_batch_size).items():
         current = getattr(serve, name)
         if current is None:
