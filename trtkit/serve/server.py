@@ -1,0 +1,196 @@
+"""TritonServer: start a real tritonserver on a model repository, wait until ready, stop cleanly.
+
+    with TritonServer(repo_dir, grpc_port=0) as server:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+
+Readiness is polled on ``/v2/health/ready`` under a deadline; a process that dies or a model that
+fails to load ends the wait at once with the log tail (a stub that cannot start leaves the server in
+"loading" forever, so the deadline is the last resort). Each server gets a unique Python-backend shm
+prefix, which is how stop() finds its stray stubs and /dev/shm regions.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import secrets
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from trtkit.errors import ServerError
+from trtkit.serve.command import LaunchSpec, build_command
+from trtkit.serve.logs import find_load_failure, read_tail, socket_in_use
+from trtkit.serve.ports import Ports, connect_host, resolve_ports
+from trtkit.serve.processes import stop_process_group
+from trtkit.serve.runtime import TritonRuntime, resolve_runtime
+from trtkit.serve.state import ServerRecord, remove_record, state_dir, write_record
+
+logger = logging.getLogger(__name__)
+
+_POLL_S = 0.1
+
+
+class TritonServer:
+    """One tritonserver process (or one mpirun of world_size ranks) serving repo_dir."""
+
+    def __init__(self, repo_dir: str | Path, *, http_port: int = 0, grpc_port: int = 0, metrics_port: int = 0,
+                 bind_address: str = "127.0.0.1", log_path: str | Path | None = None,
+                 start_timeout_s: float = 120, world_size: int = 1, tritonserver: Path | None = None,
+                 stop_grace_s: float = 15.0, exit_timeout_s: int = 5,
+                 tensorrt_llm_model_names: tuple[str, ...] = ("tensorrt_llm",)) -> None:
+        self.repo_dir = Path(repo_dir).resolve()
+        if not self.repo_dir.is_dir():
+            raise ServerError(f"model repository {self.repo_dir} does not exist; create it with `trtkit deploy`")
+        self.bind_address = bind_address
+        self.start_timeout_s = float(start_timeout_s)
+        self.world_size = world_size
+        self.stop_grace_s = stop_grace_s
+        self.exit_timeout_s = exit_timeout_s
+        self.tensorrt_llm_model_names = tensorrt_llm_model_names
+        self._requested = Ports(http_port, grpc_port, metrics_port)
+        self._tritonserver = tritonserver
+        self.shm_prefix = f"trtkit_{secrets.token_hex(4)}_"
+        self.log_path = Path(log_path) if log_path else (
+            state_dir() / "logs" / f"tritonserver-{time.strftime('%Y%m%d-%H%M%S')}-{self.shm_prefix[7:-1]}.log")
+        self.ports: Ports | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._runtime: TritonRuntime | None = None
+
+    # -- addresses -------------------------------------------------------------------------------
+    def _url(self, port_name: str) -> str:
+        if self.ports is None:
+            raise ServerError("the server is not started; call start() or use it as a context manager")
+        return f"{connect_host(self.bind_address)}:{getattr(self.ports, port_name)}"
+
+    @property
+    def grpc_url(self) -> str:
+        return self._url("grpc")
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self._url('http')}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self._url('metrics')}/metrics"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def log_tail(self, num_lines: int = 40) -> str:
+        return read_tail(self.log_path, num_lines)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> TritonServer:
+        if self.is_running():
+            return self
+        self._runtime = resolve_runtime(self._tritonserver)
+        for attempt in range(3):
+            self._launch()
+            try:
+                self.wait_ready()
+                break
+            except ServerError:
+                # freshly picked ports can be taken between picking and binding: pick again
+                if attempt < 2 and self._requested.has_free_choice() and socket_in_use(self.log_path):
+                    logger.warning("a picked port was taken meanwhile; retrying with new ports")
+                    self._cleanup_after_exit()
+                    continue
+                raise
+        atexit.register(self.stop)
+        assert self.pid is not None
+        write_record(ServerRecord(pid=self.pid, repo_dir=str(self.repo_dir), shm_prefix=self.shm_prefix,
+                                  log_path=str(self.log_path), http_url=self.http_url, grpc_url=self.grpc_url,
+                                  metrics_url=self.metrics_url, started_at=time.time()))
+        logger.info("tritonserver ready: grpc %s, http %s, log %s", self.grpc_url, self.http_url, self.log_path)
+        return self
+
+    def _launch(self) -> None:
+        assert self._runtime is not None
+        self.ports = resolve_ports(self._requested, self.bind_address)
+        spec = LaunchSpec(tritonserver=self._runtime.tritonserver, repo_dir=self.repo_dir,
+                          http_port=self.ports.http, grpc_port=self.ports.grpc, metrics_port=self.ports.metrics,
+                          bind_address=self.bind_address, backend_dir=self._runtime.backend_dir,
+                          world_size=self.world_size, shm_prefix=self.shm_prefix,
+                          tensorrt_llm_model_names=self.tensorrt_llm_model_names,
+                          exit_timeout_s=self.exit_timeout_s)
+        argv = build_command(spec)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        logger.info("starting %s", " ".join(argv))
+        with open(self.log_path, "ab") as log_file:
+            # own session: Ctrl-C reaches only us, and stop() can signal the whole group
+            self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
+                                             stderr=subprocess.STDOUT, env=self._runtime.env,
+                                             start_new_session=True)
+
+    def wait_ready(self) -> None:
+        """Poll readiness until the deadline; fail at once if the process dies or a model fails to load."""
+        assert self._process is not None
+        deadline = time.monotonic() + self.start_timeout_s
+        ready_url = f"{self.http_url}/v2/health/ready"
+        while True:
+            code = self._process.poll()
+            if code is not None:
+                self._fail(f"tritonserver exited with code {code} before it was ready")
+            failure = find_load_failure(self.log_path)
+            if failure:
+                self._fail(f"model {failure} failed to load")
+            if _http_ok(ready_url):
+                return
+            if time.monotonic() > deadline:
+                self._fail(f"tritonserver was not ready after {self.start_timeout_s:.0f} s (a model may be stuck "
+                           "loading, e.g. a Python-backend stub that cannot start); raise serve.server_start_timeout_s "
+                           "if the models are just slow")
+            time.sleep(_POLL_S)
+
+    def _fail(self, reason: str) -> None:
+        tail = self.log_tail()
+        self.stop()
+        raise ServerError(f"{reason}; full log: {self.log_path}\n--- log tail ---\n{tail}")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after the grace period; no stray stubs or /dev/shm regions remain. Idempotent."""
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            graceful = stop_process_group(process.pid, self.shm_prefix, self.stop_grace_s)
+            logger.info("tritonserver %d stopped (%s)", process.pid, "SIGTERM" if graceful else "SIGKILL")
+        self._cleanup_after_exit()
+
+    def _cleanup_after_exit(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired as exc:
+            raise ServerError(f"tritonserver {process.pid} did not exit; kill it by hand: kill -9 {process.pid}") from exc
+        # also reached after a crash: the stubs and shm regions of a dead server are still ours to clean
+        stop_process_group(process.pid, self.shm_prefix, 0.0)
+        remove_record(process.pid)
+        self._process = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
