@@ -8,7 +8,6 @@ import typer
 
 from trtkit.errors import NotBuiltYetError
 
-
 _EXTRA_ARGS = typer.Argument(None, hidden=True)
 
 

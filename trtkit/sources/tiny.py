@@ -23,7 +23,8 @@ def make_tiny_llama(out: Path, tokenizer_dir: Path, *, hidden_size: int = 128, n
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = LlamaForCausalLM(config).to(dtype=torch.bfloat16)
+    model = LlamaForCausalLM(config)
+    model = model.to(dtype=torch.bfloat16)  # type: ignore[call-arg]
     # Written to a temp folder and renamed, so a half-written model never looks complete.
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
