@@ -1,0 +1,174 @@
+"""The ``tensorrt_llm_bls`` logic: preprocessing, then the engine, then incremental detokenization.
+
+It takes the same inputs as the ensemble and answers with the same outputs. Streaming deltas come
+from one :class:`IncrementalDetokenizer` per request and pass through a :class:`StopFilter`, so they
+are right for every language and stop strings that span tokens never leak, whatever engine answers
+(the C++ backend on GPU hands over one token at a time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from trtkit.triton_models.detokenizer import DEFAULT_OPTIONS, DecodeOptions, IncrementalDetokenizer, Tokenizer
+from trtkit.triton_models.outputs import text_outputs
+from trtkit.triton_models.requests import (
+    InvalidRequest,
+    Tensors,
+    max_tokens_of,
+    min_tokens_of,
+    sampling_from,
+    scalar,
+    text,
+    word_list,
+)
+from trtkit.triton_models.stopping import StopFilter
+
+Outputs = dict[str, np.ndarray]
+# ensemble input -> tensorrt_llm input, as the template's ensemble maps them
+ENGINE_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_penalty": "len_penalty",
+                "stream": "streaming"}
+PASS_THROUGH = ("temperature", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
+                "return_log_probs", "return_context_logits", "return_generation_logits", "return_perf_metrics",
+                "num_return_sequences", "beam_width", "prompt_embedding_table", "prompt_vocab_size",
+                "lora_task_id", "lora_weights", "lora_config", "guided_decoding_guide_type", "guided_decoding_guide",
+                "top_k", "top_p", "length_penalty", "stream")
+
+
+@dataclass(slots=True)
+class BlsCalls:
+    """What the adapter provides: BLS calls into the other models, and the way back to the client."""
+
+    preprocess: Callable[[Outputs], Outputs]
+    engine: Callable[[Outputs, bool], Iterable[Outputs]]
+    send: Callable[[Outputs, bool], None]
+    is_cancelled: Callable[[], bool]
+
+
+class Bls:
+    def __init__(self, tokenizer: Tokenizer, anchor: list[int], *, tokens_per_block: int, decoupled: bool,
+                 options: DecodeOptions = DEFAULT_OPTIONS) -> None:
+        self.tokenizer = tokenizer
+        self.anchor = anchor
+        self.tokens_per_block = tokens_per_block
+        self.decoupled = decoupled
+        self.options = options
+
+    def engine_inputs(self, inputs: Tensors, pre: Outputs, stream: bool) -> Outputs:
+        sampling_from(inputs)  # refuse bad values before any work
+        request: Outputs = {
+            "input_ids": pre["INPUT_ID"], "input_lengths": pre["REQUEST_INPUT_LEN"],
+            "request_output_len": pre["REQUEST_OUTPUT_LEN"], "end_id": pre["OUT_END_ID"],
+            "pad_id": pre["OUT_PAD_ID"], "stop_words_list": pre["STOP_WORDS_IDS"],
+            "bad_words_list": pre["BAD_WORDS_IDS"],
+            "exclude_input_in_output": np.array([[True]]), "streaming": np.array([[stream]]),
+            "return_num_input_tokens": np.array([[True]]), "return_num_output_tokens": np.array([[True]]),
+        }
+        for name in PASS_THROUGH:
+            if name in inputs and inputs[name].size:
+                request[ENGINE_NAMES.get(name, name)] = inputs[name]
+        request["streaming"] = np.array([[stream]])
+        if (m := min_tokens_of(inputs)) > 0:
+            request["min_tokens"] = np.array([[m]], dtype=np.int32)
+        return request
+
+    def run(self, inputs: Tensors, calls: BlsCalls) -> None:
+        prompt = text(inputs, "text_input")
+        if prompt is None:
+            raise InvalidRequest("text_input is required")
+        stream = bool(scalar(inputs, "stream", False))
+        if stream and not self.decoupled:
+            raise InvalidRequest("stream=true needs a decoupled model; deploy with serve.streaming: true")
+        max_tokens = max_tokens_of(inputs, "max_tokens")
+        pre_inputs = {"QUERY": inputs["text_input"], "REQUEST_OUTPUT_LEN": inputs["max_tokens"]}
+        for src, dst in (("stop_words", "STOP_WORDS_DICT"), ("bad_words", "BAD_WORDS_DICT"), ("end_id", "END_ID"),
+                         ("pad_id", "PAD_ID")):
+            if src in inputs and inputs[src].size:
+                pre_inputs[dst] = inputs[src]
+        pre = calls.preprocess(pre_inputs)
+        request = self.engine_inputs(inputs, pre, stream)
+        echo = "" if bool(scalar(inputs, "exclude_input_in_output", True)) else prompt
+        run = _Run(IncrementalDetokenizer(self.tokenizer, self.anchor, self.options),
+                   StopFilter(word_list(inputs, "stop_words")), int(np.asarray(pre["REQUEST_INPUT_LEN"]).reshape(-1)[0]),
+                   max_tokens, self.tokens_per_block, echo)
+        for response in calls.engine(request, stream):
+            if calls.is_cancelled():
+                return
+            delta, final = run.absorb(response)
+            if stream and (delta or final):
+                calls.send(run.outputs(delta, final), final)
+            if final:
+                if not stream:
+                    calls.send(run.outputs(run.text, True), True)
+                return
+        delta = run.finish()
+        calls.send(run.outputs(delta if stream else run.text, True), True)
+
+
+@dataclass(slots=True)
+class _Run:
+    """One request's running state in the BLS."""
+
+    detok: IncrementalDetokenizer
+    stops: StopFilter
+    num_input: int
+    max_tokens: int
+    tokens_per_block: int
+    echo: str
+    text: str = ""
+    num_output: int = 0
+    num_cached: int = 0
+    engine_reason: str = ""
+    last: Outputs | None = None
+
+    def absorb(self, response: Outputs) -> tuple[str, bool]:
+        ids = response.get("output_ids")
+        if ids is None:
+            return "", False
+        self.last = response
+        new = [int(i) for i in np.asarray(ids).reshape(-1)]
+        self.num_output = _int(response, "num_output_tokens", self.num_output + len(new))
+        self.num_cached = _int(response, "num_cached_tokens",
+                               _int(response, "kv_cache_reused_blocks", 0) * self.tokens_per_block)
+        self.engine_reason = _str(response, "finish_reason")
+        delta = self.stops.push(self.detok.push(new))
+        final = bool(self.engine_reason) or self.stops.stopped
+        if final and not self.stops.stopped:
+            delta += self.stops.push(self.detok.flush()) + self.stops.flush()
+        return self._prefix(delta), final
+
+    def finish(self) -> str:
+        return self._prefix(self.stops.push(self.detok.flush()) + self.stops.flush())
+
+    def _prefix(self, delta: str) -> str:
+        if self.echo and not self.text:
+            delta = self.echo + delta
+        self.text += delta
+        return delta
+
+    def reason(self) -> str:
+        if self.stops.stopped:
+            return "stop"
+        if self.engine_reason:
+            return self.engine_reason
+        return "length" if self.num_output >= self.max_tokens else "end_id"
+
+    def outputs(self, delta: str, final: bool) -> Outputs:
+        return text_outputs(delta, self.last, self.reason() if final else None,
+                            (self.num_input, self.num_output, self.num_cached))
+
+
+def _int(response: Outputs, name: str, default: int) -> int:
+    value = response.get(name)
+    return default if value is None or value.size == 0 else int(np.asarray(value).reshape(-1)[0])
+
+
+def _str(response: Outputs, name: str) -> str:
+    value = response.get(name)
+    if value is None or value.size == 0:
+        return ""
+    item = np.asarray(value).reshape(-1)[0]
+    return item.decode() if isinstance(item, bytes) else str(item)

@@ -1,0 +1,186 @@
+"""The CPU ``tensorrt_llm`` model: the TensorRT-LLM backend's tensors, served by ``trtkit.engine``.
+
+One :class:`EngineModel` per model instance owns an ``EngineLoop``. Each request is checked, turned
+into ``SamplingParams`` and submitted; the loop thread calls back once per step and the request's
+:class:`RequestStream` decides what to send (see ``token_gate``). Streaming requests get one response
+per released chunk, the last one flagged final; other requests get exactly one response.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from trtkit.triton_models.detokenizer import DEFAULT_OPTIONS, DecodeOptions
+from trtkit.triton_models.outputs import engine_outputs
+from trtkit.triton_models.preprocessing import list_to_words
+from trtkit.triton_models.requests import (
+    InvalidRequest,
+    Sampling,
+    Tensors,
+    max_tokens_of,
+    reject_unsupported,
+    sampling_from,
+    scalar,
+)
+from trtkit.triton_models.token_gate import TokenGate
+
+log = logging.getLogger(__name__)
+TRT_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_penalty": "len_penalty"}
+
+
+class ResponseSink(Protocol):
+    def send(self, outputs: dict[str, np.ndarray], final: bool) -> None: ...
+
+    def close(self) -> None: ...
+
+    def is_cancelled(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    prompt_ids: list[int]
+    max_tokens: int
+    sampling: Sampling
+    end_id: int | None
+    pad_id: int | None
+    stop_ids: list[list[int]]
+    bad_ids: list[list[int]]
+    stream: bool
+    exclude_input: bool
+
+
+@dataclass(slots=True)
+class RequestStream:
+    """One request's progress: what was generated, what was sent, and whether it is over."""
+
+    parsed: ParsedRequest
+    gate: TokenGate
+    sink: ResponseSink
+    tokens_per_block: int
+    generated: int = 0
+    sent_ids: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    done: bool = False
+
+
+class EngineModel:
+    def __init__(self, loop, tokenizer, anchor: list[int], *, tokens_per_block: int, exclude_input_default: bool,
+                 decoupled: bool, options: DecodeOptions = DEFAULT_OPTIONS) -> None:
+        self.loop = loop
+        self.tokenizer = tokenizer
+        self.anchor = anchor
+        self.tokens_per_block = tokens_per_block
+        self.exclude_input_default = exclude_input_default
+        self.decoupled = decoupled
+        self.options = options
+
+    def parse(self, inputs: Tensors) -> ParsedRequest:
+        reject_unsupported(inputs)
+        ids = inputs.get("input_ids")
+        if ids is None or ids.size == 0:
+            raise InvalidRequest("input_ids is empty; send a non-empty prompt")
+        prompt = [int(i) for i in ids.reshape(-1)]
+        length = scalar(inputs, "input_lengths")
+        if length is not None and 0 < int(length) < len(prompt):
+            prompt = prompt[:int(length)]
+        sampling = sampling_from(inputs, TRT_NAMES)
+        if sampling.beam_width != 1:
+            raise InvalidRequest(f"beam_width {sampling.beam_width}: the CPU reference engine does greedy or "
+                                 f"sampled decoding only; send 1")
+        stream = bool(scalar(inputs, "streaming", False))
+        if stream and not self.decoupled:
+            raise InvalidRequest("streaming needs a decoupled model; deploy with serve.streaming: true")
+        end_id, pad_id = scalar(inputs, "end_id"), scalar(inputs, "pad_id")
+        return ParsedRequest(
+            prompt, max_tokens_of(inputs, "request_output_len", "request_output_len"), sampling,
+            None if end_id is None or int(end_id) < 0 else int(end_id),
+            None if pad_id is None else int(pad_id),
+            _words(inputs, "stop_words_list"), _words(inputs, "bad_words_list"), stream,
+            bool(scalar(inputs, "exclude_input_in_output", self.exclude_input_default)))
+
+    def submit(self, inputs: Tensors, sink: ResponseSink, request_id: str | None = None) -> str:
+        """Check and enqueue one request; bad requests raise :class:`InvalidRequest` before anything is sent."""
+        from trtkit.engine import SamplingParams
+        from trtkit.errors import EngineError
+
+        parsed = self.parse(inputs)
+        stops = [self.tokenizer.decode(w, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+                 for w in parsed.stop_ids]
+        s = parsed.sampling
+        params = SamplingParams(
+            max_tokens=parsed.max_tokens, end_id=parsed.end_id, pad_id=parsed.pad_id,
+            stop_token_ids=parsed.stop_ids, bad_token_ids=parsed.bad_ids, temperature=s.temperature, top_k=s.top_k,
+            top_p=s.top_p, seed=s.seed, repetition_penalty=s.repetition_penalty,
+            presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty, min_tokens=s.min_tokens,
+            exclude_input_in_output=True, return_log_probs=s.return_log_probs)
+        stream = RequestStream(parsed, TokenGate(self.tokenizer, self.anchor, stops, self.options), sink,
+                               self.tokens_per_block)
+        holder: dict[str, str] = {}
+        try:
+            rid = self.loop.submit(parsed.prompt_ids, params, lambda out: self._on_output(stream, out, holder),
+                                   request_id=request_id)
+        except EngineError as exc:
+            raise InvalidRequest(str(exc)) from exc
+        holder["rid"] = rid
+        return rid
+
+    def _on_output(self, stream: RequestStream, out, holder: dict[str, str]) -> None:
+        if stream.done:
+            return
+        rid = holder.get("rid", out.request_id)
+        if stream.sink.is_cancelled():
+            stream.done = True
+            self.loop.cancel(rid)
+            stream.sink.close()
+            return
+        stream.generated += len(out.new_token_ids)
+        stream.log_probs.extend(out.new_log_probs or [])
+        ids = stream.gate.push(list(out.new_token_ids))
+        reason = out.finish_reason
+        final = bool(out.finished)
+        if stream.gate.stopped:
+            final, reason = True, "stop"
+            if not out.finished:
+                self.loop.cancel(rid)
+        elif final:
+            ids += stream.gate.finish()
+            if stream.gate.stopped:
+                reason = "stop"
+        self._deliver(stream, out, ids, final, reason)
+
+    def _deliver(self, stream: RequestStream, out, ids: list[int], final: bool, reason: str | None) -> None:
+        start = len(stream.sent_ids)
+        stream.sent_ids.extend(ids)
+        if stream.parsed.stream:
+            if not ids and not final:
+                return
+            chunk, lp = ids, stream.log_probs[start:start + len(ids)]
+        elif not final:
+            return
+        else:
+            chunk = stream.sent_ids if stream.parsed.exclude_input else stream.parsed.prompt_ids + stream.sent_ids
+            lp = stream.log_probs[:len(stream.sent_ids)]
+        if final:
+            stream.done = True
+        stream.sink.send(engine_outputs(out, chunk, lp, stream.generated, reason if final else None,
+                                        self.tokens_per_block, _now_ns), final)
+
+
+def _words(inputs: Tensors, name: str) -> list[list[int]]:
+    array = inputs.get(name)
+    if array is None or array.size == 0:
+        return []
+    return list_to_words(array)
+
+
+def _now_ns() -> int:
+    return time.time_ns()
+
+
+Clock = Callable[[], int]

@@ -1,0 +1,135 @@
+"""Tokenization of requests: prompt (optionally through the chat template), stop and bad words.
+
+Limits are enforced here, before the engine sees the request: an empty prompt, a prompt over
+``max_input_len`` and a ``max_tokens`` that does not fit in ``max_seq_len`` are refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from trtkit.triton_models.requests import InvalidRequest, Tensors, max_tokens_of, scalar, text, word_list
+
+log = logging.getLogger(__name__)
+
+
+def load_tokenizer(tokenizer_dir: str | Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+
+
+def words_to_list(word_ids: list[list[int]]) -> np.ndarray:
+    """TensorRT-LLM's ``[2, L]`` word list: row 0 the ids of all words back to back, row 1 the end
+    offset of each word, both padded with -1 (row 0 with 0). No words -> ``[[0], [-1]]``."""
+    flat = [i for ids in word_ids for i in ids]
+    offsets = list(np.cumsum([len(ids) for ids in word_ids])) if word_ids else []
+    width = max(1, len(flat))
+    out = np.zeros((2, width), dtype=np.int32)
+    out[1, :] = -1
+    out[0, :len(flat)] = flat
+    out[1, :len(offsets)] = offsets
+    return out
+
+
+def list_to_words(array: np.ndarray) -> list[list[int]]:
+    """The inverse of :func:`words_to_list` (accepts a leading batch dimension of 1)."""
+    array = np.asarray(array).reshape(2, -1) if array.size else np.zeros((2, 0), dtype=np.int32)
+    ids, offsets = array[0].tolist(), [o for o in array[1].tolist() if o >= 0]
+    words, start = [], 0
+    for end in offsets:
+        if end > start:
+            words.append(ids[start:end])
+        start = end
+    return words
+
+
+@dataclass(slots=True)
+class Limits:
+    max_input_len: int
+    max_seq_len: int
+
+
+@dataclass(slots=True)
+class Preprocessed:
+    input_ids: list[int]
+    max_tokens: int
+    stop_words: np.ndarray
+    bad_words: np.ndarray
+    end_id: int
+    pad_id: int
+
+
+class Preprocessor:
+    def __init__(self, tokenizer, limits: Limits, *, chat_template: bool, add_special_tokens: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.limits = limits
+        self.use_chat_template = bool(chat_template and getattr(tokenizer, "chat_template", None))
+        self.add_special_tokens = add_special_tokens
+        self.end_id = _end_id(tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        if not prompt.strip():
+            raise InvalidRequest("text_input is empty; send a non-empty prompt")
+        if self.use_chat_template:
+            messages = [{"role": "user", "content": prompt}]
+            rendered = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            return list(self.tokenizer.encode(rendered, add_special_tokens=False))
+        return list(self.tokenizer.encode(prompt, add_special_tokens=self.add_special_tokens))
+
+    def encode_words(self, words: list[str], name: str) -> np.ndarray:
+        encoded = []
+        for word in words:
+            ids = list(self.tokenizer.encode(word, add_special_tokens=False))
+            if not ids:
+                raise InvalidRequest(f"{name}: {word!r} encodes to no tokens; remove it")
+            encoded.append(ids)
+        return words_to_list(encoded)
+
+    def check_fit(self, num_input: int, max_tokens: int) -> None:
+        lim = self.limits
+        if num_input > lim.max_input_len:
+            raise InvalidRequest(f"prompt has {num_input} tokens, over max_input_len {lim.max_input_len}; "
+                                 f"shorten it")
+        room = lim.max_seq_len - num_input
+        if max_tokens > room:
+            raise InvalidRequest(f"max_tokens {max_tokens} does not fit: prompt {num_input} + max_tokens must be "
+                                 f"<= max_seq_len {lim.max_seq_len}; send max_tokens <= {room}")
+
+    def run(self, inputs: Tensors, *, names: dict[str, str] | None = None) -> Preprocessed:
+        """``names`` maps our field names to the tensor names of the caller (the template's upper-case
+        preprocessing names, or the ensemble's lower-case ones)."""
+        n = {"query": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN", "stop": "STOP_WORDS_DICT",
+             "bad": "BAD_WORDS_DICT", "end_id": "END_ID", "pad_id": "PAD_ID", **(names or {})}
+        prompt = text(inputs, n["query"])
+        if prompt is None:
+            raise InvalidRequest("text_input is required")
+        max_tokens = max_tokens_of(inputs, n["max_tokens"])
+        ids = self.encode_prompt(prompt)
+        self.check_fit(len(ids), max_tokens)
+        vocab = len(self.tokenizer)
+        end_id = _token_id(scalar(inputs, n["end_id"]), "end_id", vocab, self.end_id)
+        pad_id = _token_id(scalar(inputs, n["pad_id"]), "pad_id", vocab, self.pad_id)
+        return Preprocessed(ids, max_tokens, self.encode_words(word_list(inputs, n["stop"]), "stop_words"),
+                            self.encode_words(word_list(inputs, n["bad"]), "bad_words"), end_id, pad_id)
+
+
+def _token_id(value: object, name: str, vocab: int, default: int) -> int:
+    if value is None:
+        return default
+    number = int(value)  # type: ignore[call-overload]
+    if not 0 <= number < vocab:
+        raise InvalidRequest(f"{name}: {number} is not a token id (vocabulary size {vocab})")
+    return number
+
+
+def _end_id(tokenizer) -> int:
+    if tokenizer.eos_token_id is not None:
+        return int(tokenizer.eos_token_id)
+    log.warning("tokenizer has no eos token; generation stops only at max_tokens or stop words")
+    return -1
