@@ -1,0 +1,60 @@
+"""Folding stream deltas into running usage and a final outcome; shared by both transports."""
+
+from __future__ import annotations
+
+import time
+
+from trtkit.client.governor import Outcome
+from trtkit.client.guard import RunawayGuard
+from trtkit.client.protocol import Delta
+from trtkit.client.tokens import TokenCounter
+from trtkit.client.usage import Usage
+
+
+class StreamAccumulator:
+    def __init__(self, prompt_tokens: int, counter: TokenCounter, guard: RunawayGuard | None) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.counter = counter
+        self.guard = guard
+        self.pieces: list[str] = []
+        self.local_completion_tokens = 0
+        self.server = Outcome(text="", finish_reason="")
+        self.finished = False
+
+    @property
+    def has_output(self) -> bool:
+        return self.server.first_token_at is not None
+
+    def add(self, delta: Delta) -> str | None:
+        """Take one response; returns the guard's stop reason if the output ran away."""
+        if delta.text:
+            if self.server.first_token_at is None:
+                self.server.first_token_at = time.perf_counter()
+            self.pieces.append(delta.text)
+        for name in ("num_input_tokens", "num_output_tokens", "num_cached_tokens"):
+            value = getattr(delta, name)
+            if value is not None:
+                setattr(self.server, name, value)
+        if delta.finish_reason:
+            self.server.finish_reason = delta.finish_reason
+        self.finished = self.finished or delta.is_final
+        ids = self.counter.text_ids(delta.text) if delta.text else []
+        self.local_completion_tokens += len(ids)
+        if self.guard is None or not delta.text:
+            return None
+        return self.guard.feed(ids, delta.text)
+
+    def running_usage(self) -> Usage:
+        completion = self.server.num_output_tokens
+        if completion is None:
+            completion = self.local_completion_tokens
+        prompt = self.server.num_input_tokens or self.prompt_tokens
+        return Usage.of(prompt, completion, self.server.num_cached_tokens or 0)
+
+    def outcome(self, finish_reason: str | None = None) -> Outcome:
+        """The final outcome; a client-side stop (guard, cancel, deadline) overrides the server's reason."""
+        o = self.server
+        return Outcome(text="".join(self.pieces), finish_reason=finish_reason or o.finish_reason or "unknown",
+                       num_input_tokens=o.num_input_tokens,
+                       num_output_tokens=o.num_output_tokens,  # None: the governor counts the text received
+                       num_cached_tokens=o.num_cached_tokens, first_token_at=o.first_token_at)

@@ -1,0 +1,88 @@
+"""What every context strategy shares: the prompt it builds always fits ``max_input_tokens``.
+
+A strategy picks which history goes into the prompt; ``fit_prompt`` then renders it, counts it with the model's tokenizer and, if it is still too long,
+drops the oldest history and finally cuts the question itself, so the guarantee holds whatever
+the strategy chose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from trtkit.client.sessions import ChatSession, Turn
+from trtkit.client.tokens import TokenCounter
+
+MESSAGE_OVERHEAD_TOKENS = 6  # role markers and separators the chat template adds around each message
+
+
+@dataclass(slots=True, frozen=True)
+class BuiltPrompt:
+    text: str
+    num_tokens: int
+    messages: list[dict[str, str]]
+    dropped_messages: int  # history removed by the final fit (0 when the strategy's choice fit)
+
+
+class ContextStrategy(Protocol):
+    name: str
+
+    def select(self, session: ChatSession, question: str) -> list[dict[str, str]]:
+        """History messages (oldest first) to put before the question."""
+        ...
+
+
+def turn_cost(counter: TokenCounter, turn: Turn) -> int:
+    return counter.count(turn.content) + MESSAGE_OVERHEAD_TOKENS
+
+
+def newest_turns_within(counter: TokenCounter, turns: list[Turn], max_tokens: int) -> int:
+    """Index of the first turn of the longest suffix of ``turns`` within ``max_tokens``."""
+    total, start = 0, len(turns)
+    for index in range(len(turns) - 1, -1, -1):
+        total += turn_cost(counter, turns[index])
+        if total > max_tokens:
+            break
+        start = index
+    return start
+
+
+def fit_prompt(counter: TokenCounter, history: list[dict[str, str]], question: str,
+               max_input_tokens: int) -> BuiltPrompt:
+    """Render the conversation as the ``text_input`` to send; ``num_tokens`` is what the engine will count.
+
+    The conversation is sent as plain "Role: text" lines: when model.chat_template is on, the
+    server's preprocessing wraps text_input in the template itself, and count_prompt mirrors that.
+    """
+    messages = [*history, {"role": "user", "content": question}]
+    dropped = 0
+    while True:
+        text = counter.render_chat(messages, use_template=False)
+        num_tokens = counter.count_prompt(text)
+        if num_tokens <= max_input_tokens:
+            return BuiltPrompt(text, num_tokens, messages, dropped)
+        if len(messages) > 1:
+            messages.pop(0)
+            dropped += 1
+            continue
+        messages = [{"role": "user", "content": _cut_left(counter, question, num_tokens - max_input_tokens)}]
+
+
+def _cut_left(counter: TokenCounter, text: str, excess: int) -> str:
+    """Drop at least ``excess`` tokens from the start of ``text`` (the end of a question matters most)."""
+    ids = counter.encode(text)
+    return counter.decode(ids[min(len(ids), excess + 1):])
+
+
+def clip_tokens(counter: TokenCounter, text: str, max_tokens: int) -> str:
+    """``text`` cut to at most ``max_tokens`` tokens, re-checked because decode/encode may not round-trip."""
+    ids = counter.encode(text)
+    while len(ids) > max_tokens:
+        text = counter.decode(ids[:max_tokens])
+        ids = counter.encode(text)
+        max_tokens -= 1
+    return text
+
+
+def as_messages(turns: list[Turn]) -> list[dict[str, str]]:
+    return [{"role": t.role, "content": t.content} for t in turns]

@@ -1,0 +1,53 @@
+"""``summary``: newest turns verbatim; older ones folded into a summary the served model writes.
+
+When turns fall out of the tail window they are summarized, together with the previous summary,
+by the same model that serves the chat, into at most ``summary_max_tokens`` tokens. The
+summarizing calls are real requests: they go through the client, so they are budgeted and
+recorded in the ledger like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from trtkit.client.context.base import clip_tokens, newest_turns_within
+from trtkit.client.sessions import ChatSession
+from trtkit.client.tokens import TokenCounter
+
+Summarizer = Callable[[str, int], str]  # (prompt, max_tokens) -> text produced by the served model
+
+SUMMARY_INSTRUCTION = "Summarize the conversation below in a few sentences, keeping names, numbers and decisions.\n\n"
+
+
+@dataclass(slots=True)
+class SummaryStrategy:
+    counter: TokenCounter
+    max_context_tokens: int
+    summary_max_tokens: int
+    max_input_tokens: int
+    summarize: Summarizer
+    name: str = "summary"
+
+    def select(self, session: ChatSession, question: str) -> list[dict[str, str]]:
+        window = max(0, self.max_context_tokens - self.summary_max_tokens)
+        start = newest_turns_within(self.counter, session.turns, window)
+        if start > session.summarized_turns:
+            self._fold(session, start)
+        history = [{"role": t.role, "content": t.content} for t in session.turns[max(start, session.summarized_turns):]]
+        if session.summary:
+            history.insert(0, {"role": "system", "content": f"Summary of the earlier conversation: {session.summary}"})
+        return history
+
+    def _fold(self, session: ChatSession, upto: int) -> None:
+        """Summarize the previous summary plus turns [summarized_turns, upto) into the new summary."""
+        old = "\n".join(f"{t.role}: {t.content}" for t in session.turns[session.summarized_turns:upto])
+        body = (f"Earlier summary: {session.summary}\n" if session.summary else "") + old
+        room = self.max_input_tokens - self.counter.count(SUMMARY_INSTRUCTION) - 8
+        body_ids = self.counter.encode(body)
+        if len(body_ids) > room:  # keep the newest part of what is being folded
+            body = self.counter.decode(body_ids[len(body_ids) - room:])
+        prompt = clip_tokens(self.counter, SUMMARY_INSTRUCTION + body + "\n\nSummary:", self.max_input_tokens)
+        summary = self.summarize(prompt, self.summary_max_tokens).strip()
+        session.summary = clip_tokens(self.counter, summary, self.summary_max_tokens)
+        session.summarized_turns = upto

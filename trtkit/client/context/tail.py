@@ -1,0 +1,20 @@
+"""``tail``: keep the newest turns that fit in ``max_context_tokens``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trtkit.client.context.base import as_messages, newest_turns_within
+from trtkit.client.sessions import ChatSession
+from trtkit.client.tokens import TokenCounter
+
+
+@dataclass(slots=True)
+class TailStrategy:
+    counter: TokenCounter
+    max_context_tokens: int
+    name: str = "tail"
+
+    def select(self, session: ChatSession, question: str) -> list[dict[str, str]]:
+        start = newest_turns_within(self.counter, session.turns, self.max_context_tokens)
+        return as_messages(session.turns[start:])

@@ -1,0 +1,179 @@
+"""Governance around one request: everything that happens before it leaves and after it returns.
+
+Before: count the prompt with the model's tokenizer, apply the hard input limit, clamp max_tokens
+to max_seq_len, answer from the response cache, reserve prompt + max_tokens in every budget.
+After: confirm the counts against the server's, settle the budgets, write the ledger row, fill
+the cache and the metrics. The transports (grpc_client, aio_client) only move bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+
+from trtkit.client.budgets import BudgetGuard, Reservation
+from trtkit.client.cache import ResponseCache, cache_key
+from trtkit.client.caller import Caller
+from trtkit.client.guard import RunawayGuard
+from trtkit.client.ledger import Ledger, LedgerRow
+from trtkit.client.limits import clamp_max_tokens, enforce_input_limit
+from trtkit.client.metrics import ClientMetrics
+from trtkit.client.params import SamplingParams
+from trtkit.client.results import GenerationResult
+from trtkit.client.tokens import TokenCounter
+from trtkit.client.usage import Usage, usage_cost
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import BudgetExceededError, InputTooLongError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class PreparedRequest:
+    request_id: str
+    prompt: str
+    prompt_tokens: int  # counted locally, exactly as the server's preprocessing will
+    params: SamplingParams  # max_tokens resolved and clamped
+    caller: Caller
+    cache_key: str | None
+    reservation: Reservation | None
+    started: float = field(default_factory=time.perf_counter)
+    truncated_tokens: int = 0
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the transport saw: text, the server's final counts (None if it never sent them), timings."""
+
+    text: str
+    finish_reason: str
+    num_input_tokens: int | None = None
+    num_output_tokens: int | None = None
+    num_cached_tokens: int | None = None
+    first_token_at: float | None = None
+
+
+class Governor:
+    def __init__(self, config: ModelConfig, counter: TokenCounter, ledger: Ledger | None,
+                 metrics: ClientMetrics | None = None) -> None:
+        self.config = config
+        self.counter = counter
+        self.ledger = ledger
+        self.metrics = metrics or ClientMetrics()
+        c = config.client
+        self.budgets = BudgetGuard(list(c.budgets), ledger)
+        self.cache = ResponseCache(c.cache.ttl_seconds, c.cache.max_entries) if c.cache.enabled else None
+        self.max_input_tokens = c.max_input_tokens or config.build.max_input_len
+        self.model = config.name
+
+    def prepare(self, prompt: str, params: SamplingParams, caller: Caller) -> PreparedRequest | GenerationResult:
+        """A request ready to send, or a GenerationResult straight from the cache (recorded as 0 tokens)."""
+        started = time.perf_counter()
+        prompt, ids, truncated = self._fit_input(prompt)
+        requested = params.max_tokens or self.config.client.default_max_tokens
+        max_tokens = clamp_max_tokens(requested, len(ids), self.config.build.max_seq_len)
+        params = params.with_max_tokens(max_tokens)
+        key = None
+        if self.cache is not None and params.is_deterministic:
+            key = cache_key(caller.tenant, self.model, prompt, params.identity())
+            hit = self.cache.get(key)
+            if hit is not None:
+                return self._cache_hit(hit.text, hit.finish_reason, caller, started, truncated)
+        reserve_tokens = len(ids) + max_tokens
+        try:
+            reservation = self.budgets.reserve(caller, reserve_tokens, self._cost(Usage.of(len(ids), max_tokens)))
+        except BudgetExceededError:
+            self.metrics.budget_rejections.labels(self.model).inc()
+            raise
+        return PreparedRequest(uuid.uuid4().hex, prompt, len(ids), params, caller, key, reservation, started,
+                               truncated)
+
+    def new_guard(self) -> RunawayGuard | None:
+        g = self.config.client.guard
+        return RunawayGuard(g.ngram_size, g.max_ngram_repeats, g.max_punctuation_run) if g.enabled else None
+
+    def complete(self, request: PreparedRequest, outcome: Outcome) -> GenerationResult:
+        """Settle budgets, write the ledger row (durable on return), cache and count; the final usage."""
+        usage = self._usage(request, outcome)
+        latency = time.perf_counter() - request.started
+        ttft = None if outcome.first_token_at is None else outcome.first_token_at - request.started
+        cost = self._cost(usage)
+        if request.reservation is not None:
+            self.budgets.settle(request.reservation, usage.total_tokens, cost)
+        self._record(request.caller, request.request_id, usage, ttft, latency, outcome.finish_reason, cost, False)
+        if request.cache_key and self.cache is not None and outcome.finish_reason in ("end_id", "stop", "length"):
+            self.cache.put(request.cache_key, outcome.text, usage.completion_tokens, outcome.finish_reason)
+        m = self.metrics
+        m.prompt_tokens.labels(self.model).inc(usage.prompt_tokens)
+        m.completion_tokens.labels(self.model).inc(usage.completion_tokens)
+        m.cached_tokens.labels(self.model).inc(usage.cached_tokens)
+        m.requests.labels(self.model, outcome.finish_reason).inc()
+        if outcome.finish_reason.startswith("guard_"):
+            m.guard_stops.labels(self.model, outcome.finish_reason).inc()
+        return GenerationResult(request.request_id, outcome.text, usage, outcome.finish_reason, False, ttft, latency,
+                                cost, request.truncated_tokens)
+
+    def release(self, request: PreparedRequest) -> None:
+        """The request failed before the server did any work: free its reservation, record nothing."""
+        if request.reservation is not None:
+            self.budgets.settle(request.reservation, 0, 0.0)
+
+    def _fit_input(self, prompt: str) -> tuple[str, list[int], int]:
+        ids = self.counter.prompt_ids(prompt)
+        policy = self.config.client.input_overflow
+        try:
+            fitted = enforce_input_limit(ids, self.max_input_tokens, policy)
+        except InputTooLongError:
+            self.metrics.input_rejections.labels(self.model).inc()
+            raise
+        if not fitted.dropped_tokens:
+            return prompt, ids, 0
+        # Cut the user's text (not the template around it), then re-count: decode/encode may not round-trip.
+        content = self.counter.encode(prompt)
+        overhead = len(ids) - len(content)
+        keep = self.max_input_tokens - overhead
+        while True:
+            kept = content[len(content) - keep:] if policy == "truncate_left" else content[:keep]
+            text = self.counter.decode(kept)
+            ids = self.counter.prompt_ids(text)
+            if len(ids) <= self.max_input_tokens:
+                return text, ids, len(content) - len(kept)
+            keep -= 1
+
+    def _usage(self, request: PreparedRequest, outcome: Outcome) -> Usage:
+        prompt = request.prompt_tokens
+        if outcome.num_input_tokens is not None and outcome.num_input_tokens != prompt:
+            log.warning("server counted %d prompt tokens, the client %d; billing the server's count",
+                        outcome.num_input_tokens, prompt)
+            prompt = outcome.num_input_tokens
+        completion = outcome.num_output_tokens
+        if completion is None:  # cancelled or cut off before the final counts: count what arrived
+            completion = self.counter.count(outcome.text) if outcome.text else 0
+        return Usage.of(prompt, completion, outcome.num_cached_tokens or 0)
+
+    def _cache_hit(self, text: str, finish_reason: str, caller: Caller, started: float, truncated: int
+                   ) -> GenerationResult:
+        request_id = uuid.uuid4().hex
+        latency = time.perf_counter() - started
+        self._record(caller, request_id, Usage(), latency, latency, finish_reason, 0.0, True)
+        self.metrics.cache_hits.labels(self.model).inc()
+        return GenerationResult(request_id, text, Usage(), finish_reason, True, latency, latency, 0.0, truncated)
+
+    def _cost(self, usage: Usage) -> float:
+        p = self.config.client.pricing
+        return usage_cost(usage, p.input_per_million, p.output_per_million, p.cached_input_per_million)
+
+    def _record(self, caller: Caller, request_id: str, usage: Usage, ttft: float | None, latency: float,
+                finish_reason: str, cost: float, cache_hit: bool) -> None:
+        if self.ledger is None:
+            return
+        self.ledger.record(LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session, request_id,
+                                     usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                                     None if ttft is None else ttft * 1e3, latency * 1e3, finish_reason, cost,
+                                     cache_hit))
+
+
+def with_caller_session(caller: Caller, session_id: str) -> Caller:
+    return replace(caller, session=session_id)

@@ -1,0 +1,205 @@
+"""Synchronous client over ``tritonclient.grpc``: generate, stream, generate_batch, cancel.
+
+Every request goes over a gRPC stream (the served models are decoupled, and plain infer() is
+refused by decoupled models); ``stream=False`` makes the server answer with one response. A
+tritonclient client holds one stream at a time, so a small pool of them serves concurrent calls.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import queue
+import threading
+import time
+from collections.abc import Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
+
+import tritonclient.grpc as grpcclient
+
+from trtkit.client.accumulate import StreamAccumulator
+from trtkit.client.caller import Caller
+from trtkit.client.governor import PreparedRequest
+from trtkit.client.ledger import Ledger
+from trtkit.client.metrics import ClientMetrics
+from trtkit.client.params import SamplingParams
+from trtkit.client.protocol import Delta, is_final_response, parse_response, request_inputs
+from trtkit.client.results import GenerationResult, StreamChunk
+from trtkit.client.tokens import TokenCounter
+from trtkit.client.transport import (
+    FINISH_CANCELLED,
+    FINISH_DEADLINE,
+    ServerUnavailableError,
+    backoff_s,
+    declared_inputs,
+    is_unavailable,
+    make_setup,
+)
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import ClientError
+
+_CANCEL = object()
+_POLL_S = 0.05
+
+
+class TritonLLMClient:
+    def __init__(self, grpc_url: str, *, config: ModelConfig, caller: Caller | None = None,
+                 ledger: Ledger | None | bool = True, counter: TokenCounter | None = None,
+                 metrics: ClientMetrics | None = None, model_name: str | None = None) -> None:
+        self.url = grpc_url
+        self.setup = make_setup(config, caller=caller, ledger=ledger, counter=counter, metrics=metrics,
+                                model_name=model_name)
+        self.governor = self.setup.governor
+        self._idle: queue.SimpleQueue[grpcclient.InferenceServerClient] = queue.SimpleQueue()
+        self._active: dict[str, queue.SimpleQueue] = {}
+        self._lock = threading.Lock()
+        self._declared: dict[str, str] | None = None
+
+    # -- public API -------------------------------------------------------------------------------
+    def generate(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
+                 deadline_s: float | None = None) -> GenerationResult:
+        final = None
+        for chunk in self._chunks(prompt, params, caller, deadline_s, server_stream=None):
+            final = chunk.result or final
+        assert final is not None, "a stream always ends with a final chunk"
+        return final
+
+    def stream(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
+               deadline_s: float | None = None) -> Iterator[StreamChunk]:
+        """Deltas with running usage; the last chunk carries the final GenerationResult."""
+        return self._chunks(prompt, params, caller, deadline_s, server_stream=True)
+
+    def generate_batch(self, prompts: list[str], params: SamplingParams | None = None, *,
+                       caller: Caller | None = None, max_concurrency: int = 8,
+                       deadline_s: float | None = None) -> list[GenerationResult]:
+        """Results in the order of ``prompts``; requests run concurrently (the engine batches them)."""
+        with ThreadPoolExecutor(max_workers=max(1, min(max_concurrency, len(prompts)))) as pool:
+            futures = [pool.submit(contextvars.copy_context().run, self.generate, p, params, caller=caller,
+                                   deadline_s=deadline_s) for p in prompts]
+            return [f.result() for f in futures]
+
+    def cancel(self, request_id: str) -> bool:
+        """Cancel a running request (its result gets finish_reason 'cancelled'); False if not running."""
+        with self._lock:
+            inbox = self._active.get(request_id)
+        if inbox is not None:
+            inbox.put(_CANCEL)
+        return inbox is not None
+
+    def active_requests(self) -> list[str]:
+        with self._lock:
+            return list(self._active)
+
+    def close(self) -> None:
+        while not self._idle.empty():
+            self._idle.get().close()
+        if self.governor.ledger is not None:
+            self.governor.ledger.close()
+
+    def __enter__(self) -> TritonLLMClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- one request ------------------------------------------------------------------------------
+    def _chunks(self, prompt: str, params: SamplingParams | None, caller: Caller | None, deadline_s: float | None,
+                *, server_stream: bool | None) -> Iterator[StreamChunk]:
+        prepared = self.governor.prepare(prompt, params or SamplingParams(), caller or self.setup.caller)
+        if isinstance(prepared, GenerationResult):
+            yield StreamChunk(prepared.text, prepared.usage, prepared)
+            return
+        guard = self.governor.new_guard()
+        use_stream = server_stream if server_stream is not None else guard is not None  # the guard needs deltas
+        acc = StreamAccumulator(prepared.prompt_tokens, self.governor.counter, guard)
+        deadline = time.monotonic() + (deadline_s or self.setup.deadline_s)
+        stop_reason = None
+        try:
+            with closing(self._deltas(prepared, use_stream, deadline, acc)) as deltas:
+                for delta in deltas:
+                    if isinstance(delta, str):  # client-side stop: cancelled or deadline
+                        stop_reason = delta
+                        break
+                    stop_reason = acc.add(delta)
+                    if use_stream and delta.text:
+                        yield StreamChunk(delta.text, acc.running_usage())
+                    if stop_reason or acc.finished:
+                        break
+        except BaseException:
+            if not acc.has_output:
+                self.governor.release(prepared)
+            else:
+                self.governor.complete(prepared, acc.outcome("error"))
+            raise
+        result = self.governor.complete(prepared, acc.outcome(stop_reason))
+        yield StreamChunk("" if use_stream else result.text, result.usage, result)
+
+    def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
+                acc: StreamAccumulator) -> Generator[Delta | str, None, None]:
+        """Responses of one request; retries UNAVAILABLE only while nothing has arrived."""
+        inbox: queue.SimpleQueue = queue.SimpleQueue()
+        with self._lock:
+            self._active[request.request_id] = inbox
+        client: grpcclient.InferenceServerClient | None = None
+        attempt, done = 0, False
+        try:
+            while True:
+                client = self._idle.get() if not self._idle.empty() else grpcclient.InferenceServerClient(self.url)
+                try:
+                    self._send(client, request, stream, inbox, deadline)
+                    for item in self._receive(inbox, deadline):
+                        done = isinstance(item, Delta) and item.is_final
+                        yield item
+                        if done or isinstance(item, str):
+                            return
+                    return
+                except ClientError:
+                    raise
+                except Exception as exc:  # tritonclient raises InferenceServerException
+                    if not is_unavailable(exc) or acc.has_output:
+                        raise ClientError(f"request {request.request_id} failed: {exc}") from exc
+                    if attempt >= self.setup.max_retries:
+                        raise ServerUnavailableError(
+                            f"server {self.url} unavailable after {attempt + 1} attempts ({exc}); "
+                            f"check that tritonserver is running and the URL is right") from exc
+                    self.governor.metrics.retries.labels(self.governor.model).inc()
+                    client.stop_stream(cancel_requests=True)
+                    client.close()  # a channel that failed is not reused
+                    client = None
+                    time.sleep(backoff_s(attempt))
+                    attempt += 1
+        finally:
+            with self._lock:
+                self._active.pop(request.request_id, None)
+            if client is not None:
+                client.stop_stream(cancel_requests=not done)  # an unfinished request is cancelled server-side
+                self._idle.put(client)
+
+    def _send(self, client: grpcclient.InferenceServerClient, request: PreparedRequest, stream: bool,
+              inbox: queue.SimpleQueue, deadline: float) -> None:
+        if self._declared is None:
+            self._declared = declared_inputs(client.get_model_metadata(self.setup.model_name, as_json=True))
+        inputs = request_inputs(request.prompt, request.params, stream=stream, declared=self._declared)
+        client.start_stream(callback=lambda result, error: inbox.put((result, error)),
+                            # a second past our own deadline, so the local deadline (a clean stop) fires first
+                            stream_timeout=max(0.001, deadline - time.monotonic()) + 1.0)
+        client.async_stream_infer(self.setup.model_name, inputs, request_id=request.request_id,
+                                  enable_empty_final_response=True)
+
+    def _receive(self, inbox: queue.SimpleQueue, deadline: float) -> Iterator[Delta | str]:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                yield FINISH_DEADLINE
+                return
+            try:
+                item = inbox.get(timeout=min(remaining, _POLL_S * 20))
+            except queue.Empty:
+                continue
+            if item is _CANCEL:
+                yield FINISH_CANCELLED
+                return
+            result, error = item
+            if error is not None:
+                raise error
+            yield parse_response(result.as_numpy, is_final_response(result))

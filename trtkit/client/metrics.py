@@ -1,0 +1,42 @@
+"""Client-side Prometheus counters, in their own registry, optionally served on a port."""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+log = logging.getLogger(__name__)
+
+
+class ClientMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.prompt_tokens = Counter("trtkit_client_prompt_tokens", "Prompt tokens sent", ["model"], registry=r)
+        self.completion_tokens = Counter("trtkit_client_completion_tokens", "Completion tokens received", ["model"],
+                                         registry=r)
+        self.cached_tokens = Counter("trtkit_client_cached_prompt_tokens", "Prompt tokens served from the KV cache",
+                                     ["model"], registry=r)
+        self.requests = Counter("trtkit_client_requests", "Finished requests", ["model", "finish_reason"], registry=r)
+        self.cache_hits = Counter("trtkit_client_cache_hits", "Requests answered from the response cache", ["model"],
+                                  registry=r)
+        self.budget_rejections = Counter("trtkit_client_budget_rejections", "Requests refused by a budget", ["model"],
+                                         registry=r)
+        self.input_rejections = Counter("trtkit_client_input_rejections", "Prompts refused as too long", ["model"],
+                                        registry=r)
+        self.guard_stops = Counter("trtkit_client_guard_stops", "Streams cancelled by the runaway guard",
+                                   ["model", "reason"], registry=r)
+        self.retries = Counter("trtkit_client_retries", "Retries after UNAVAILABLE before the first token", ["model"],
+                               registry=r)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> int:
+        """Expose the counters at http://addr:port/metrics (port 0 picks one); returns the port."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        bound = int(server.server_port)
+        log.info("client metrics on http://%s:%d/metrics", addr, bound)
+        return bound
+
+    def value(self, name: str, **labels: str) -> float:
+        found = self.registry.get_sample_value(name, labels)
+        return float(found or 0.0)

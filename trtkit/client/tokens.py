@@ -1,0 +1,104 @@
+"""Token counting with the model's own tokenizer, the same one the server's preprocessing uses.
+
+Counting uses the ``tokenizers`` library on ``tokenizer.json`` (loads in milliseconds); the chat
+template needs transformers and is loaded only when a chat prompt is rendered.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import ModelSourceError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, frozen=True)
+class TokenCount:
+    characters: int
+    utf8_bytes: int
+    tokens: int
+
+    @property
+    def chars_per_token(self) -> float:
+        return self.characters / self.tokens if self.tokens else 0.0
+
+
+class TokenCounter:
+    def __init__(self, tokenizer_dir: Path, *, chat_template: bool = False, add_special_tokens: bool = True) -> None:
+        from tokenizers import Tokenizer
+
+        self.tokenizer_dir = Path(tokenizer_dir)
+        path = self.tokenizer_dir / "tokenizer.json"
+        if not path.is_file():
+            raise ModelSourceError(f"{self.tokenizer_dir} has no tokenizer.json; point model.tokenizer at a folder "
+                                   f"with a fast (tokenizers) tokenizer")
+        self._tokenizer = Tokenizer.from_file(str(path))
+        self.add_special_tokens = add_special_tokens
+        self._chat_renderer: Any = None
+        # The server's preprocessing wraps text_input in the chat template as one user message when
+        # model.chat_template is on and the tokenizer has one; prompt_ids() mirrors that exactly.
+        self.wraps_in_chat_template = chat_template and self.has_chat_template()
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> TokenCounter:
+        from trtkit.sources.resolve import resolve_tokenizer_dir
+
+        folder = resolve_tokenizer_dir(config.model.source, config.model.tokenizer)
+        return _cached_counter(str(folder), config.model.chat_template)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=self.add_special_tokens).ids)
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """The token ids the server's preprocessing makes of ``text_input`` (what the engine counts)."""
+        if self.wraps_in_chat_template:
+            rendered = self.render_chat([{"role": "user", "content": prompt}], use_template=True)
+            return list(self._tokenizer.encode(rendered, add_special_tokens=False).ids)
+        return self.encode(prompt)
+
+    def count_prompt(self, prompt: str) -> int:
+        return len(self.prompt_ids(prompt))
+
+    def text_ids(self, text: str) -> list[int]:
+        """Ids of a piece of text with no special tokens added (stream deltas, measuring)."""
+        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._tokenizer.decode(ids, skip_special_tokens=False))
+
+    def measure(self, text: str) -> TokenCount:
+        return TokenCount(len(text), len(text.encode("utf-8")), self.count(text))
+
+    def render_chat(self, messages: list[dict[str, str]], *, use_template: bool = True) -> str:
+        """The prompt text for a conversation, ending where the assistant's answer starts."""
+        if use_template and self.has_chat_template():
+            return str(self._renderer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+        return "\n".join(lines) + "\nAssistant:"
+
+    def has_chat_template(self) -> bool:
+        if (self.tokenizer_dir / "chat_template.jinja").is_file():
+            return True
+        config = self.tokenizer_dir / "tokenizer_config.json"
+        return config.is_file() and '"chat_template"' in config.read_text(encoding="utf-8")
+
+    def _renderer(self) -> Any:
+        if self._chat_renderer is None:
+            from transformers import AutoTokenizer
+
+            self._chat_renderer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir))
+        return self._chat_renderer
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_counter(tokenizer_dir: str, chat_template: bool) -> TokenCounter:
+    return TokenCounter(Path(tokenizer_dir), chat_template=chat_template)

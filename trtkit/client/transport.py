@@ -1,0 +1,61 @@
+"""What the sync and asyncio clients share: setup from a config, retry policy, model metadata."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from trtkit.client.caller import Caller
+from trtkit.client.governor import Governor
+from trtkit.client.ledger import Ledger
+from trtkit.client.metrics import ClientMetrics
+from trtkit.client.tokens import TokenCounter
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import ClientError
+
+RETRY_BASE_S = 0.1
+RETRY_MAX_S = 2.0
+FINISH_CANCELLED = "cancelled"
+FINISH_DEADLINE = "deadline"
+
+
+class ServerUnavailableError(ClientError):
+    """The server could not be reached (gRPC UNAVAILABLE) and retries ran out."""
+
+
+@dataclass(slots=True)
+class ClientSetup:
+    model_name: str
+    governor: Governor
+    caller: Caller
+    max_retries: int
+    deadline_s: float
+
+
+def make_setup(config: ModelConfig, *, caller: Caller | None, ledger: Ledger | None | bool,
+               counter: TokenCounter | None, metrics: ClientMetrics | None, model_name: str | None) -> ClientSetup:
+    """``ledger=True`` opens the default ledger under TRTKIT_HOME; ``False``/``None`` records nothing."""
+    store = Ledger() if ledger is True else (ledger or None)
+    governor = Governor(config, counter or TokenCounter.from_config(config), store, metrics)
+    if config.client.metrics_port is not None and metrics is None:
+        governor.metrics.serve(config.client.metrics_port)
+    c = config.client
+    return ClientSetup(model_name or c.model_name, governor, caller or Caller(), c.max_retries, c.deadline_seconds)
+
+
+def backoff_s(attempt: int) -> float:
+    """Exponential backoff with full jitter, so many clients do not retry in lockstep."""
+    return random.uniform(0, min(RETRY_MAX_S, RETRY_BASE_S * 2 ** attempt))
+
+
+def is_unavailable(error: BaseException) -> bool:
+    status = getattr(error, "status", None)
+    code = status() if callable(status) else ""
+    return "UNAVAILABLE" in str(code)
+
+
+def declared_inputs(metadata: dict) -> dict[str, str]:
+    """{input name: datatype} from ``get_model_metadata(as_json=True)``."""
+    if not metadata.get("inputs"):
+        raise ClientError(f"model '{metadata.get('name', '?')}' declares no inputs; is it an LLM ensemble?")
+    return {i["name"]: i["datatype"] for i in metadata["inputs"]}
