@@ -1,0 +1,76 @@
+"""Common data-center GPUs: total memory and compute capability, for planning without the GPU.
+
+``memory_bytes`` is the total that NVML reports (what ``nvidia-smi`` prints in MiB), not the
+marketing figure: an "80GB" H100 reports 81559 MiB. The planner works from these totals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trtkit.errors import BuildError
+
+MIB = 1 << 20
+
+
+@dataclass(slots=True, frozen=True)
+class GpuSpec:
+    kind: str                 # our key, e.g. "H100-80GB"
+    memory_bytes: int
+    compute_capability: tuple[int, int]
+    architecture: str
+    nvml_markers: tuple[str, ...]  # substrings of the NVML device name, lower case, all must match
+
+    @property
+    def sm(self) -> int:
+        return self.compute_capability[0] * 10 + self.compute_capability[1]
+
+
+GPU_TABLE: tuple[GpuSpec, ...] = (
+    GpuSpec("T4", 15360 * MIB, (7, 5), "Turing", ("t4",)),
+    GpuSpec("A10G", 23028 * MIB, (8, 6), "Ampere", ("a10g",)),
+    GpuSpec("A10", 23028 * MIB, (8, 6), "Ampere", ("a10",)),
+    GpuSpec("L4", 23034 * MIB, (8, 9), "Ada Lovelace", ("l4",)),
+    GpuSpec("L40S", 46068 * MIB, (8, 9), "Ada Lovelace", ("l40s",)),
+    GpuSpec("L40", 46068 * MIB, (8, 9), "Ada Lovelace", ("l40",)),
+    GpuSpec("A100-40GB", 40960 * MIB, (8, 0), "Ampere", ("a100", "40gb")),
+    GpuSpec("A100-80GB", 81920 * MIB, (8, 0), "Ampere", ("a100", "80gb")),
+    GpuSpec("H100-80GB", 81559 * MIB, (9, 0), "Hopper", ("h100", "80gb")),
+    GpuSpec("H100-NVL", 95830 * MIB, (9, 0), "Hopper", ("h100", "nvl")),
+    GpuSpec("H200", 143771 * MIB, (9, 0), "Hopper", ("h200",)),
+    GpuSpec("GH200", 97871 * MIB, (9, 0), "Hopper", ("gh200",)),
+    GpuSpec("B200", 183359 * MIB, (10, 0), "Blackwell", ("b200",)),
+)
+
+_ALIASES = {"H100": "H100-80GB", "H100-SXM": "H100-80GB", "H100-PCIE": "H100-80GB", "A100": "A100-80GB",
+            "H200-141GB": "H200", "GH200-96GB": "GH200"}
+
+
+def known_gpu_kinds() -> list[str]:
+    return [spec.kind for spec in GPU_TABLE]
+
+
+def lookup_gpu(name: str) -> GpuSpec:
+    """A GPU by our kind name (case-insensitive, a few aliases), e.g. ``H100-80GB`` or ``l4``."""
+    wanted = _ALIASES.get(name.strip().upper(), name.strip().upper())
+    for spec in GPU_TABLE:
+        if spec.kind.upper() == wanted:
+            return spec
+    raise BuildError(f"unknown GPU {name!r}; use one of {', '.join(known_gpu_kinds())}")
+
+
+def match_nvml_name(device_name: str) -> GpuSpec | None:
+    """The table entry for an NVML device name such as 'NVIDIA H100 80GB HBM3', or None."""
+    lowered = device_name.lower()
+    # Longer marker sets first, so "a10g" wins over "a10" and "l40s" over "l40".
+    for spec in sorted(GPU_TABLE, key=lambda s: -sum(len(m) for m in s.nvml_markers)):
+        if all(_has_token(lowered, marker) for marker in spec.nvml_markers):
+            return spec
+    return None
+
+
+def _has_token(name: str, marker: str) -> bool:
+    """Marker as a whole word prefix: 'l4' must not match 'l40s', 'h100' may match 'h100-sxm'."""
+    import re
+
+    return re.search(rf"(?<![a-z0-9]){re.escape(marker)}(?![0-9])", name) is not None
