@@ -173,11 +173,13 @@ class PlanVariant:
 
 
 def compare_variants(shape: ModelShape, gpu: GpuSpec, **kwargs: object) -> list[PlanVariant]:
-    """The baseline and what changes with fp8 KV, twice the tp, and twice the max_seq_len."""
+    """The baseline and what changes with the other KV dtype (fp8 <-> model dtype), twice the tp, twice the max_seq_len."""
     base = plan_kv_cache(shape, gpu, **kwargs)  # type: ignore[arg-type]
     variants = [PlanVariant("baseline", base)]
-    if base.kv_dtype != "fp8":
-        variants.append(PlanVariant("fp8 KV cache", plan_kv_cache(shape, gpu, **{**kwargs, "kv_dtype": "fp8"})))  # type: ignore[arg-type]
+    # The KV-dtype row shows the other side of the trade: fp8 when the baseline is 16-bit, and back.
+    other_kv = "auto" if base.kv_dtype in KV_DTYPE_BYTES else "fp8"
+    other = plan_kv_cache(shape, gpu, **{**kwargs, "kv_dtype": other_kv})  # type: ignore[arg-type]
+    variants.append(PlanVariant(f"{other.kv_dtype} KV cache", other))
     variants.append(PlanVariant(f"tp={base.tp * 2}", plan_kv_cache(shape, gpu, **{**kwargs, "tp": base.tp * 2})))  # type: ignore[arg-type]
     longer = base.max_seq_len * 2
     variants.append(PlanVariant(f"max_seq_len={longer}",

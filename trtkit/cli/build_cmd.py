@@ -1,10 +1,66 @@
-"""Placeholder: these commands are listed in --help and report that they are not built yet."""
+"""`trtkit build` (TensorRT-LLM engines on a GPU host; --dry-run anywhere) and `trtkit plan` (KV memory, no GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from trtkit.cli.pending import register_pending
+from trtkit.cli.options import ConfigArg, ForceOpt, JsonOpt
+
+
+def build(
+    config: ConfigArg,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact trtllm-build command, every derived "
+                                                             "switch and why, and the preflight verdicts; build nothing.")] = False,
+    force: ForceOpt = False,
+    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="TensorRT-LLM checkpoint folder "
+                                                    "(default: the newest matching one from convert/calibrate).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Engine folder (default: WORKDIR/engines/...).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build TensorRT-LLM 1.2 engines with trtllm-build (GPU host); --dry-run works anywhere."""
+    from trtkit.build import build_engines
+    from trtkit.build.report import build_result_json, build_result_text
+    from trtkit.config import load_config
+
+    result = build_engines(load_config(config), checkpoint_dir=checkpoint, out_dir=out, force=force, dry_run=dry_run)
+    typer.echo(build_result_json(result) if as_json else build_result_text(result))
+
+
+def plan(
+    config: ConfigArg,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU kind, e.g. H100-80GB, L4, A100-80GB "
+                                            "(default: build.target_gpu).")] = None,
+    input_len: Annotated[int | None, typer.Option("--input-len", min=1, help="Prompt tokens per sequence "
+                                                  "(default: build.max_input_len).")] = None,
+    output_len: Annotated[int | None, typer.Option("--output-len", min=1, help="Generated tokens per sequence "
+                                                   "(default: max_seq_len - input).")] = None,
+    kv_dtype: Annotated[str | None, typer.Option("--kv-dtype", help="auto, fp8 or int8 "
+                                                 "(default: quantization.kv_cache_dtype).")] = None,
+    tp: Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel ranks (default: convert.tp_size).")] = None,
+    max_seq_len: Annotated[int | None, typer.Option("--max-seq-len", min=2, help="Default: build.max_seq_len.")] = None,
+    shape: Annotated[str | None, typer.Option("--shape", help="Model shape: a known name (llama-3-8b, llama-3-70b, "
+                                              "smollm2-135m, tiny-llama) or a config.json path.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Plan KV-cache memory for a GPU without needing one: weights, KV bytes/token, blocks, concurrent sequences."""
+    from trtkit.build.plan_config import PlanOverrides, plan_for_config
+    from trtkit.build.report import config_plan_json, config_plan_text
+    from trtkit.config import load_config
+    from trtkit.errors import BuildError
+
+    if kv_dtype is not None and kv_dtype not in ("auto", "fp8", "int8"):
+        raise BuildError(f"--kv-dtype {kv_dtype!r} is not one of auto, fp8, int8")
+    overrides = PlanOverrides(gpu=gpu, shape=shape, input_len=input_len, output_len=output_len, kv_dtype=kv_dtype,
+                              tp=tp, max_seq_len=max_seq_len)
+    result = plan_for_config(load_config(config), overrides)
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(config_plan_json(result) if as_json else config_plan_text(result))
 
 
 def register(app: typer.Typer) -> None:
-    register_pending(app, "build", "Build TensorRT-LLM engines with trtllm-build (GPU host).")
-    register_pending(app, "plan", "Plan KV-cache memory for a GPU without needing one.")
+    app.command("build")(build)
+    app.command("plan")(plan)
