@@ -1,11 +1,136 @@
-"""Placeholder: these commands are listed in --help and report that they are not built yet."""
+"""`trtkit serve`, `trtkit check` and `trtkit quickstart`: thin wrappers over trtkit.serve, trtkit.check
+and trtkit.quickstart."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from trtkit.cli.pending import register_pending
+from trtkit.cli.options import ConfigArg, JsonOpt
+from trtkit.errors import RepositoryError
+
+RepoArg = Annotated[Path | None, typer.Argument(help="Triton model repository, e.g. triton_repo/smollm2-135m",
+                                                show_default=False)]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Model config YAML: ports, streaming, "
+                                                "tp/pp and build limits to compare against")]
+
+
+def _load(config_path: Path | None):  # type: ignore[no-untyped-def]
+    if config_path is None:
+        return None
+    from trtkit.config import load_config
+
+    return load_config(config_path)
+
+
+def run_check(repo_dir: Path, config=None, *, echo: bool = True) -> None:  # type: ignore[no-untyped-def]
+    """Run the consistency check; warnings go to stderr, errors raise with every finding listed."""
+    from trtkit.check import check_repository
+
+    findings = check_repository(repo_dir, config=config)
+    errors = [f for f in findings if f.severity == "error"]
+    for finding in findings:
+        if finding.severity != "error" and echo:
+            typer.echo(str(finding), err=True)
+    if errors:
+        raise RepositoryError(f"{repo_dir} failed {len(errors)} consistency check(s):\n"
+                              + "\n".join(f"  {finding}" for finding in errors))
+
+
+def check(repo_dir: Annotated[Path, typer.Argument(help="Triton model repository to check")],
+          config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+    """Check a Triton repository for consistency with its engine, tokenizer, config and the GPUs here."""
+    from trtkit.check import check_repository
+
+    findings = check_repository(repo_dir, config=_load(config))
+    if as_json:
+        typer.echo(json.dumps([{"code": f.code, "severity": f.severity, "file": str(f.file), "found": f.found,
+                                "expected": f.expected, "fix": f.fix} for f in findings], indent=2))
+    else:
+        for finding in findings:
+            typer.echo(str(finding))
+        typer.echo(f"{repo_dir}: {len(findings)} finding(s)" if findings else f"{repo_dir}: consistent", err=True)
+    if any(f.severity == "error" for f in findings):
+        raise typer.Exit(1)
+
+
+def serve(repo_dir: RepoArg = None, config: ConfigOpt = None,
+          http_port: Annotated[int | None, typer.Option(help="HTTP port; 0 picks a free one")] = None,
+          grpc_port: Annotated[int | None, typer.Option(help="gRPC port; 0 picks a free one")] = None,
+          metrics_port: Annotated[int | None, typer.Option(help="Prometheus metrics port; 0 picks a free one")] = None,
+          bind: Annotated[str | None, typer.Option("--bind", help="Address to bind (default 127.0.0.1)")] = None,
+          stop: Annotated[bool, typer.Option("--stop", help="Stop the servers this user started, and exit")] = False,
+          skip_check: Annotated[bool, typer.Option("--skip-check", help="Launch even if `trtkit check` fails")] = False,
+          ) -> None:
+    """Start tritonserver on a model repository, wait until ready, serve until Ctrl-C, stop cleanly."""
+    from trtkit.serve import TritonServer, stop_recorded_servers
+
+    if stop:
+        stopped = stop_recorded_servers()
+        for record in stopped:
+            typer.echo(f"stopped tritonserver {record.pid} ({record.repo_dir})")
+        if not stopped:
+            typer.echo("no running trtkit server found", err=True)
+        return
+    if repo_dir is None:
+        raise typer.BadParameter("give the model repository to serve, or --stop")
+    model_config = _load(config)
+    if not skip_check:
+        run_check(repo_dir, model_config)
+    from trtkit.check import engine_world_size
+
+    s = model_config.serve if model_config is not None else None
+    server = TritonServer(repo_dir, http_port=_pick(http_port, s and s.http_port, 8000),
+                          grpc_port=_pick(grpc_port, s and s.grpc_port, 8001),
+                          metrics_port=_pick(metrics_port, s and s.metrics_port, 8002),
+                          bind_address=bind or (s.bind_address if s else "127.0.0.1"),
+                          start_timeout_s=s.server_start_timeout_s if s else 120,
+                          world_size=engine_world_size(repo_dir))
+    serve_until_interrupted(server)
+
+
+def _pick(option: int | None, from_config: int | None, default: int) -> int:
+    return option if option is not None else (from_config if from_config is not None else default)
+
+
+def serve_until_interrupted(server) -> None:  # type: ignore[no-untyped-def]
+    """Start, print the URLs on stdout, and stop cleanly on Ctrl-C, SIGTERM, or `trtkit serve --stop`."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        server.start()
+        typer.echo(f"grpc    {server.grpc_url}\nhttp    {server.http_url}\nmetrics {server.metrics_url}\n"
+                   f"log     {server.log_path}")
+        typer.echo("serving; press Ctrl-C to stop", err=True)
+        while server.is_running():
+            time.sleep(0.5)
+        typer.echo(f"tritonserver exited; see {server.log_path}", err=True)
+    except KeyboardInterrupt:
+        typer.echo("stopping tritonserver ...", err=True)
+    finally:
+        server.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def quickstart(config: ConfigArg,
+               keep: Annotated[bool, typer.Option("--keep", help="Keep serving after the answer")] = False,
+               prompt: Annotated[str, typer.Option("--prompt", help="What to ask")] = "What is the capital of France?",
+               max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Answer length cap")] = 64) -> None:
+    """Bundled SmolLM2 to a streaming answer in one command: convert, deploy, check, serve, ask, stop."""
+    from trtkit.quickstart import run_quickstart
+
+    run_quickstart(config, prompt=prompt, max_tokens=max_tokens, keep=keep)
 
 
 def register(app: typer.Typer) -> None:
-    register_pending(app, "serve", "Start tritonserver on a model repository, wait until ready, stop cleanly.")
-    register_pending(app, "check", "Check a Triton repository for consistency with its engine and tokenizer.")
-    register_pending(app, "quickstart", "Bundled SmolLM2 to a streaming answer in one command.")
+    app.command("serve")(serve)
+    app.command("check")(check)
+    app.command("quickstart")(quickstart)

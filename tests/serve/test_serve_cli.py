@@ -1,0 +1,74 @@
+"""`trtkit serve` as a user runs it: in its own process, stopped by Ctrl-C or by `trtkit serve --stop`."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import leftovers
+from echo_repo import echo_repository
+from test_serve_launcher import _echo
+
+from trtkit.cli.main import main
+
+pytestmark = pytest.mark.slow
+TRTKIT = [sys.executable, "-m", "trtkit.cli.main"]
+
+
+def _start(repo: Path, home: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    env = {**os.environ, "TRTKIT_HOME": str(home)}
+    process = subprocess.Popen([*TRTKIT, "serve", str(repo), "--http-port", "0", "--grpc-port", "0",
+                                "--metrics-port", "0", "--skip-check"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    urls = {}
+    assert process.stdout is not None
+    while len(urls) < 4:
+        line = process.stdout.readline()
+        assert line, f"serve ended early: {process.stderr.read() if process.stderr else ''}"
+        key, value = line.split(maxsplit=1)
+        urls[key] = value.strip()
+    return process, urls
+
+
+def _shm_prefix(log_path: str) -> str:
+    match = re.search(r"trtkit_[0-9a-f]{8}_", Path(log_path).read_text())
+    assert match is not None
+    return match.group(0)
+
+
+def test_ctrl_c_stops_the_server_cleanly(tmp_path: Path) -> None:
+    process, urls = _start(echo_repository(tmp_path / "repo"), tmp_path / "home")
+    assert urls["grpc"].startswith("127.0.0.1:") and urls["http"].startswith("http://127.0.0.1:")
+    assert _echo(urls["grpc"], b"cli") == b"echo: cli"
+    prefix = _shm_prefix(urls["log"])
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=30) == 0
+    assert leftovers(prefix) == ([], [])
+
+
+def test_serve_stop_from_another_process(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    process, urls = _start(echo_repository(tmp_path / "repo"), home)
+    prefix = _shm_prefix(urls["log"])
+    stopper = subprocess.run([*TRTKIT, "serve", "--stop"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "TRTKIT_HOME": str(home)})
+    assert stopper.returncode == 0 and "stopped tritonserver" in stopper.stdout
+    assert process.wait(timeout=30) == 0
+    assert leftovers(prefix) == ([], [])
+    assert not list((home / "serve").glob("server-*.json"))
+
+
+def test_serve_refuses_an_inconsistent_repository(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", str(echo_repository(tmp_path / "repo"))]) == 1
+    err = capsys.readouterr().err
+    assert "failed 1 consistency check" in err and "gpt_model_path" in err
+
+
+def test_serve_stop_with_nothing_running(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--stop"]) == 0
+    assert "no running trtkit server" in capsys.readouterr().err

@@ -1,0 +1,65 @@
+"""`trtkit check`: a repository's configs, its engine or checkpoint, its tokenizer and the host agree.
+
+    findings = check_repository("triton_repo/smollm2-135m")
+    for finding in findings: print(finding)   # file, the two values, the fix
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trtkit.check.context import ENGINE_PARAM, CheckContext
+from trtkit.check.findings import Finding
+from trtkit.check.hardware import visible_gpu_count
+from trtkit.check.repository import load_engine, load_models
+from trtkit.check.rules import (
+    Rule,
+    beam_width,
+    decoupled,
+    engine_path,
+    max_batch_size,
+    paged_context_fmha,
+    placeholders,
+    sequence_lengths,
+)
+from trtkit.check.rules_runtime import end_and_pad_ids, tokenizer_paths, world_size
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import RepositoryError
+
+RULES: tuple[Rule, ...] = (placeholders, engine_path, max_batch_size, sequence_lengths, beam_width,
+                           paged_context_fmha, decoupled, tokenizer_paths, end_and_pad_ids, world_size)
+
+__all__ = ["Finding", "check_repository", "engine_world_size", "load_context"]
+
+
+def load_context(repo_dir: str | Path, *, config: ModelConfig | None = None,
+                 gpu_count: int | None = None) -> CheckContext:
+    repo = Path(repo_dir)
+    if not repo.is_dir():
+        raise RepositoryError(f"model repository {repo} does not exist; create it with `trtkit deploy`")
+    models = load_models(repo)
+    ctx = CheckContext(repo, models, config, visible_gpu_count() if gpu_count is None else gpu_count)
+    ctx.engine_model = next((m for m in models.values() if m.param(ENGINE_PARAM)), None)
+    if ctx.engine_model is not None:
+        engine_dir = ctx.resolve(ctx.engine_model, ctx.engine_model.param(ENGINE_PARAM) or "")
+        if (engine_dir / "config.json").is_file():
+            ctx.engine = load_engine(engine_dir)
+    return ctx
+
+
+def check_repository(repo_dir: str | Path, *, config: ModelConfig | None = None,
+                     gpu_count: int | None = None) -> list[Finding]:
+    """Every inconsistency between the repository, its engine, tokenizer, config and this host."""
+    ctx = load_context(repo_dir, config=config, gpu_count=gpu_count)
+    findings: list[Finding] = []
+    for rule in RULES:
+        findings += rule(ctx)
+    return findings
+
+
+def engine_world_size(repo_dir: str | Path) -> int:
+    """World size of the repository's engine (1 when unknown): how many ranks `trtkit serve` launches."""
+    ctx = load_context(repo_dir, gpu_count=0)
+    if ctx.engine is None or ctx.engine_model is None or not ctx.engine_model.is_cpp_engine:
+        return 1
+    return ctx.engine.world_size
