@@ -54,7 +54,8 @@ class BuildContract:
             spec = self.flags.get(token)
             if spec is None:
                 problems.append(f"{token} is not a {self.tool} {self.version} flag{_suggest(token, self.flags)}")
-                i += 1
+                # its value (if any) belongs to the unknown flag, not a stray token of its own
+                i += 2 if i + 1 < len(argv) and not argv[i + 1].startswith("--") else 1
                 continue
             if spec.kind == "flag":
                 i += 1

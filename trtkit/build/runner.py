@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from trtkit.build.preflight import GpuFact, HostFacts
+from trtkit.build.preflight import CONTAINER, GpuFact, HostFacts
 from trtkit.errors import BuildError
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,11 @@ def run_trtllm_build(command: list[str], log_path: Path) -> None:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log.info("running %s (log: %s)", " ".join(command), log_path)
     with log_path.open("w", encoding="utf-8") as handle:
-        process = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, check=False)
+        try:
+            process = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, check=False)
+        except FileNotFoundError as exc:
+            raise BuildError(f"{command[0]} is not on PATH ({exc.strerror}); run trtkit build inside "
+                             f"{CONTAINER}") from exc
     if process.returncode != 0:
         tail = log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:] or ["(no output)"]
         raise BuildError(f"trtllm-build failed with exit code {process.returncode} (last line: {tail[0]!r}); "
