@@ -1,0 +1,151 @@
+"""Repository generation: configs from Triton's protobuf, the 1.2 contract, profiles and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trtkit.cli.main import app
+from trtkit.config import load_config
+from trtkit.errors import RepositoryError
+from trtkit.repository import deploy_repository
+from trtkit.repository.pbtxt import contract, read
+
+CONFIGS = Path(__file__).resolve().parents[2] / "model_configs"
+MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensorrt_llm_bls")
+
+
+@pytest.fixture
+def gpu_engine_dir(tmp_path: Path) -> Path:
+    """What trtkit build writes on a GPU host: rank engines and a config.json with build_config."""
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "rank0.engine").write_bytes(b"\0")
+    build = {"max_batch_size": 6, "max_input_len": 200, "max_seq_len": 400, "max_num_tokens": 512,
+             "max_beam_width": 1, "plugin_config": {"tokens_per_block": 16, "use_paged_context_fmha": True}}
+    (engine / "config.json").write_text(json.dumps({"build_config": build}))
+    (engine / "tokenizer.json").write_text("{}")
+    return engine
+
+
+def _params(config) -> dict[str, str]:
+    return {k: v.string_value for k, v in config.parameters.items()}
+
+
+def test_gpu_engine_config_meets_the_1_2_contract(tmp_path: Path, gpu_engine_dir: Path) -> None:
+    config = load_config(CONFIGS / "tiny-llama.yaml")
+    result = deploy_repository(config, gpu_engine_dir, tmp_path / "repo", target="gpu")
+    engine = read(tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt")
+    params = _params(engine)
+    spec = contract()["parameters"]
+    assert set(params) <= set(spec), set(params) - set(spec)
+    assert {n for n, p in spec.items() if p.get("mandatory")} <= set(params)
+    assert not set(params) & set(contract()["forbidden_parameters"])
+    assert engine.backend == "tensorrtllm"
+    assert params["gpt_model_type"] == "inflight_fused_batching"
+    assert params["gpt_model_path"] == str(gpu_engine_dir.resolve())
+    assert params["batch_scheduler_policy"] == "guaranteed_no_evict"  # latency profile
+    assert engine.max_batch_size == 4 and engine.model_transaction_policy.decoupled
+    assert engine.dynamic_batching.max_queue_delay_microseconds == 0
+    for name, value in params.items():
+        kind = spec[name]["type"]
+        if kind == "enum":
+            assert value in spec[name]["values"], (name, value)
+        elif kind == "bool":
+            assert value in ("true", "false"), (name, value)
+        elif kind == "int":
+            int(value)
+        elif kind == "float":
+            float(value)
+    assert result.settings.max_input_len == 200 and result.settings.tokens_per_block == 16  # from the engine
+
+
+def test_engine_tensors_match_the_template_on_both_targets(tmp_path: Path, gpu_engine_dir: Path,
+                                                          tiny_llama_dir: Path) -> None:
+    config = load_config(CONFIGS / "tiny-llama.yaml")
+    deploy_repository(config, gpu_engine_dir, tmp_path / "gpu", target="gpu")
+    deploy_repository(config, tiny_llama_dir, tmp_path / "cpu", target="cpu")
+    template = contract()["models"]["tensorrt_llm"]
+    for target in ("gpu", "cpu"):
+        engine = read(tmp_path / target / "tensorrt_llm" / "config.pbtxt")
+        inputs = {i.name: (i.data_type, list(i.dims), i.optional) for i in engine.input}
+        for t in template["inputs"]:
+            assert inputs[t["name"]][1] == t["dims"] and inputs[t["name"]][2] == bool(t.get("optional"))
+        outputs = {o.name for o in engine.output}
+        assert {t["name"] for t in template["outputs"]} <= outputs
+    cpu = read(tmp_path / "cpu" / "tensorrt_llm" / "config.pbtxt")
+    assert cpu.backend == "python" and _params(cpu)["gpt_model_path"] == str(tiny_llama_dir.resolve())
+
+
+def test_every_config_parses_and_has_no_placeholder(tmp_path: Path, tiny_llama_dir: Path) -> None:
+    deploy_repository(load_config(CONFIGS / "tiny-llama.yaml"), tiny_llama_dir, tmp_path / "repo")
+    for model in MODELS:
+        text = (tmp_path / "repo" / model / "config.pbtxt").read_text()
+        assert "${" not in text
+        assert read(tmp_path / "repo" / model / "config.pbtxt").name == model
+        assert (tmp_path / "repo" / model / "1").is_dir()
+    for model in ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"):
+        assert "triton_python_backend_utils" in (tmp_path / "repo" / model / "1" / "model.py").read_text()
+
+
+def test_ensemble_wiring_is_consistent(tmp_path: Path, tiny_llama_dir: Path) -> None:
+    """Every ensemble input is used, every output produced, every mapped tensor declared by its model."""
+    repo = tmp_path / "repo"
+    deploy_repository(load_config(CONFIGS / "tiny-llama.yaml"), tiny_llama_dir, repo)
+    ens = read(repo / "ensemble" / "config.pbtxt")
+    produced = {i.name for i in ens.input}
+    used: set[str] = set()
+    for step in ens.ensemble_scheduling.step:
+        model = read(repo / step.model_name / "config.pbtxt")
+        assert set(step.input_map) <= {i.name for i in model.input}, step.model_name
+        assert set(step.output_map) <= {o.name for o in model.output}, step.model_name
+        assert set(step.input_map.values()) <= produced, step.model_name
+        used |= set(step.input_map.values())
+        produced |= set(step.output_map.values())
+    assert {i.name for i in ens.input} <= used
+    assert {o.name for o in ens.output} <= produced
+    front = {t["name"]: t for t in contract()["models"]["ensemble"]["inputs"]}
+    for i in ens.input:
+        if i.name in front:
+            assert list(i.dims) == front[i.name]["dims"]
+    assert {"text_input", "max_tokens", "stream", "min_length", "exclude_input_in_output"} <= {i.name for i in ens.input}
+    assert {"text_output", "num_input_tokens", "num_output_tokens", "num_cached_tokens", "finish_reason"} <= {
+        o.name for o in ens.output}
+
+
+def test_profile_override_changes_the_configs(tmp_path: Path, tiny_llama_dir: Path) -> None:
+    config = load_config(CONFIGS / "tiny-llama.yaml")
+    result = deploy_repository(config, tiny_llama_dir, tmp_path / "repo", profile="throughput")
+    engine = read(tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt")
+    assert engine.dynamic_batching.max_queue_delay_microseconds == 50_000
+    assert _params(engine)["batch_scheduler_policy"] == "max_utilization"
+    assert _params(engine)["enable_chunked_context"] == "true"
+    assert engine.max_batch_size == 8
+    assert any(i.field == "serve.max_queue_delay_microseconds" and "throughput" in i.reason for i in result.implied)
+
+
+def test_refuses_to_overwrite_a_foreign_folder(tmp_path: Path, tiny_llama_dir: Path) -> None:
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(RepositoryError, match="not made by trtkit deploy"):
+        deploy_repository(load_config(CONFIGS / "tiny-llama.yaml"), tiny_llama_dir, out)
+
+
+def test_gpu_target_without_engines_names_the_fix(tmp_path: Path, tiny_llama_dir: Path) -> None:
+    with pytest.raises(RepositoryError, match="trtkit build"):
+        deploy_repository(load_config(CONFIGS / "tiny-llama.yaml"), tiny_llama_dir, tmp_path / "r", target="gpu")
+
+
+def test_cli_prints_each_implied_setting(tmp_path: Path, tiny_llama_dir: Path) -> None:
+    out = tmp_path / "repo"
+    result = CliRunner().invoke(app, ["deploy", str(CONFIGS / "tiny-llama.yaml"), "--engine", str(tiny_llama_dir),
+                                      "--out", str(out), "--profile", "throughput"])
+    assert result.exit_code == 0, result.output
+    for expected in ("target: cpu", "serve.max_queue_delay_microseconds = 50000", "max_utilization",
+                     "serve.enable_chunked_context = True"):
+        assert expected in result.output
+    assert (out / "ensemble" / "config.pbtxt").is_file()

@@ -1,0 +1,94 @@
+"""``deploy_repository``: write a complete Triton model repository for one model config.
+
+Layout (the TensorRT-LLM 1.2 ``inflight_batcher_llm`` layout)::
+
+    <out>/preprocessing/{config.pbtxt,1/model.py}
+    <out>/tensorrt_llm/config.pbtxt            (GPU: C++ tensorrtllm backend)
+    <out>/tensorrt_llm/1/model.py              (CPU: Python model running trtkit.engine)
+    <out>/postprocessing/{config.pbtxt,1/model.py}
+    <out>/ensemble/{config.pbtxt,1/}
+    <out>/tensorrt_llm_bls/{config.pbtxt,1/model.py}
+    <out>/trtkit_deploy.json                   (what was deployed; Triton ignores files at the top)
+
+Decoupled mode: with ``serve.streaming`` the engine and BLS models are decoupled, so they can stream.
+A decoupled model answers a non-streaming request with exactly one response carrying the final flag,
+so Triton's HTTP ``/generate`` (which wants exactly one response) works on both ``ensemble`` and
+``tensorrt_llm_bls``; gRPC clients talk to a decoupled model over a stream (``stream=false`` for one answer).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+from trtkit.config import ImpliedSetting, ModelConfig
+from trtkit.errors import RepositoryError
+from trtkit.repository import ensemble, models, pbtxt
+from trtkit.repository.settings import RepoSettings, resolve_settings
+
+log = logging.getLogger(__name__)
+PYTHON_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm_bls")
+MANIFEST = "trtkit_deploy.json"
+
+
+@dataclass(slots=True)
+class DeployResult:
+    out_dir: Path
+    target: str
+    settings: RepoSettings
+    implied: list[ImpliedSetting]
+    models: list[str]
+
+
+def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, profile: str | None = None,
+                      target: str = "auto", tokenizer_dir: Path | None = None) -> DeployResult:
+    settings, implied = resolve_settings(config, Path(engine_dir), profile=profile, target=target,
+                                         tokenizer_dir=tokenizer_dir)
+    out_dir = Path(out_dir).resolve()
+    _prepare(out_dir)
+    configs = {
+        "preprocessing": models.preprocessing(settings),
+        "tensorrt_llm": models.engine_gpu(settings) if settings.target == "gpu" else models.engine_cpu(settings),
+        "postprocessing": models.postprocessing(settings),
+        "ensemble": ensemble.ensemble(settings),
+        "tensorrt_llm_bls": models.bls(settings),
+    }
+    for name, model_config in configs.items():
+        pbtxt.write(model_config, out_dir / name)
+        (out_dir / name / "1").mkdir(exist_ok=True)
+    for name in PYTHON_MODELS + (("tensorrt_llm",) if settings.target == "cpu" else ()):
+        _install_adapter(name, out_dir / name / "1" / "model.py")
+    manifest = {"config_name": config.name, "target": settings.target, "profile": implied_profile(implied, config),
+                "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+                "implied": [{"field": i.field, "value": i.value, "reason": i.reason} for i in implied]}
+    (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    log.info("wrote %s repository for %s to %s", settings.target, config.name, out_dir)
+    return DeployResult(out_dir, settings.target, settings, implied, list(configs))
+
+
+def implied_profile(implied: list[ImpliedSetting], config: ModelConfig) -> str:
+    for item in implied:
+        if item.reason.startswith(("latency", "throughput")):
+            return item.reason.split(":")[0]
+    return config.serve.profile
+
+
+def _prepare(out_dir: Path) -> None:
+    """Refuse to write over a folder that is not a trtkit repository; replace an old one whole."""
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise RepositoryError(f"--out {out_dir} is a file; pass a folder")
+        if any(out_dir.iterdir()) and not (out_dir / MANIFEST).is_file():
+            raise RepositoryError(f"--out {out_dir} is not empty and was not made by trtkit deploy; "
+                                  f"pass a new folder")
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+
+
+def _install_adapter(model: str, target: Path) -> None:
+    source = resources.files("trtkit.triton_models.adapters").joinpath(f"{model}.py")
+    target.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")

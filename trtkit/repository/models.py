@@ -1,0 +1,125 @@
+"""One builder per Triton model of the repository. Tensors come from the 1.2 contract file."""
+
+from __future__ import annotations
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from trtkit.repository import pbtxt
+from trtkit.repository.pbtxt import spec
+from trtkit.repository.settings import RepoSettings
+
+ENGINE = "tensorrt_llm"
+# our additions: all optional for clients; the CPU engine produces the two extra outputs itself
+EXTRA_FRONT_INPUTS = [spec("min_length", "TYPE_INT32", [1], optional=True)]
+EXTRA_OUTPUTS = [spec("num_cached_tokens", "TYPE_INT32", [1]), spec("finish_reason", "TYPE_STRING", [1])]
+PRE_EXTRA_INPUTS = [spec("MIN_TOKENS", "TYPE_INT32", [1], optional=True),
+                    spec("MIN_LENGTH", "TYPE_INT32", [1], optional=True)]
+PRE_EXTRA_OUTPUTS = [spec("OUT_MIN_TOKENS", "TYPE_INT32", [1])]
+
+
+def _base(name: str, max_batch_size: int, *, backend: str | None = None, platform: str | None = None) -> mc.ModelConfig:
+    config = mc.ModelConfig(name=name, max_batch_size=max_batch_size)
+    if backend:
+        config.backend = backend
+    if platform:
+        config.platform = platform
+    return config
+
+
+def _decoupled(config: mc.ModelConfig, on: bool) -> None:
+    config.model_transaction_policy.decoupled = on
+
+
+def preprocessing(s: RepoSettings) -> mc.ModelConfig:
+    config = _base("preprocessing", s.max_batch_size, backend="python")
+    pbtxt.dynamic_batching(config, max_queue_delay_us=0, max_queue_size=0)
+    pbtxt.add_inputs(config, pbtxt.tensors("preprocessing", "inputs") + PRE_EXTRA_INPUTS)
+    pbtxt.add_outputs(config, pbtxt.tensors("preprocessing", "outputs") + PRE_EXTRA_OUTPUTS)
+    pbtxt.set_parameters(config, {"tokenizer_dir": s.tokenizer_dir, "add_special_tokens": True,
+                                  "gpt_model_path": s.engine_dir, "max_input_len": s.max_input_len,
+                                  "max_seq_len": s.max_seq_len, "chat_template": s.chat_template})
+    pbtxt.instances(config, s.instances_pre)
+    return config
+
+
+def postprocessing(s: RepoSettings) -> mc.ModelConfig:
+    config = _base("postprocessing", s.max_batch_size, backend="python")
+    config.dynamic_batching.SetInParent()
+    pbtxt.add_inputs(config, pbtxt.tensors("postprocessing", "inputs"))
+    pbtxt.add_outputs(config, pbtxt.tensors("postprocessing", "outputs"))
+    pbtxt.set_parameters(config, {"tokenizer_dir": s.tokenizer_dir, "skip_special_tokens": True})
+    pbtxt.instances(config, s.instances_post)
+    return config
+
+
+def _engine_common(config: mc.ModelConfig, s: RepoSettings) -> None:
+    _decoupled(config, s.decoupled)
+    pbtxt.dynamic_batching(config, max_queue_delay_us=s.max_queue_delay_us, max_queue_size=s.max_queue_size,
+                           preferred=s.max_batch_size)
+    pbtxt.add_inputs(config, pbtxt.tensors(ENGINE, "inputs"))
+    pbtxt.instances(config, 1)
+
+
+def engine_gpu_parameters(s: RepoSettings) -> dict[str, object]:
+    """The C++ tensorrtllm backend's parameters (names from the 1.2 contract), all set from config and engine."""
+    return {
+        "gpt_model_type": "inflight_fused_batching", "gpt_model_path": s.engine_dir,
+        "max_beam_width": s.max_beam_width, "batch_scheduler_policy": s.batch_scheduler_policy,
+        "kv_cache_free_gpu_mem_fraction": s.kv_cache_free_gpu_mem_fraction,
+        "max_tokens_in_paged_kv_cache": s.max_tokens_in_paged_kv_cache,
+        "enable_kv_cache_reuse": s.enable_kv_cache_reuse, "enable_chunked_context": s.enable_chunked_context,
+        "exclude_input_in_output": s.exclude_input_in_output, "normalize_log_probs": True,
+        "decoding_mode": "top_k_top_p" if s.max_beam_width == 1 else "beam_search",
+        "kv_cache_onboard_blocks": True, "multi_block_mode": True, "enable_context_fmha_fp32_acc": False,
+        "cuda_graph_mode": False, "gpu_weights_percent": 1.0, "enable_trt_overlap": False,
+        "cancellation_check_period_ms": 100, "stats_check_period_ms": 100, "iter_stats_max_iterations": 1000,
+        "request_stats_max_iterations": 0, "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+        "executor_worker_path": "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker",
+        "tokenizer_dir": s.tokenizer_dir, "guided_decoding_backend": "", "xgrammar_tokenizer_info_path": "",
+    }
+
+
+def engine_gpu(s: RepoSettings) -> mc.ModelConfig:
+    config = _base(ENGINE, s.max_batch_size, backend="tensorrtllm")
+    _engine_common(config, s)
+    pbtxt.add_outputs(config, pbtxt.tensors(ENGINE, "outputs"))
+    pbtxt.set_parameters(config, engine_gpu_parameters(s))
+    return config
+
+
+def engine_cpu(s: RepoSettings) -> mc.ModelConfig:
+    """Same tensors and parameter names as the GPU model; CPU-only knobs are prefixed ``cpu_``."""
+    config = _base(ENGINE, s.max_batch_size, backend="python")
+    _engine_common(config, s)
+    pbtxt.add_outputs(config, pbtxt.tensors(ENGINE, "outputs") + EXTRA_OUTPUTS)
+    params = {k: v for k, v in engine_gpu_parameters(s).items() if k in CPU_SHARED_PARAMETERS}
+    params.update({"cpu_max_batch_size": s.max_batch_size, "cpu_max_num_tokens": s.max_num_tokens,
+                   "cpu_max_input_len": s.max_input_len, "cpu_max_seq_len": s.max_seq_len,
+                   "cpu_tokens_per_block": s.tokens_per_block, "cpu_kv_cache_bytes": s.cpu_kv_cache_bytes,
+                   "cpu_max_queue_size": s.max_queue_size})
+    pbtxt.set_parameters(config, params)
+    return config
+
+
+CPU_SHARED_PARAMETERS = ("gpt_model_type", "gpt_model_path", "max_beam_width", "batch_scheduler_policy",
+                         "max_tokens_in_paged_kv_cache", "enable_kv_cache_reuse", "enable_chunked_context",
+                         "exclude_input_in_output", "normalize_log_probs", "stats_check_period_ms",
+                         "tokenizer_dir", "decoding_mode")
+
+
+def _front_outputs(s: RepoSettings, *, with_extras: bool) -> list[dict]:
+    return pbtxt.tensors("ensemble", "outputs") + (EXTRA_OUTPUTS if with_extras else [])
+
+
+def bls(s: RepoSettings) -> mc.ModelConfig:
+    config = _base("tensorrt_llm_bls", s.max_batch_size, backend="python")
+    _decoupled(config, s.decoupled)
+    pbtxt.add_inputs(config, pbtxt.tensors("tensorrt_llm_bls", "inputs") + EXTRA_FRONT_INPUTS)
+    pbtxt.add_outputs(config, _front_outputs(s, with_extras=True))
+    pbtxt.set_parameters(config, {"accumulate_tokens": False, "tensorrt_llm_model_name": ENGINE,
+                                  "tensorrt_llm_draft_model_name": "", "multimodal_encoders_name": "",
+                                  "tokenizer_dir": s.tokenizer_dir, "tokens_per_block": s.tokens_per_block,
+                                  "skip_special_tokens": True, "engine_extras": s.target == "cpu",
+                                  "engine_decoupled": s.decoupled})
+    pbtxt.instances(config, s.instances_bls)
+    return config

@@ -1,0 +1,134 @@
+"""Everything the generated configs need, resolved once from the model config, profile and engine."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from trtkit.config import ImpliedSetting, ModelConfig, apply_profile
+from trtkit.errors import RepositoryError
+
+log = logging.getLogger(__name__)
+Target = Literal["cpu", "gpu"]
+CPU_DEFAULT_QUEUE = 1024
+
+
+@dataclass(slots=True, frozen=True)
+class RepoSettings:
+    target: Target
+    engine_dir: Path
+    tokenizer_dir: Path
+    max_batch_size: int
+    max_input_len: int
+    max_seq_len: int
+    max_num_tokens: int
+    max_beam_width: int
+    tokens_per_block: int
+    batch_scheduler_policy: str
+    max_queue_delay_us: int
+    max_queue_size: int
+    kv_cache_free_gpu_mem_fraction: float
+    max_tokens_in_paged_kv_cache: int | None
+    cpu_kv_cache_bytes: int
+    enable_kv_cache_reuse: bool
+    enable_chunked_context: bool
+    exclude_input_in_output: bool
+    decoupled: bool
+    chat_template: bool
+    instances_pre: int
+    instances_post: int
+    instances_bls: int
+
+
+def is_trt_engine_dir(path: Path) -> bool:
+    return any(path.glob("rank*.engine"))
+
+
+def pick_target(engine_dir: Path, target: str) -> Target:
+    """``auto``: a folder of TensorRT engines means the GPU backend, weights mean the CPU engine."""
+    has_engine = is_trt_engine_dir(engine_dir)
+    if target == "gpu":
+        if not has_engine:
+            raise RepositoryError(f"--target gpu needs built engines (rank0.engine) in {engine_dir}; "
+                                  f"run `trtkit build` on the GPU host first, or use --target cpu")
+        return "gpu"
+    if target == "cpu":
+        if has_engine and not (engine_dir / "config.json").is_file():
+            raise RepositoryError(f"{engine_dir} holds TensorRT engines only; the CPU engine needs an HF folder or "
+                                  f"a TensorRT-LLM checkpoint: pass --engine <checkpoint dir>")
+        return "cpu"
+    if target != "auto":
+        raise RepositoryError(f"--target {target!r} is unknown; use auto, cpu or gpu")
+    return "gpu" if has_engine else "cpu"
+
+
+def engine_build_config(engine_dir: Path) -> dict:
+    """``build_config`` of a trtllm-build output (empty for checkpoints and HF folders)."""
+    path = engine_dir / "config.json"
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RepositoryError(f"{path} is not valid JSON ({exc}); rebuild the engine") from exc
+    return data.get("build_config", {}) if isinstance(data, dict) else {}
+
+
+def resolve_settings(config: ModelConfig, engine_dir: Path, *, profile: str | None, target: str,
+                     tokenizer_dir: Path | None = None) -> tuple[RepoSettings, list[ImpliedSetting]]:
+    engine_dir = engine_dir.resolve()
+    if not engine_dir.is_dir():
+        raise RepositoryError(f"--engine {engine_dir} does not exist; pass the engine, checkpoint or HF folder")
+    chosen = pick_target(engine_dir, target)
+    resolved, implied = apply_profile(_unresolve(config, profile), profile)  # type: ignore[arg-type]
+    s, b = resolved.serve, resolved.build
+    built = engine_build_config(engine_dir) if chosen == "gpu" else {}
+    engine_batch = int(built.get("max_batch_size", b.max_batch_size))
+    max_batch = min(int(s.max_batch_size or b.max_batch_size), engine_batch)
+    chunked = bool(s.enable_chunked_context)
+    queue = s.max_queue_size or (CPU_DEFAULT_QUEUE if chosen == "cpu" else 0)
+    if chosen == "cpu":
+        implied.append(ImpliedSetting("serve.max_queue_size", queue, "CPU engine: 0 means 1024"))
+    settings = RepoSettings(
+        target=chosen, engine_dir=engine_dir, tokenizer_dir=(tokenizer_dir or _tokenizer_dir(config, engine_dir)),
+        max_batch_size=max_batch, max_input_len=int(built.get("max_input_len", b.max_input_len)),
+        max_seq_len=int(built.get("max_seq_len", b.max_seq_len)),
+        max_num_tokens=int(built.get("max_num_tokens", b.max_num_tokens)),
+        max_beam_width=int(built.get("max_beam_width", b.max_beam_width)),
+        tokens_per_block=int(built.get("plugin_config", {}).get("tokens_per_block", b.tokens_per_block)),
+        batch_scheduler_policy=str(s.batch_scheduler_policy), max_queue_delay_us=int(s.max_queue_delay_microseconds or 0),
+        max_queue_size=queue, kv_cache_free_gpu_mem_fraction=s.kv_cache_free_gpu_mem_fraction,
+        max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache, cpu_kv_cache_bytes=s.cpu_kv_cache_mb << 20,
+        enable_kv_cache_reuse=s.enable_kv_cache_reuse, enable_chunked_context=chunked,
+        exclude_input_in_output=s.exclude_input_in_output, decoupled=s.streaming,
+        chat_template=resolved.model.chat_template, instances_pre=s.instances.preprocessing,
+        instances_post=s.instances.postprocessing, instances_bls=s.instances.bls)
+    return settings, implied
+
+
+def _unresolve(config: ModelConfig, profile: str | None) -> ModelConfig:
+    """A loaded config has its profile's values filled in. Switching profile re-derives each field that
+    still holds the old profile's value; a field set to anything else in the YAML stays as set."""
+    from dataclasses import replace
+
+    from trtkit.config.profiles import _profile_defaults
+
+    old = config.serve.profile
+    if profile is None or profile == old:
+        return config
+    defaults = _profile_defaults(old, config.build.max_batch_size)
+    cleared: dict[str, Any] = {name: None for name, (value, _) in defaults.items() if getattr(config.serve, name) == value}
+    return replace(config, serve=replace(config.serve, **cleared))
+
+
+def _tokenizer_dir(config: ModelConfig, engine_dir: Path) -> Path:
+    if config.model.tokenizer:
+        return Path(config.model.tokenizer).resolve()
+    if (engine_dir / "tokenizer.json").is_file() or (engine_dir / "tokenizer_config.json").is_file():
+        return engine_dir
+    from trtkit.sources.resolve import resolve_model_dir
+
+    return resolve_model_dir(config.model.source).resolve()

@@ -1,0 +1,93 @@
+"""Triton adapter of the CPU ``tensorrt_llm`` model (installed as <repo>/tensorrt_llm/1/model.py).
+
+It runs trtkit's reference engine behind the tensors of TensorRT-LLM's C++ backend. All logic lives
+in trtkit.triton_models.engine_model / engine_host / metrics; this file only talks to Triton."""
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from trtkit.triton_models import triton_io
+from trtkit.triton_models.detokenizer import find_anchor
+from trtkit.triton_models.engine_host import StatsPublisher, StreamSink, WaitingSink, start_engine
+from trtkit.triton_models.engine_model import EngineModel
+from trtkit.triton_models.metrics import EngineMetrics
+from trtkit.triton_models.preprocessing import load_tokenizer
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+KINDS = {"gauge": pb_utils.MetricFamily.GAUGE, "counter": pb_utils.MetricFamily.COUNTER,
+         "histogram": getattr(pb_utils.MetricFamily, "HISTOGRAM", None)}
+BUCKETS = [10.0, 50.0, 100.0, 500.0, 1000.0]
+
+
+def _family(name, description, kind):
+    if KINDS.get(kind) is None:
+        raise RuntimeError(f"metric kind {kind} unsupported by this Python backend")
+    family = pb_utils.MetricFamily(name=name, description=description, kind=KINDS[kind])
+    if kind == "histogram":
+        return lambda labels: family.Metric(labels=labels, buckets=BUCKETS)
+    return lambda labels: family.Metric(labels=labels)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = triton_io.parameters(args)
+        self.decoupled = triton_io.is_decoupled(args)
+        self.loop = start_engine(params)
+        tokenizer = load_tokenizer(params["tokenizer_dir"])
+        self.model = EngineModel(self.loop, tokenizer, find_anchor(tokenizer),
+                                 tokens_per_block=int(params["cpu_tokens_per_block"]),
+                                 exclude_input_default=triton_io.flag(params, "exclude_input_in_output", True),
+                                 decoupled=self.decoupled)
+        self.metrics = EngineMetrics(_family, args["model_name"], str(args["model_version"]),
+                                     int(params["cpu_max_batch_size"]))
+        period = int(params.get("stats_check_period_ms") or 100) / 1000
+        self.publisher = StatsPublisher(self.loop.stats, self.metrics.publish, period)
+        self.publisher.start()
+
+    def _observe(self, outputs):
+        self.metrics.observe_request(int(outputs["num_input_tokens"].item()), int(outputs["num_output_tokens"].item()))
+
+    def execute(self, requests):
+        if self.decoupled:
+            for request in requests:
+                self._submit_streaming(request)
+            return None
+        waiting = []
+        for request in requests:
+            sink = WaitingSink(self._observe)
+            try:
+                self.model.submit(triton_io.inputs_of(request), sink, None)
+                waiting.append((sink, None))
+            except Exception as exc:
+                waiting.append((None, triton_io.error_response(pb_utils, exc)))
+        responses = []
+        for sink, error in waiting:
+            if error is not None:
+                responses.append(error)
+                continue
+            sink.done.wait()
+            responses.append(triton_io.response(pb_utils, sink.outputs or {}))
+        return responses
+
+    def _submit_streaming(self, request):
+        sender = request.get_response_sender()
+
+        def send(outputs, final):
+            flags = FINAL if final else 0
+            if outputs is None:
+                sender.send(flags=FINAL)
+            else:
+                sender.send(triton_io.response(pb_utils, outputs), flags=flags)
+
+        sink = StreamSink(send, sender.is_cancelled, self._observe)
+        try:
+            self.model.submit(triton_io.inputs_of(request), sink, None)
+        except Exception as exc:  # answers this request only
+            sender.send(triton_io.error_response(pb_utils, exc), flags=FINAL)
+
+    def finalize(self):
+        self.publisher.close()
+        self.loop.shutdown()
+
+
+_ = np  # numpy is imported so that the stub loads it before any tensor arrives

@@ -1,0 +1,91 @@
+"""Triton adapter of ``tensorrt_llm_bls`` (installed as <repo>/tensorrt_llm_bls/1/model.py).
+
+All logic lives in trtkit.triton_models.bls; this file makes the BLS calls and sends responses.
+Decoupled requests each run on their own thread, so one instance serves many streams at once."""
+
+import threading
+
+import triton_python_backend_utils as pb_utils
+
+from trtkit.triton_models import triton_io
+from trtkit.triton_models.bls import Bls, BlsCalls
+from trtkit.triton_models.detokenizer import DecodeOptions, find_anchor
+from trtkit.triton_models.preprocessing import load_tokenizer
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+PRE_OUTPUTS = ["INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS", "BAD_WORDS_IDS",
+               "OUT_END_ID", "OUT_PAD_ID"]
+ENGINE_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs", "num_input_tokens",
+                  "num_output_tokens", "kv_cache_reused_blocks"]
+CPU_EXTRA_OUTPUTS = ["num_cached_tokens", "finish_reason"]
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = triton_io.parameters(args)
+        self.decoupled = triton_io.is_decoupled(args)
+        self.engine_name = params.get("tensorrt_llm_model_name") or "tensorrt_llm"
+        self.engine_outputs = ENGINE_OUTPUTS + (CPU_EXTRA_OUTPUTS if triton_io.flag(params, "engine_extras", False)
+                                                else [])
+        self.engine_decoupled = triton_io.flag(params, "engine_decoupled", self.decoupled)
+        tokenizer = load_tokenizer(params["tokenizer_dir"])
+        options = DecodeOptions(skip_special_tokens=triton_io.flag(params, "skip_special_tokens", True))
+        self.bls = Bls(tokenizer, find_anchor(tokenizer), tokens_per_block=int(params["tokens_per_block"]),
+                       decoupled=self.decoupled, options=options)
+        self.threads = set()
+
+    def _preprocess(self, inputs):
+        request = pb_utils.InferenceRequest(model_name="preprocessing", requested_output_names=PRE_OUTPUTS,
+                                            inputs=triton_io.to_tensors(pb_utils, inputs))
+        return triton_io.response_outputs(pb_utils, request.exec())
+
+    def _engine(self, inputs, stream):
+        request = pb_utils.InferenceRequest(model_name=self.engine_name, requested_output_names=self.engine_outputs,
+                                            inputs=triton_io.to_tensors(pb_utils, inputs))
+        if not self.engine_decoupled:
+            yield triton_io.response_outputs(pb_utils, request.exec())
+            return
+        for resp in request.exec(decoupled=True):
+            yield triton_io.response_outputs(pb_utils, resp)
+
+    def execute(self, requests):
+        if not self.decoupled:
+            return [self._answer_one(request) for request in requests]
+        for request in requests:
+            thread = threading.Thread(target=self._stream_one, args=(request,), daemon=True)
+            self.threads.add(thread)
+            thread.start()
+        return None
+
+    def _answer_one(self, request):
+        box = {}
+        calls = BlsCalls(self._preprocess, self._engine, lambda outputs, final: box.update(outputs=outputs),
+                         lambda: False)
+        try:
+            self.bls.run(triton_io.inputs_of(request), calls)
+            return triton_io.response(pb_utils, box.get("outputs", {}))
+        except Exception as exc:
+            return triton_io.error_response(pb_utils, exc)
+
+    def _stream_one(self, request):
+        sender = request.get_response_sender()
+        state = {"final": False}
+
+        def send(outputs, final):
+            state["final"] = state["final"] or final
+            sender.send(triton_io.response(pb_utils, outputs), flags=FINAL if final else 0)
+
+        try:
+            self.bls.run(triton_io.inputs_of(request), BlsCalls(self._preprocess, self._engine, send,
+                                                                sender.is_cancelled))
+            if not state["final"]:
+                sender.send(flags=FINAL)
+        except Exception as exc:  # answers this request only
+            if not state["final"]:
+                sender.send(triton_io.error_response(pb_utils, exc), flags=FINAL)
+        finally:
+            self.threads.discard(threading.current_thread())
+
+    def finalize(self):
+        for thread in list(self.threads):
+            thread.join(timeout=5)

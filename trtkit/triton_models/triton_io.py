@@ -1,0 +1,66 @@
+"""Glue shared by the adapters. The adapter passes its ``triton_python_backend_utils`` module in as
+``pb``, so this file (and every core) stays importable and testable without Triton."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import numpy as np
+
+from trtkit.triton_models.requests import InvalidRequest
+
+log = logging.getLogger(__name__)
+
+
+def parameters(args: dict[str, str]) -> dict[str, str]:
+    config = json.loads(args["model_config"])
+    return {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+
+
+def flag(params: dict[str, str], name: str, default: bool) -> bool:
+    value = params.get(name, "")
+    return default if value == "" else value.lower() in ("1", "true", "yes")
+
+
+def is_decoupled(args: dict[str, str]) -> bool:
+    return bool(json.loads(args["model_config"]).get("model_transaction_policy", {}).get("decoupled", False))
+
+
+def inputs_of(request: Any) -> dict[str, np.ndarray]:
+    return {tensor.name(): tensor.as_numpy() for tensor in request.inputs()}
+
+
+def response(pb: Any, outputs: dict[str, np.ndarray], requested: set[str] | None = None) -> Any:
+    tensors = [pb.Tensor(name, _contiguous(value)) for name, value in outputs.items()
+               if requested is None or name in requested]
+    return pb.InferenceResponse(output_tensors=tensors)
+
+
+def error_response(pb: Any, exc: BaseException) -> Any:
+    if isinstance(exc, InvalidRequest):
+        return pb.InferenceResponse(error=pb.TritonError(str(exc), pb.TritonError.INVALID_ARG))
+    log.exception("request failed")
+    return pb.InferenceResponse(error=pb.TritonError(f"internal error: {type(exc).__name__}: {exc}"))
+
+
+def response_outputs(pb: Any, resp: Any) -> dict[str, np.ndarray]:
+    """Outputs of a BLS response, or the error it carries raised as an exception."""
+    if resp.has_error():
+        error = resp.error()
+        code = error.code() if hasattr(error, "code") else None
+        if code == pb.TritonError.INVALID_ARG:
+            raise InvalidRequest(error.message())
+        if code == getattr(pb.TritonError, "CANCELLED", object()):
+            raise InvalidRequest("request cancelled")
+        raise RuntimeError(error.message())
+    return {tensor.name(): tensor.as_numpy() for tensor in resp.output_tensors()}
+
+
+def to_tensors(pb: Any, values: dict[str, np.ndarray]) -> list[Any]:
+    return [pb.Tensor(name, _contiguous(value)) for name, value in values.items()]
+
+
+def _contiguous(value: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(value)
