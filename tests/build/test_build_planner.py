@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from build_helpers import shipped
 
+from trtkit.build import kv_plan_for_config
 from trtkit.build.gpus import lookup_gpu, match_nvml_name
 from trtkit.build.planner import (
     RUNTIME_OVERHEAD_BYTES,
@@ -127,3 +130,11 @@ def test_gpu_table_and_nvml_names() -> None:
     assert match_nvml_name("Some Other GPU") is None
     with pytest.raises(BuildError, match="unknown GPU 'X100'; use one of T4, A10G"):
         lookup_gpu("X100")
+
+
+def test_kv_plan_for_config_is_the_plan_deploy_reuses() -> None:
+    config = shipped("llama3-8b-fp8-h100")
+    plan = kv_plan_for_config(config)
+    assert (plan.gpu, plan.shape, plan.kv_dtype, plan.tokens_per_block) == ("H100-80GB", "llama-3-8b", "fp8", 32)
+    capped = replace(config, serve=replace(config.serve, max_tokens_in_paged_kv_cache=64_000))
+    assert kv_plan_for_config(capped, "H200").num_tokens == 64_000

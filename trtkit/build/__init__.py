@@ -6,10 +6,11 @@ Only ``runner`` touches the GPU host; everything else is plain Python tested on 
 from trtkit.build.builder import BuildPlan, BuildResult, build_engines, plan_build
 from trtkit.build.gpus import GpuSpec, lookup_gpu
 from trtkit.build.manifest import read_manifest, verify_engine_for_host
+from trtkit.build.plan_config import kv_plan_for_config
 from trtkit.build.planner import KvPlan, compare_variants, plan_kv_cache
 from trtkit.build.preflight import GpuFact, HostFacts
 from trtkit.build.shapes import ModelShape, known_shape, resolve_shape
 
 __all__ = ["BuildPlan", "BuildResult", "build_engines", "plan_build", "GpuSpec", "lookup_gpu", "read_manifest",
-           "verify_engine_for_host", "KvPlan", "compare_variants", "plan_kv_cache", "GpuFact", "HostFacts",
+           "verify_engine_for_host", "KvPlan", "kv_plan_for_config", "compare_variants", "plan_kv_cache", "GpuFact", "HostFacts",
            "ModelShape", "known_shape", "resolve_shape"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtkit.build.gpus import GpuSpec, lookup_gpu
-from trtkit.build.planner import PlanVariant, compare_variants
+from trtkit.build.gpus import GpuSpec, lookup_gpu, match_nvml_name
+from trtkit.build.planner import KvPlan, PlanVariant, compare_variants
 from trtkit.build.shapes import (
     ModelShape,
     guess_known_shape,
@@ -80,3 +80,17 @@ def plan_for_config(config: ModelConfig, overrides: PlanOverrides) -> ConfigPlan
         notes.append(f"one {input_len}+{output_len}-token sequence does not fit in the KV cache on {gpu.kind}: "
                      f"use a larger GPU, more tp, fp8 KV or a quantized format")
     return ConfigPlan(shape, gpu, variants, notes)
+
+
+def kv_plan_for_config(config: ModelConfig, gpu: str | None = None, *, shape: str | None = None) -> KvPlan:
+    """The baseline KV plan for a config, for deploy's max_tokens_in_paged_kv_cache and reports.
+
+    The GPU is ``gpu``, else build.target_gpu, else the first local GPU NVML reports (GPU hosts).
+    """
+    if gpu is None and config.build.target_gpu is None:
+        from trtkit.build.runner import probe_gpus
+
+        gpus, _ = probe_gpus()
+        spec = match_nvml_name(gpus[0].name) if gpus else None
+        gpu = spec.kind if spec else None
+    return plan_for_config(config, PlanOverrides(gpu=gpu, shape=shape)).variants[0].plan
