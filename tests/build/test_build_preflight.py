@@ -139,3 +139,15 @@ def test_real_probe_of_this_host(tmp_path: Path) -> None:
         assert facts.nvml_error  # NVML says why there is no GPU
     if facts.tensorrt_llm_version is None:
         assert facts.tensorrt_llm_error
+
+
+def test_dry_run_off_the_gpu_host_checks_against_build_target_gpu() -> None:
+    config = shipped("llama3-8b-fp8-h100")  # fp8, target_gpu H100-80GB
+    facts = HostFacts(nvml_error="NVML Shared Library Not Found", free_disk_bytes=100 * GIB)
+    ok = {r.name: r for r in run_preflight(target(config), facts).results}
+    assert ok["fp8_needs_sm89"].ok and ok["fp8_needs_sm89"].checked
+    on_a100 = replace(config, build=replace(config.build, target_gpu="A100-80GB"))
+    verdict = {r.name: r for r in run_preflight(target(on_a100), facts).results}["fp8_needs_sm89"]
+    assert not verdict.ok and verdict.message.startswith(
+        "quantization.format fp8 needs compute capability 8.9 or newer (Ada, Hopper, Blackwell); GPU 0 "
+        "(A100-80GB (build.target_gpu)) is 8.0")

@@ -8,7 +8,7 @@ every rule and its exact message is checked on a CPU machine without mocking any
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from trtkit.build.checkpoint_info import CheckpointInfo
@@ -186,14 +186,32 @@ class PreflightReport:
         return [r for r in self.results if not r.ok]
 
 
+def assumed_gpus(kind: str, count: int) -> tuple[GpuFact, ...]:
+    """GPUs of a table kind, standing in for the real ones when a dry run happens off the GPU host."""
+    from trtkit.build.gpus import lookup_gpu
+
+    spec = lookup_gpu(kind)
+    return tuple(GpuFact(i, f"{spec.kind} (build.target_gpu)", spec.memory_bytes, spec.compute_capability)
+                 for i in range(count))
+
+
 def run_preflight(target: BuildTarget, facts: HostFacts) -> PreflightReport:
-    """Every rule's verdict (for --dry-run, which reports instead of stopping)."""
+    """Every rule's verdict (for --dry-run, which reports instead of stopping).
+
+    Without a local GPU, the GPU rules are checked against build.target_gpu when the config names
+    one (so a dry run on a laptop already says "fp8 will not build on an A100"), else skipped.
+    """
     report = PreflightReport()
+    target_gpu = target.config.build.target_gpu
+    stand_in = replace(facts, gpus=assumed_gpus(target_gpu, target.checkpoint.world_size)) if target_gpu else None
     for name, rule in RULES:
+        rule_facts = facts
         if name in GPU_RULES and not facts.gpus:
-            report.results.append(RuleResult(name, True, "not checked: no GPU visible", checked=False))
-            continue
-        message = rule(target, facts)
+            if stand_in is None:
+                report.results.append(RuleResult(name, True, "not checked: no GPU visible", checked=False))
+                continue
+            rule_facts = stand_in
+        message = rule(target, rule_facts)
         report.results.append(RuleResult(name, message is None, message or ""))
     return report
 
