@@ -138,3 +138,8 @@ def test_kv_plan_for_config_is_the_plan_deploy_reuses() -> None:
     assert (plan.gpu, plan.shape, plan.kv_dtype, plan.tokens_per_block) == ("H100-80GB", "llama-3-8b", "fp8", 32)
     capped = replace(config, serve=replace(config.serve, max_tokens_in_paged_kv_cache=64_000))
     assert kv_plan_for_config(capped, "H200").num_tokens == 64_000
+
+
+def test_built_in_shapes_match_the_real_model_folders(smollm2_dir: Path, tiny_llama_dir: Path) -> None:
+    assert shape_from_config_json(smollm2_dir, name="smollm2-135m") == KNOWN_SHAPES["smollm2-135m"]
+    assert shape_from_config_json(tiny_llama_dir, name="tiny-llama") == KNOWN_SHAPES["tiny-llama"]
