@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -108,11 +109,11 @@ def test_a_model_that_does_not_fit_says_so() -> None:
 
 
 def test_shape_from_a_hugging_face_config_json(tmp_path: Path) -> None:
-    from transformers import LlamaConfig
-
-    LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
-                tie_word_embeddings=False).save_pretrained(tmp_path)
+    # Meta-Llama-3-8B's config.json fields (its weights are not on this machine)
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+        "max_position_embeddings": 8192, "num_attention_heads": 32, "num_hidden_layers": 32,
+        "num_key_value_heads": 8, "tie_word_embeddings": False, "vocab_size": 128256}))
     shape = shape_from_config_json(tmp_path, name="llama-3-8b")
     assert shape == LLAMA3_8B
     assert resolve_shape(str(tmp_path / "config.json")).num_kv_heads == 8
