@@ -11,7 +11,7 @@ from pathlib import Path
 from trtkit.check.context import ENGINE_PARAM, CheckContext
 from trtkit.check.findings import Finding
 from trtkit.check.hardware import visible_gpu_count
-from trtkit.check.repository import load_engine, load_models
+from trtkit.check.repository import RepoModel, load_engine, load_models
 from trtkit.check.rules import (
     Rule,
     beam_width,
@@ -39,12 +39,22 @@ def load_context(repo_dir: str | Path, *, config: ModelConfig | None = None,
         raise RepositoryError(f"model repository {repo} does not exist; create it with `trtkit deploy`")
     models = load_models(repo)
     ctx = CheckContext(repo, models, config, visible_gpu_count() if gpu_count is None else gpu_count)
-    ctx.engine_model = next((m for m in models.values() if m.param(ENGINE_PARAM)), None)
+    ctx.engine_model = _engine_model(models)
     if ctx.engine_model is not None:
         engine_dir = ctx.resolve(ctx.engine_model, ctx.engine_model.param(ENGINE_PARAM) or "")
         if (engine_dir / "config.json").is_file():
             ctx.engine = load_engine(engine_dir)
     return ctx
+
+
+def _engine_model(models: dict[str, RepoModel]) -> RepoModel | None:
+    """The engine slot: it names its batching type (gpt_model_type); preprocessing may also carry
+    gpt_model_path, so that alone is the last resort."""
+    candidates = [m for m in models.values() if m.param(ENGINE_PARAM)]
+    for model in candidates:
+        if model.param("gpt_model_type") or model.is_cpp_engine:
+            return model
+    return models.get("tensorrt_llm") or (candidates[0] if candidates else None)
 
 
 def check_repository(repo_dir: str | Path, *, config: ModelConfig | None = None,

@@ -43,9 +43,13 @@ class CheckContext:
                 if (value := model.param(TOKENIZER_PARAM))]
 
     def limit(self, name: str) -> tuple[int | None, str]:
-        """An engine limit and where it comes from: the built engine, else the model config's build section."""
+        """An engine limit and where it comes from: the built engine, else the CPU engine model's
+        ``cpu_<name>`` parameter, else the model config's build section."""
         if self.engine is not None and getattr(self.engine, name) is not None:
             return getattr(self.engine, name), f"{name} {getattr(self.engine, name)} in {self.engine.config_path}"
+        cpu_value = self.engine_model.int_param(f"cpu_{name}") if self.engine_model else None
+        if cpu_value is not None and self.engine_model is not None:
+            return cpu_value, f"cpu_{name} {cpu_value} in {self.engine_model.config_path}"
         if self.config is not None:
             value = getattr(self.config.build, name)
             return value, f"build.{name} {value} in the model config"

@@ -54,9 +54,12 @@ def check(repo_dir: Annotated[Path, typer.Argument(help="Triton model repository
     else:
         for finding in findings:
             typer.echo(str(finding))
-        typer.echo(f"{repo_dir}: {len(findings)} finding(s)" if findings else f"{repo_dir}: consistent", err=True)
-    if any(f.severity == "error" for f in findings):
-        raise typer.Exit(1)
+        if not findings:
+            typer.echo(f"{repo_dir}: consistent", err=True)
+    errors = sum(f.severity == "error" for f in findings)
+    if errors:  # through the error boundary: one line on stderr, exit 1
+        raise RepositoryError(f"{repo_dir}: {errors} consistency error(s) listed above; apply each fix, "
+                              "then run `trtkit check` again")
 
 
 def serve(repo_dir: RepoArg = None, config: ConfigOpt = None,
