@@ -61,3 +61,24 @@ def test_real_build_writes_engines_and_manifest_then_skips(tmp_path: Path, tiny_
     assert Path(first.plan.command[first.plan.command.index("--output_timing_cache") + 1]).is_file()
     second = build_engines(config, checkpoint_dir=checkpoint, out_dir=out)
     assert not second.built and "identical inputs" in second.reason
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(SKIP_REASON is not None, reason=f"needs a GPU host with TensorRT-LLM 1.2.x: {SKIP_REASON}")
+def test_contract_matches_the_installed_trtllm_build_help() -> None:
+    """The contract file against the real parser: same flags, same choices."""
+    import re
+    import subprocess
+
+    from trtkit.build.contract import load_contract
+
+    help_text = subprocess.run(["trtllm-build", "--help"], capture_output=True, text=True, check=True).stdout
+    usage = help_text.split("\n\n", 1)[0]  # the usage block lists every flag once, with its choices
+    installed = set(re.findall(r"\[(--[a-z0-9_]+)", usage))
+    contract = load_contract()
+    assert installed - set(contract.flags) == set(), "flags trtllm-build has that the contract lacks"
+    assert {f for f, s in contract.flags.items() if not s.deprecated or "alias" not in s.deprecated} - installed == set()
+    for flag, choices in re.findall(r"\[(--[a-z0-9_]+) \{([^}]+)\}\]", usage):
+        spec = contract.spec(flag)
+        expected = set(spec.choices) if spec and spec.kind == "choice" else {"enable", "disable"}
+        assert set(choices.split(",")) == expected, flag
