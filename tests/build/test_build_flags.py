@@ -98,3 +98,14 @@ def test_without_a_checkpoint_the_plan_says_where_facts_came_from() -> None:
     assert not plan.checkpoint.exists
     assert plan.notes == ["no checkpoint found yet: dtype, quantization and mapping are taken from the config; "
                           "run trtkit convert (or calibrate) before building"]
+
+
+def test_find_checkpoint_picks_the_one_matching_the_config() -> None:
+    config = with_quant(shipped("smollm2-135m"), "fp8", "fp8")
+    root = paths.workdir(config) / "checkpoints"
+    write_checkpoint(root / "bfloat16-tp1-pp1", dtype="bfloat16")
+    write_checkpoint(root / "int8", dtype="bfloat16", quant_algo="W8A8_SQ_PER_CHANNEL")
+    assert find_checkpoint(config) is None
+    fp8 = write_checkpoint(root / "fp8", dtype="bfloat16", quant_algo="FP8", kv_quant_algo="FP8")
+    assert find_checkpoint(config) == fp8
+    assert find_checkpoint(shipped("smollm2-135m")) == root / "bfloat16-tp1-pp1"

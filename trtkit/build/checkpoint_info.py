@@ -71,7 +71,7 @@ def info_from_config(config: ModelConfig) -> CheckpointInfo:
 
 
 def find_checkpoint(config: ModelConfig) -> Path | None:
-    """The newest checkpoint under ``workdir/checkpoints`` that matches the config's format and mapping."""
+    """The newest checkpoint under ``workdir/checkpoints`` matching the config's dtype, quantization and mapping."""
     root = paths.workdir(config) / "checkpoints"
     if not root.is_dir():
         return None
@@ -84,7 +84,7 @@ def find_checkpoint(config: ModelConfig) -> Path | None:
             info = read_checkpoint_info(candidate)
         except BuildError:
             continue
-        if (info.quant_algo, info.kv_cache_quant_algo, info.tp_size, info.pp_size) == (
-                wanted.quant_algo, wanted.kv_cache_quant_algo, wanted.tp_size, wanted.pp_size):
+        if (info.dtype, info.quant_algo, info.kv_cache_quant_algo, info.tp_size, info.pp_size) == (
+                wanted.dtype, wanted.quant_algo, wanted.kv_cache_quant_algo, wanted.tp_size, wanted.pp_size):
             matches.append(((candidate / "config.json").stat().st_mtime, candidate))
     return max(matches)[1] if matches else None
