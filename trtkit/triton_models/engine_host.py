@@ -79,9 +79,9 @@ class StreamSink:
     on_final: Callable[[dict[str, np.ndarray]], None]
 
     def send(self, outputs: dict[str, np.ndarray], final: bool) -> None:
-        if final:
-            self.on_final(outputs)
         self.send_response(outputs, final)
+        if final:
+            _quietly(self.on_final, outputs)
 
     def close(self) -> None:
         self.send_response(None, True)
@@ -100,12 +100,20 @@ class WaitingSink:
 
     def send(self, outputs: dict[str, np.ndarray], final: bool) -> None:
         if final:
-            self.on_final(outputs)
             self.outputs = outputs
             self.done.set()
+            _quietly(self.on_final, outputs)
 
     def close(self) -> None:
         self.done.set()
 
     def is_cancelled(self) -> bool:
         return False
+
+
+def _quietly(callback: Callable[[dict[str, np.ndarray]], None], outputs: dict[str, np.ndarray]) -> None:
+    """Bookkeeping after a response (metrics) must never cost the client its answer."""
+    try:
+        callback(outputs)
+    except Exception:
+        log.exception("after-response callback failed")

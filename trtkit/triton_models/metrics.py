@@ -65,6 +65,7 @@ class EngineMetrics:
     max_batch_size: int
     gauges: dict[tuple[str, str], Any] = field(default_factory=dict)
     histograms: dict[str, Any] = field(default_factory=dict)
+    families: list[Any] = field(default_factory=list)  # Triton deletes a family's metrics with it: keep them
 
     def __post_init__(self) -> None:
         for name, spec in contract()["metrics"]["families"].items():
@@ -74,6 +75,7 @@ class EngineMetrics:
             except Exception as exc:  # histograms need a newer Python backend: leave that family out
                 log.warning("metric family %s (%s) not available: %s", name, kind, exc)
                 continue
+            self.families.append(make)
             for value in spec["values"]:
                 labels = {"model": self.model, "version": self.version, spec["category"]: value}
                 metric = make(labels)

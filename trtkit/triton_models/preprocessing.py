@@ -18,9 +18,9 @@ log = logging.getLogger(__name__)
 
 
 def load_tokenizer(tokenizer_dir: str | Path):
-    from transformers import AutoTokenizer
+    from trtkit.triton_models.fast_tokenizer import load_fast_tokenizer
 
-    return AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    return load_fast_tokenizer(tokenizer_dir)
 
 
 def words_to_list(word_ids: list[list[int]]) -> np.ndarray:

@@ -63,7 +63,7 @@ def word_list(inputs: Tensors, name: str) -> list[str]:
 class Sampling:
     """Sampling values of one request, already checked."""
 
-    temperature: float = 1.0
+    temperature: float = 0.0  # greedy unless the request asks to sample (TensorRT-LLM's default)
     top_k: int = 0
     top_p: float = 1.0
     repetition_penalty: float = 1.0
@@ -115,7 +115,7 @@ def sampling_from(inputs: Tensors, names: Mapping[str, str] | None = None) -> Sa
     if (v := scalar(inputs, n["top_k"])) is not None:
         s.top_k = _count(n["top_k"], v, minimum=0)
     if (v := scalar(inputs, n["top_p"])) is not None:
-        s.top_p = _finite(n["top_p"], v, minimum=0.0, maximum=1.0)
+        s.top_p = _finite(n["top_p"], v, minimum=0.0, maximum=1.0, strict_min=True)
     if (v := scalar(inputs, "repetition_penalty")) is not None:
         s.repetition_penalty = _finite("repetition_penalty", v, minimum=0.0, strict_min=True)
     if (v := scalar(inputs, "presence_penalty")) is not None:

@@ -14,15 +14,16 @@ from trtkit.triton_models.metrics import EngineMetrics
 from trtkit.triton_models.preprocessing import load_tokenizer
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-KINDS = {"gauge": pb_utils.MetricFamily.GAUGE, "counter": pb_utils.MetricFamily.COUNTER,
-         "histogram": getattr(pb_utils.MetricFamily, "HISTOGRAM", None)}
 BUCKETS = [10.0, 50.0, 100.0, 500.0, 1000.0]
 
 
 def _family(name, description, kind):
-    if KINDS.get(kind) is None:
+    # MetricFamily is attached to pb_utils only once the stub runs, not at import time
+    kinds = {"gauge": "GAUGE", "counter": "COUNTER", "histogram": "HISTOGRAM"}
+    code = getattr(pb_utils.MetricFamily, kinds[kind], None)
+    if code is None:
         raise RuntimeError(f"metric kind {kind} unsupported by this Python backend")
-    family = pb_utils.MetricFamily(name=name, description=description, kind=KINDS[kind])
+    family = pb_utils.MetricFamily(name=name, description=description, kind=code)
     if kind == "histogram":
         return lambda labels: family.Metric(labels=labels, buckets=BUCKETS)
     return lambda labels: family.Metric(labels=labels)

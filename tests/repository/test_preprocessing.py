@@ -1,0 +1,94 @@
+"""Preprocessing and request checks: each bad request gets a message naming the fix."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trtkit.triton_models.fast_tokenizer import FastTokenizer
+from trtkit.triton_models.preprocessing import Limits, Preprocessor, list_to_words, words_to_list
+from trtkit.triton_models.requests import InvalidRequest, min_tokens_of, sampling_from
+
+
+def _req(text: str = "hello there", max_tokens: int = 8, **extra: object) -> dict[str, np.ndarray]:
+    inputs = {"QUERY": np.array([[text.encode()]], dtype=object),
+              "REQUEST_OUTPUT_LEN": np.array([[max_tokens]], dtype=np.int32)}
+    for name, value in extra.items():
+        inputs[name] = np.asarray(value)
+    return inputs
+
+
+@pytest.fixture(scope="module")
+def pre(tiny_llama_dir: Path) -> Preprocessor:
+    return Preprocessor(FastTokenizer(tiny_llama_dir), Limits(max_input_len=16, max_seq_len=32), chat_template=False)
+
+
+def test_fast_tokenizer_matches_transformers(smollm2_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    fast, ref = FastTokenizer(smollm2_dir), AutoTokenizer.from_pretrained(str(smollm2_dir))
+    messages = [{"role": "user", "content": "Bonjour 你好 🎉"}]
+    assert fast.apply_chat_template(messages) == ref.apply_chat_template(messages, add_generation_prompt=True,
+                                                                          tokenize=False)
+    text = "Hello 你好 🎉 world"
+    ids = ref.encode(text) + [ref.eos_token_id]
+    assert fast.encode(text) == ref.encode(text) and len(fast) == len(ref)
+    assert fast.decode(ids, skip_special_tokens=True) == ref.decode(ids, skip_special_tokens=True)
+    assert (fast.eos_token_id, fast.pad_token_id) == (ref.eos_token_id, ref.pad_token_id)
+
+
+def test_word_list_round_trip() -> None:
+    words = [[5, 6], [7], [8, 9, 10]]
+    array = words_to_list(words)
+    assert array.shape == (2, 6) and array[1].tolist() == [2, 3, 6, -1, -1, -1]
+    assert list_to_words(array[np.newaxis]) == words
+    assert list_to_words(words_to_list([])) == []
+
+
+def test_good_request(pre: Preprocessor) -> None:
+    done = pre.run(_req(STOP_WORDS_DICT=np.array([[b"world", b"", b"\xe4\xbd\xa0"]], dtype=object)))
+    assert done.input_ids and done.max_tokens == 8
+    assert len(list_to_words(done.stop_words)) == 2 and done.end_id == pre.end_id
+
+
+@pytest.mark.parametrize(("inputs", "message"), [
+    (_req(""), "text_input is empty"),
+    (_req("   \n"), "text_input is empty"),
+    (_req("word " * 40), "over max_input_len 16"),
+    (_req(max_tokens=0), "max_tokens: 0 must be > 0"),
+    (_req(max_tokens=-3), "max_tokens: -3 must be > 0"),
+    (_req(max_tokens=31), "does not fit"),
+    (_req(STOP_WORDS_DICT=np.array([[b"\xff\xfe"]], dtype=object)), "not valid UTF-8"),
+    (_req(BAD_WORDS_DICT=np.array([[b"ok", b"\xc3"]], dtype=object)), "not valid UTF-8"),
+    (_req(END_ID=np.array([[10 ** 7]], dtype=np.int32)), "not a token id"),
+])
+def test_bad_requests_are_named(pre: Preprocessor, inputs: dict, message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        pre.run(inputs)
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("temperature", math.nan, "not a finite number"),
+    ("temperature", -0.5, "must be >= 0.0"),
+    ("top_p", 1.5, "must be <= 1.0"),
+    ("top_p", math.inf, "not a finite number"),
+    ("top_k", -1, "must be >= 0"),
+    ("repetition_penalty", 0.0, "must be > 0.0"),
+    ("presence_penalty", math.nan, "not a finite number"),
+    ("min_tokens", -2, "must be >= 0"),
+    ("seed", -1, "must be >= 0"),
+])
+def test_bad_sampling_values(name: str, value: float, message: str) -> None:
+    dtype = np.float32 if isinstance(value, float) else np.int64
+    with pytest.raises(InvalidRequest, match=message):
+        sampling_from({name: np.array([[value]], dtype=dtype)})
+
+
+def test_min_length_is_min_tokens() -> None:
+    assert min_tokens_of({"min_length": np.array([[7]])}) == 7
+    assert min_tokens_of({"min_tokens": np.array([[7]]), "min_length": np.array([[7]])}) == 7
+    with pytest.raises(InvalidRequest, match="disagree"):
+        min_tokens_of({"min_tokens": np.array([[3]]), "min_length": np.array([[7]])})
