@@ -1,0 +1,44 @@
+"""``trtkit convert``: a Hugging Face model -> an unquantized TensorRT-LLM checkpoint (fp16/bf16/fp32, tp/pp).
+
+ModelOpt's exporter writes the layout and the tensor-/pipeline-parallel shards; nothing is calibrated.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+from trtkit import paths
+from trtkit.checkpoint import preflight
+from trtkit.checkpoint.manifest import Manifest, atomic_output, is_up_to_date, library_versions, model_hash
+from trtkit.checkpoint.modelio import export_checkpoint, load_model, pick_device, work_dtype
+from trtkit.config.schema import ModelConfig
+from trtkit.sources import resolve_model_dir
+
+log = logging.getLogger(__name__)
+
+
+def default_convert_dir(config: ModelConfig) -> Path:
+    c = config.convert
+    return paths.workdir(config) / "checkpoints" / f"{c.dtype}-tp{c.tp_size}-pp{c.pp_size}"
+
+
+def convert_checkpoint(config: ModelConfig, *, out_dir: Path | None = None, force: bool = False) -> Path:
+    """Write config.json + rank{N}.safetensors; an identical earlier result is reused unless ``force``."""
+    model_dir = resolve_model_dir(config.model.source)
+    decoder = preflight.check_architecture(preflight.hf_config(model_dir))
+    out = Path(out_dir) if out_dir else default_convert_dir(config)
+    manifest = Manifest("convert", config.model.source, model_hash(model_dir), None,
+                        {"convert": asdict(config.convert), "model": asdict(config.model)}, library_versions())
+    if not force and is_up_to_date(out, manifest):
+        log.info("%s is up to date; pass --force to redo it", out)
+        return out
+    device = pick_device()
+    model = load_model(model_dir, device=device, dtype=work_dtype(device, config.convert.dtype),
+                       trust_remote_code=config.model.trust_remote_code)
+    c = config.convert
+    with atomic_output(out, manifest) as tmp:
+        export_checkpoint(model.cpu(), decoder_type=decoder, dtype=c.dtype, out_dir=tmp, tp_size=c.tp_size,
+                          pp_size=c.pp_size, spec=None)
+    return out
