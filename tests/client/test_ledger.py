@@ -13,7 +13,14 @@ import threading
 import time
 from pathlib import Path
 
-from trtkit.client.ledger import MIGRATIONS, Ledger, LedgerRow, default_ledger_path, format_report, usage_report
+from trtkit.client.ledger import (
+    MIGRATIONS,
+    Ledger,
+    LedgerRow,
+    default_ledger_path,
+    format_report,
+    usage_report,
+)
 
 EXPECTED_COLUMNS = [
     ("id", "INTEGER"), ("ts", "REAL"), ("model", "TEXT"), ("user", "TEXT"), ("key_id", "TEXT"),

@@ -79,10 +79,13 @@ def _require(name: str, declared: dict[str, str]) -> None:
 
 
 def parse_response(as_numpy: Callable[[str], np.ndarray | None], is_final: bool) -> Delta:
+    """The response that carries a finish reason is the last one with content (the aio client cannot ask
+    for Triton's empty final response flag, so the finish reason is what ends a request)."""
+    finish_reason = _text(as_numpy("finish_reason"))
     return Delta(text=_text(as_numpy("text_output")), num_input_tokens=_int(as_numpy("num_input_tokens")),
                  num_output_tokens=_int(as_numpy("num_output_tokens")),
                  num_cached_tokens=_int(as_numpy("num_cached_tokens")),
-                 finish_reason=_text(as_numpy("finish_reason")), is_final=is_final)
+                 finish_reason=finish_reason, is_final=is_final or bool(finish_reason))
 
 
 def is_final_response(result: grpcclient.InferResult) -> bool:

@@ -27,8 +27,8 @@ class BuiltPrompt:
 class ContextStrategy(Protocol):
     name: str
 
-    def select(self, session: ChatSession, question: str) -> list[dict[str, str]]:
-        """History messages (oldest first) to put before the question."""
+    def select(self, session: ChatSession, question: str, room: int) -> list[dict[str, str]]:
+        """History messages (oldest first) to put before the question, about ``room`` tokens at most."""
         ...
 
 
@@ -70,18 +70,20 @@ def fit_prompt(counter: TokenCounter, history: list[dict[str, str]], question: s
 
 def _cut_left(counter: TokenCounter, text: str, excess: int) -> str:
     """Drop at least ``excess`` tokens from the start of ``text`` (the end of a question matters most)."""
-    ids = counter.encode(text)
+    ids = counter.text_ids(text)
     return counter.decode(ids[min(len(ids), excess + 1):])
 
 
 def clip_tokens(counter: TokenCounter, text: str, max_tokens: int) -> str:
     """``text`` cut to at most ``max_tokens`` tokens, re-checked because decode/encode may not round-trip."""
-    ids = counter.encode(text)
-    while len(ids) > max_tokens:
-        text = counter.decode(ids[:max_tokens])
-        ids = counter.encode(text)
-        max_tokens -= 1
-    return text
+    ids = counter.text_ids(text)
+    keep = min(len(ids), max_tokens)
+    while keep > 0:
+        clipped = counter.decode(ids[:keep])
+        if len(counter.text_ids(clipped)) <= max_tokens:
+            return clipped
+        keep -= 1
+    return ""
 
 
 def as_messages(turns: list[Turn]) -> list[dict[str, str]]:

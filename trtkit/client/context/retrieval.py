@@ -20,18 +20,17 @@ RECENT_TURNS = 2  # the last user/assistant exchange stays verbatim: follow-up q
 @dataclass(slots=True)
 class RetrievalStrategy:
     counter: TokenCounter
-    max_context_tokens: int
     top_k: int
     documents: list[str] = field(default_factory=list)
     name: str = "retrieval"
 
-    def select(self, session: ChatSession, question: str) -> list[dict[str, str]]:
+    def select(self, session: ChatSession, question: str, room: int) -> list[dict[str, str]]:
         recent = session.turns[-RECENT_TURNS:]
         used = sum(self.counter.count(t.content) + MESSAGE_OVERHEAD_TOKENS for t in recent)
         earlier = [f"{t.role}: {t.content}" for t in session.turns[:-RECENT_TURNS]] if len(session.turns) > \
             RECENT_TURNS else []
         passages = [*self.documents, *earlier]
-        chosen = self._relevant(passages, question, self.max_context_tokens - used)
+        chosen = self._relevant(passages, question, room - used)
         history = as_messages(recent)
         if chosen:
             notes = "\n".join(f"- {p}" for p in chosen)

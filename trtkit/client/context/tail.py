@@ -12,9 +12,8 @@ from trtkit.client.tokens import TokenCounter
 @dataclass(slots=True)
 class TailStrategy:
     counter: TokenCounter
-    max_context_tokens: int
     name: str = "tail"
 
-    def select(self, session: ChatSession, question: str) -> list[dict[str, str]]:
-        start = newest_turns_within(self.counter, session.turns, self.max_context_tokens)
+    def select(self, session: ChatSession, question: str, room: int) -> list[dict[str, str]]:
+        start = newest_turns_within(self.counter, session.turns, room)
         return as_messages(session.turns[start:])

@@ -1,0 +1,180 @@
+"""asyncio client over ``tritonclient.grpc.aio``: the same governance as the sync client.
+
+One aio client carries any number of concurrent bidirectional streams (one per request).
+Cancelling the awaiting task, a deadline, or the runaway guard cancels the gRPC call, and the
+server cancels the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import tritonclient.grpc.aio as aiogrpc
+
+from trtkit.client.accumulate import StreamAccumulator
+from trtkit.client.caller import Caller
+from trtkit.client.governor import PreparedRequest
+from trtkit.client.ledger import Ledger
+from trtkit.client.metrics import ClientMetrics
+from trtkit.client.params import SamplingParams
+from trtkit.client.protocol import Delta, is_final_response, parse_response, request_inputs
+from trtkit.client.results import GenerationResult, StreamChunk
+from trtkit.client.tokens import TokenCounter
+from trtkit.client.transport import (
+    FINISH_CANCELLED,
+    FINISH_DEADLINE,
+    ServerUnavailableError,
+    backoff_s,
+    declared_inputs,
+    is_unavailable,
+    make_setup,
+)
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import ClientError
+
+
+class AsyncTritonLLMClient:
+    def __init__(self, grpc_url: str, *, config: ModelConfig, caller: Caller | None = None,
+                 ledger: Ledger | None | bool = True, counter: TokenCounter | None = None,
+                 metrics: ClientMetrics | None = None, model_name: str | None = None) -> None:
+        self.url = grpc_url
+        self.setup = make_setup(config, caller=caller, ledger=ledger, counter=counter, metrics=metrics,
+                                model_name=model_name)
+        self.governor = self.setup.governor
+        self._client: aiogrpc.InferenceServerClient | None = None
+        self._declared: dict[str, str] | None = None
+
+    async def generate(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
+                       deadline_s: float | None = None) -> GenerationResult:
+        final = None
+        async for chunk in self._chunks(prompt, params, caller, deadline_s, server_stream=None):
+            final = chunk.result or final
+        assert final is not None, "a stream always ends with a final chunk"
+        return final
+
+    def stream(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
+               deadline_s: float | None = None) -> AsyncIterator[StreamChunk]:
+        return self._chunks(prompt, params, caller, deadline_s, server_stream=True)
+
+    async def generate_batch(self, prompts: list[str], params: SamplingParams | None = None, *,
+                             caller: Caller | None = None, max_concurrency: int = 8,
+                             deadline_s: float | None = None) -> list[GenerationResult]:
+        """Results in the order of ``prompts``; at most ``max_concurrency`` in flight."""
+        gate = asyncio.Semaphore(max(1, max_concurrency))
+
+        async def one(prompt: str) -> GenerationResult:
+            async with gate:
+                return await self.generate(prompt, params, caller=caller, deadline_s=deadline_s)
+
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        if self.governor.ledger is not None:
+            self.governor.ledger.close()
+
+    async def __aenter__(self) -> AsyncTritonLLMClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _chunks(self, prompt: str, params: SamplingParams | None, caller: Caller | None,
+                      deadline_s: float | None, *, server_stream: bool | None) -> AsyncIterator[StreamChunk]:
+        prepared = self.governor.prepare(prompt, params or SamplingParams(), caller or self.setup.caller)
+        if isinstance(prepared, GenerationResult):
+            yield StreamChunk(prepared.text, prepared.usage, prepared)
+            return
+        guard = self.governor.new_guard()
+        use_stream = server_stream if server_stream is not None else guard is not None
+        acc = StreamAccumulator(prepared.prompt_tokens, self.governor.counter, guard)
+        deadline = time.monotonic() + (deadline_s or self.setup.deadline_s)
+        stop_reason = None
+        try:
+            async for delta in self._deltas(prepared, use_stream, deadline, acc):
+                if isinstance(delta, str):
+                    stop_reason = delta
+                    break
+                stop_reason = acc.add(delta)
+                if use_stream and delta.text:
+                    yield StreamChunk(delta.text, acc.running_usage())
+                if stop_reason or acc.finished:
+                    break
+        except asyncio.CancelledError:  # the caller cancelled the task: record what was used
+            if acc.has_output:
+                self.governor.complete(prepared, acc.outcome(FINISH_CANCELLED))
+            else:
+                self.governor.release(prepared)
+            raise
+        except BaseException:
+            if acc.has_output:
+                self.governor.complete(prepared, acc.outcome("error"))
+            else:
+                self.governor.release(prepared)
+            raise
+        result = self.governor.complete(prepared, acc.outcome(stop_reason))
+        yield StreamChunk("" if use_stream else result.text, result.usage, result)
+
+    async def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
+                      acc: StreamAccumulator) -> AsyncIterator[Delta | str]:
+        attempt = 0
+        while True:
+            call = None
+            try:
+                call = await self._open(request, stream, deadline)
+                async for item in self._receive(call, deadline):
+                    yield item
+                    if isinstance(item, str) or item.is_final:
+                        return
+                return
+            except (ClientError, asyncio.CancelledError, GeneratorExit):
+                raise
+            except Exception as exc:
+                if not is_unavailable(exc) or acc.has_output:
+                    raise ClientError(f"request {request.request_id} failed: {exc}") from exc
+                if attempt >= self.setup.max_retries:
+                    raise ServerUnavailableError(
+                        f"server {self.url} unavailable after {attempt + 1} attempts ({exc}); "
+                        f"check that tritonserver is running and the URL is right") from exc
+                self.governor.metrics.retries.labels(self.governor.model).inc()
+                await asyncio.sleep(backoff_s(attempt))
+                attempt += 1
+            finally:
+                if call is not None:
+                    call.cancel()  # a no-op when the call already finished; cancels it server-side otherwise
+
+    async def _open(self, request: PreparedRequest, stream: bool, deadline: float):  # type: ignore[no-untyped-def]
+        if self._client is None:
+            self._client = aiogrpc.InferenceServerClient(self.url)
+        if self._declared is None:
+            metadata = await self._client.get_model_metadata(self.setup.model_name, as_json=True)
+            self._declared = declared_inputs(metadata)
+        inputs = request_inputs(request.prompt, request.params, stream=stream, declared=self._declared)
+        model_name = self.setup.model_name
+
+        async def requests():  # type: ignore[no-untyped-def]
+            yield {"model_name": model_name, "inputs": inputs, "request_id": request.request_id}
+
+        return self._client.stream_infer(requests(), stream_timeout=max(0.001, deadline - time.monotonic()) + 1.0)
+
+    async def _receive(self, call, deadline: float) -> AsyncIterator[Delta | str]:  # type: ignore[no-untyped-def]
+        iterator = call.__aiter__()
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                yield FINISH_DEADLINE
+                return
+            try:
+                result, error = await asyncio.wait_for(iterator.__anext__(), timeout=remaining)
+            except asyncio.TimeoutError:
+                yield FINISH_DEADLINE
+                return
+            except StopAsyncIteration:
+                return
+            if error is not None:
+                raise error
+            yield parse_response(result.as_numpy, is_final_response(result))
