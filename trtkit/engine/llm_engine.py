@@ -192,6 +192,20 @@ class LLMEngine:
         self._finished_outputs.append(self._output(seq))
         return True
 
+    def prompt_logits(self, token_ids: list[int]) -> torch.Tensor:
+        """Next-token logits at every position of token_ids, [n, vocab] float32: for perplexity and quality
+        checks. Runs outside the scheduler on free KV blocks, so call it between steps."""
+        self._validate(token_ids, SamplingParams(max_tokens=1), "__score__")
+        seq = Sequence("__score__", list(token_ids), len(token_ids), SamplingParams(max_tokens=1), None)
+        if not self.block_manager.can_append(seq, seq.num_tokens, reserve=self.scheduler.reserved_blocks()):
+            raise EngineError("not enough free KV blocks to score this text now; retry when the engine is idle")
+        self.block_manager.append_slots(seq, seq.num_tokens)
+        try:
+            _, logits = self.runner.run([ScheduledChunk(seq, 0, seq.num_tokens)], all_positions=True)
+        finally:
+            self.block_manager.free(seq)
+        return logits
+
     def has_unfinished(self) -> bool:
         return bool(self.sequences) or bool(self._finished_outputs)
 

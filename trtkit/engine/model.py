@@ -62,15 +62,16 @@ class LlamaModel:
         """Next-token logits [S, vocab] for batch.logit_rows."""
         w = self.weights
         x = F.embedding(input_ids, w.embed)
-        cos = self.cos[batch.positions].unsqueeze(1)  # [T, 1, head_dim]
-        sin = self.sin[batch.positions].unsqueeze(1)
+        # index_select, not advanced indexing: it is several times faster for row gathers on CPU.
+        cos = self.cos.index_select(0, batch.positions).unsqueeze(1)  # [T, 1, head_dim]
+        sin = self.sin.index_select(0, batch.positions).unsqueeze(1)
         for index, layer in enumerate(w.layers):
             h = rms_norm(x, layer.input_norm, w.spec.rms_norm_eps)
             x = x + layer.o_proj(self._attention(layer, h, cos, sin, batch, cache.key[index], cache.value[index]))
             h = rms_norm(x, layer.post_norm, w.spec.rms_norm_eps)
             gate, up = layer.gate_up(h).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
-        x = rms_norm(x[batch.logit_rows], w.final_norm, w.spec.rms_norm_eps)
+        x = rms_norm(x.index_select(0, batch.logit_rows), w.final_norm, w.spec.rms_norm_eps)
         return F.linear(x, w.lm_head)
 
     def _attention(self, layer: LayerWeights, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -104,15 +105,17 @@ class LlamaModel:
         group = spec.num_heads // spec.num_kv_heads
         # GQA without repeating K/V: the query heads of one KV head act as that head's query rows.
         q = q.view(num_seqs, spec.num_kv_heads, group, spec.head_dim)
-        keys = key_cache[batch.decode_gather].transpose(1, 2)  # [B, kv_heads, context, head_dim]
-        values = value_cache[batch.decode_gather].transpose(1, 2)
+        gather = batch.decode_gather
+        shape = (num_seqs, gather.shape[1], spec.num_kv_heads, spec.head_dim)
+        keys = key_cache.index_select(0, gather.flatten()).view(shape).transpose(1, 2)  # [B, kv, ctx, hd]
+        values = value_cache.index_select(0, gather.flatten()).view(shape).transpose(1, 2)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=batch.decode_mask)
         return out.reshape(num_seqs, spec.num_heads, spec.head_dim)
 
     def _prefill_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: PrefillChunk,
                            key_cache: torch.Tensor, value_cache: torch.Tensor) -> torch.Tensor:
         if chunk.gather is not None:
-            k, v = key_cache[chunk.gather], value_cache[chunk.gather]
+            k, v = key_cache.index_select(0, chunk.gather), value_cache.index_select(0, chunk.gather)
         out = F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
             attn_mask=chunk.mask, is_causal=chunk.mask is None, enable_gqa=True)

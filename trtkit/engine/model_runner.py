@@ -19,8 +19,12 @@ class ModelRunner:
         self.block_offsets = torch.arange(block_size)
 
     @torch.inference_mode()
-    def run(self, chunks: list[ScheduledChunk]) -> tuple[list[ScheduledChunk], torch.Tensor]:
-        """Computes every chunk; returns the chunks that complete their sequence and their logits [S, vocab]."""
+    def run(self, chunks: list[ScheduledChunk], *, all_positions: bool = False,
+            ) -> tuple[list[ScheduledChunk], torch.Tensor]:
+        """Computes every chunk; returns the chunks that complete their sequence and their logits [S, vocab].
+
+        With all_positions, the logits of every computed position come back instead (for scoring).
+        """
         # Decode chunks first so that they form one contiguous block of rows.
         ordered = sorted(chunks, key=lambda c: c.num_tokens != 1)
         input_ids: list[int] = []
@@ -41,7 +45,9 @@ class ModelRunner:
                 decode_slots.append(context_slots)
             else:
                 prefills.append(self._prefill_chunk(row, chunk, context_slots))
-            if chunk.completes_sequence:
+            if all_positions:
+                logit_rows.extend(range(row, row + chunk.num_tokens))
+            elif chunk.completes_sequence:
                 logit_rows.append(row + chunk.num_tokens - 1)
                 sampled.append(chunk)
         gather, mask = self._decode_gather(decode_slots)

@@ -81,7 +81,7 @@ class Scheduler:
 
     def _make_room(self, seq: Sequence, num_new: int) -> bool:
         """True when seq can grow by num_new tokens, preempting later arrivals if the policy allows."""
-        reserve = self._reserved_blocks(exclude=seq)
+        reserve = self.reserved_blocks(exclude=seq)
         while not self.block_manager.can_append(seq, num_new, reserve=reserve):
             assert self.config.scheduler_policy == "max_utilization", "no-evict reservation was violated"
             victim = self.running[-1]
@@ -102,7 +102,7 @@ class Scheduler:
             target = seq.max_total_tokens if self.config.scheduler_policy == "guaranteed_no_evict" \
                 else num_cached + num_new
             claim = manager.num_blocks_to_claim(seq, cached, target)
-            if claim + self._reserved_blocks() > manager.num_free_blocks:
+            if claim + self.reserved_blocks() > manager.num_free_blocks:
                 break
             self.waiting.popleft()
             manager.allocate_prefix(seq, cached)
@@ -115,7 +115,7 @@ class Scheduler:
             budget -= num_new
         return budget
 
-    def _reserved_blocks(self, exclude: Sequence | None = None) -> int:
+    def reserved_blocks(self, exclude: Sequence | None = None) -> int:
         """Blocks promised to running requests' future growth (guaranteed_no_evict only)."""
         if self.config.scheduler_policy != "guaranteed_no_evict":
             return 0

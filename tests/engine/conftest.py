@@ -1,0 +1,49 @@
+"""Engine test fixtures: the tiny model loaded once, engines built on it per test."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from trtkit.engine import EngineConfig, LLMEngine
+from trtkit.engine.weights import ModelWeights, load_model
+
+EngineFactory = Callable[..., LLMEngine]
+
+
+@pytest.fixture(scope="session")
+def tiny_weights(tiny_llama_dir: Path) -> ModelWeights:
+    return load_model(tiny_llama_dir)
+
+
+@pytest.fixture
+def make_engine(tiny_weights: ModelWeights) -> EngineFactory:
+    def make(**overrides: object) -> LLMEngine:
+        settings: dict[str, object] = dict(max_batch_size=4, max_num_tokens=256, max_input_len=128, max_seq_len=192,
+                                           tokens_per_block=8, kv_cache_bytes=4 << 20)
+        settings.update(overrides)
+        return LLMEngine(tiny_weights, EngineConfig(**settings))  # type: ignore[arg-type]
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_model(tiny_llama_dir: Path):  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32).eval()
+
+
+def random_prompts(count: int, low: int, high: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 49152) for _ in range(rng.randint(low, high))] for _ in range(count)]
+
+
+def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:  # type: ignore[no-untyped-def]
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+                             do_sample=False, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
