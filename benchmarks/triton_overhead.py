@@ -176,10 +176,13 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--model", default="ensemble", choices=["ensemble", "tensorrt_llm_bls"])
     parser.add_argument("--quick", action="store_true", help="short outputs: a smoke run, not a measurement")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads on both sides (1 default: on a shared 2-core host OpenMP spin-waits "
+                             "make more threads several times slower and the figures noise)")
     args = parser.parse_args()
     import torch
 
-    torch.set_num_threads(os.cpu_count() or 1)  # the server's stub uses torch's default: every core
+    torch.set_num_threads(args.threads)  # the server's engine stub gets the same through OMP_NUM_THREADS
     from trtkit.serve import TritonServer
 
     jobs = workload(args.requests, args.quick)
@@ -188,7 +191,8 @@ def main() -> int:
         print(f"workload: {len(jobs)} requests, {sum(n for _, n in jobs)} output tokens, model {args.model}",
               file=sys.stderr)
         local_tokens, local_s = run_in_process(repo, jobs)
-        with TritonServer(repo, start_timeout_s=300, log_path=Path(tmp) / "triton.log") as server:
+        with TritonServer(repo, start_timeout_s=300, log_path=Path(tmp) / "triton.log",
+                          env={"OMP_NUM_THREADS": str(args.threads)}) as server:
             triton_tokens, triton_s = run_triton(server.grpc_url, args.model, jobs)
         tokenizer_dir = engine_parameters(repo)["tokenizer_dir"]
     local_tps, triton_tps = local_tokens / local_s, triton_tokens / triton_s
@@ -204,7 +208,8 @@ def main() -> int:
     print(f"detokenization: {short:.1f} us/token at 100 tokens, {long:.1f} us/token at 8000 "
           f"({detok_ratio:.2f}x, target <= 1.2x)")
     bench = {"benchmark": "triton_overhead", "model": "smollm2-135m", "triton_model": args.model,
-             "requests": len(jobs), "quick": args.quick,
+             "requests": len(jobs), "quick": args.quick, "threads": args.threads,
+             "load_average_1m": round(os.getloadavg()[0], 2), "cpu_count": os.cpu_count(),
              "in_process_tokens_per_s": round(local_tps, 2), "triton_tokens_per_s": round(triton_tps, 2),
              "triton_ratio": round(ratio, 3), "triton_ratio_target": 0.9, "triton_ratio_met": ratio >= 0.9,
              "tokens_match": local_tokens == triton_tokens,

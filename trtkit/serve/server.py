@@ -41,7 +41,8 @@ class TritonServer:
                  bind_address: str = "127.0.0.1", log_path: str | Path | None = None,
                  start_timeout_s: float = 120, world_size: int = 1, tritonserver: Path | None = None,
                  stop_grace_s: float = 15.0, exit_timeout_s: int = 5,
-                 tensorrt_llm_model_names: tuple[str, ...] = ("tensorrt_llm",)) -> None:
+                 tensorrt_llm_model_names: tuple[str, ...] = ("tensorrt_llm",),
+                 env: dict[str, str] | None = None) -> None:
         self.repo_dir = Path(repo_dir).resolve()
         if not self.repo_dir.is_dir():
             raise ServerError(f"model repository {self.repo_dir} does not exist; create it with `trtkit deploy`")
@@ -53,6 +54,7 @@ class TritonServer:
         self.tensorrt_llm_model_names = tensorrt_llm_model_names
         self._requested = Ports(http_port, grpc_port, metrics_port)
         self._tritonserver = tritonserver
+        self._extra_env = dict(env or {})  # e.g. OMP_NUM_THREADS for the stubs
         self.shm_prefix = f"trtkit_{secrets.token_hex(4)}_"
         self.log_path = Path(log_path) if log_path else (
             state_dir() / "logs" / f"tritonserver-{time.strftime('%Y%m%d-%H%M%S')}-{self.shm_prefix[7:-1]}.log")
@@ -128,7 +130,7 @@ class TritonServer:
         with open(self.log_path, "ab") as log_file:
             # own session: Ctrl-C reaches only us, and stop() can signal the whole group
             self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
-                                             stderr=subprocess.STDOUT, env=self._runtime.env,
+                                             stderr=subprocess.STDOUT, env={**self._runtime.env, **self._extra_env},
                                              start_new_session=True)
 
     def wait_ready(self) -> None:
