@@ -22,7 +22,10 @@ class Postprocessor:
         tokens = np.asarray(inputs["TOKENS_BATCH"])
         lengths = inputs.get("SEQUENCE_LENGTH")
         # [batch, beam, tokens] from the engine; a 2-D tensor is one beam per row
-        tokens = tokens.reshape(tokens.shape[0], -1, tokens.shape[-1]) if tokens.ndim >= 2 else tokens.reshape(1, 1, -1)
+        if tokens.ndim == 1:
+            tokens = tokens.reshape(1, 1, -1)
+        elif tokens.ndim == 2:
+            tokens = tokens[:, np.newaxis, :]
         lens = (np.asarray(lengths).reshape(tokens.shape[0], -1) if lengths is not None
                 else np.full(tokens.shape[:2], tokens.shape[-1]))
         out = np.empty(tokens.shape[:2], dtype=np.object_)

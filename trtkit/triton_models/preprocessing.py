@@ -115,8 +115,8 @@ class Preprocessor:
         vocab = len(self.tokenizer)
         end_id = _token_id(scalar(inputs, n["end_id"]), "end_id", vocab, self.end_id)
         pad_id = _token_id(scalar(inputs, n["pad_id"]), "pad_id", vocab, self.pad_id)
-        return Preprocessed(ids, max_tokens, self.encode_words(word_list(inputs, n["stop"]), "stop_words"),
-                            self.encode_words(word_list(inputs, n["bad"]), "bad_words"), end_id, pad_id)
+        return Preprocessed(ids, max_tokens, self.encode_words(word_list(inputs, n["stop"], "stop_words"), "stop_words"),
+                            self.encode_words(word_list(inputs, n["bad"], "bad_words"), "bad_words"), end_id, pad_id)
 
 
 def _token_id(value: object, name: str, vocab: int, default: int) -> int:

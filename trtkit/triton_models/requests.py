@@ -50,12 +50,12 @@ def decode_utf8(value: object, name: str) -> str:
     raise InvalidRequest(f"{name}: expected text, got {type(value).__name__}")
 
 
-def word_list(inputs: Tensors, name: str) -> list[str]:
+def word_list(inputs: Tensors, name: str, label: str | None = None) -> list[str]:
     """Stop or bad words: a BYTES tensor of any shape, each entry one UTF-8 string (empty ones skipped)."""
     array = inputs.get(name)
     if array is None or array.size == 0:
         return []
-    words = [decode_utf8(item, name) for item in array.reshape(-1)]
+    words = [decode_utf8(item, label or name) for item in array.reshape(-1)]
     return [w for w in words if w]
 
 

@@ -38,11 +38,14 @@ def response(pb: Any, outputs: dict[str, np.ndarray], requested: set[str] | None
     return pb.InferenceResponse(output_tensors=tensors)
 
 
+INTERNAL_PREFIX = "internal error: "
+
+
 def error_response(pb: Any, exc: BaseException) -> Any:
     if isinstance(exc, InvalidRequest):
         return pb.InferenceResponse(error=pb.TritonError(str(exc), pb.TritonError.INVALID_ARG))
     log.exception("request failed")
-    return pb.InferenceResponse(error=pb.TritonError(f"internal error: {type(exc).__name__}: {exc}"))
+    return pb.InferenceResponse(error=pb.TritonError(f"{INTERNAL_PREFIX}{type(exc).__name__}: {exc}"))
 
 
 def response_outputs(pb: Any, resp: Any) -> dict[str, np.ndarray]:
@@ -50,11 +53,11 @@ def response_outputs(pb: Any, resp: Any) -> dict[str, np.ndarray]:
     if resp.has_error():
         error = resp.error()
         code = error.code() if hasattr(error, "code") else None
-        if code == pb.TritonError.INVALID_ARG:
-            raise InvalidRequest(error.message())
-        if code == getattr(pb.TritonError, "CANCELLED", object()):
-            raise InvalidRequest("request cancelled")
-        raise RuntimeError(error.message())
+        message = error.message()
+        # a BLS call hands back the message but not always the code: our models mark internal errors
+        if code == pb.TritonError.INVALID_ARG or not message.startswith(INTERNAL_PREFIX):
+            raise InvalidRequest(message)
+        raise RuntimeError(message)
     return {tensor.name(): tensor.as_numpy() for tensor in resp.output_tensors()}
 
 

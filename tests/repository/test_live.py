@@ -1,0 +1,173 @@
+"""Through a real tritonserver on CPU: ensemble, BLS, HTTP generate, batching, bad requests, cancellation.
+
+One server for the whole session (``live`` in conftest.py), serving the echo model, so each test
+knows the exact text to expect: a Chinese / Japanese / emoji sentence whose characters span tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+from echo_model import CYCLE_TEXT
+from live_client import Live, collect, inputs, tensor
+
+pytestmark = pytest.mark.slow
+MODELS = ("ensemble", "tensorrt_llm_bls")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_non_streaming_is_one_response_with_usage(live: Live, model: str) -> None:
+    reply = live.stream(model, inputs(CYCLE_TEXT, 20, stream=False))
+    assert reply.error is None, reply.error
+    assert len(reply.texts) == 1
+    assert reply.text == live.expected(20)
+    final = reply.finals[-1]
+    assert final["num_output_tokens"] == 20 and final["finish_reason"] == b"length"
+    assert final["num_input_tokens"] == len(live.tokenizer.encode(CYCLE_TEXT))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_streaming_deltas_add_up_exactly_cjk(live: Live, model: str) -> None:
+    reply = live.stream(model, inputs(CYCLE_TEXT, 40, stream=True))
+    assert reply.error is None, reply.error
+    assert len(reply.texts) > 5, "streaming must answer in several responses"
+    assert reply.text == live.expected(40)
+    assert "你好，世界！🎉 日本語の" in reply.text
+    assert all("\ufffd" not in piece for piece in reply.texts)
+    assert reply.finals[-1]["num_output_tokens"] == 40
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_string_across_tokens(live: Live, model: str, stream: bool) -> None:
+    reply = live.stream(model, inputs(CYCLE_TEXT, 40, stream=stream, stop_words=["世界"]))
+    assert reply.error is None, reply.error
+    assert reply.text == "你好，"
+    assert reply.finals[-1]["finish_reason"] == b"stop"
+
+
+def test_http_generate_and_generate_stream(live: Live) -> None:
+    for model in MODELS:
+        status, body = live.http(f"/v2/models/{model}/generate", {"text_input": CYCLE_TEXT, "max_tokens": 12})
+        assert status == 200, body
+        assert json.loads(body)["text_output"] == live.expected(12)
+        status, body = live.http(f"/v2/models/{model}/generate_stream",
+                                 {"text_input": CYCLE_TEXT, "max_tokens": 12, "stream": True})
+        assert status == 200, body
+        events = [json.loads(line[5:]) for line in body.decode().splitlines() if line.startswith("data:")]
+        assert len(events) > 1
+        assert "".join(e.get("text_output", "") for e in events) == live.expected(12)
+
+
+def test_genai_perf_style_request(live: Live) -> None:
+    """What genai-perf sends: text_input, max_tokens, exclude_input_in_output, stream, min_length, all [1, 1]."""
+    reply = live.stream("ensemble", inputs(CYCLE_TEXT, 16, stream=True, exclude_input_in_output=True,
+                                           min_length=16))
+    assert reply.error is None, reply.error
+    assert reply.text == live.expected(16)
+
+
+def test_concurrent_requests_run_in_one_batch(live: Live) -> None:
+    """Four streams of 32 tokens: one at a time would take >= 128 engine steps; batched, about 32."""
+    before = live.metric("nv_trt_llm_general_metrics", "general_type", "iteration_counter")
+    replies: list = [None] * 4
+
+    def run(i: int) -> None:
+        replies[i] = live.stream("ensemble", inputs(CYCLE_TEXT, 32, stream=True))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(r is not None and r.error is None and r.text == live.expected(32) for r in replies)
+    time.sleep(0.3)  # the stats publisher runs every 100 ms
+    steps = live.metric("nv_trt_llm_general_metrics", "general_type", "iteration_counter") - before
+    assert 32 <= steps < 4 * 32 * 0.75, f"{steps} engine steps for 4 x 32 tokens: requests were not batched"
+
+
+BAD_REQUESTS = [
+    ("over max_input_len", dict(text="word " * 300, max_tokens=4), "over max_input_len"),
+    ("empty prompt", dict(text="", max_tokens=4), "empty"),
+    ("max_tokens 0", dict(text=CYCLE_TEXT, max_tokens=0), "must be > 0"),
+    ("max_tokens negative", dict(text=CYCLE_TEXT, max_tokens=-5), "must be > 0"),
+    ("max_tokens too large", dict(text=CYCLE_TEXT, max_tokens=100_000), "does not fit"),
+    ("NaN temperature", dict(text=CYCLE_TEXT, max_tokens=4, temperature=math.nan), "not a finite number"),
+    ("negative temperature", dict(text=CYCLE_TEXT, max_tokens=4, temperature=-1.0), "must be >= 0"),
+    ("negative top_p", dict(text=CYCLE_TEXT, max_tokens=4, top_p=-0.5), "top_p"),
+    ("NaN repetition penalty", dict(text=CYCLE_TEXT, max_tokens=4, repetition_penalty=math.nan), "finite"),
+    ("stop word not UTF-8", dict(text=CYCLE_TEXT, max_tokens=4, stop_words=[b"\xff\xfe"]),
+     "stop_words: not valid UTF-8"),
+]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_bad_requests_get_invalid_argument_and_the_server_keeps_serving(live: Live, model: str) -> None:
+    """A gRPC stream carries only the error message (Triton's stream protocol has no status code), so
+    the message is checked there; HTTP answers 400, and a unary call shows the INVALID_ARGUMENT code."""
+    import tritonclient.grpc as grpcclient
+
+    for label, spec, message in BAD_REQUESTS:
+        extra = {k: v for k, v in spec.items() if k not in ("text", "max_tokens")}
+        reply = live.stream(model, inputs(spec["text"], spec["max_tokens"], stream=True, **extra))
+        assert isinstance(reply.error, grpcclient.InferenceServerException), label
+        assert message in reply.error.message(), (label, reply.error.message())
+        assert "internal error" not in reply.error.message(), label
+    status, body = live.http(f"/v2/models/{model}/generate", {"text_input": "", "max_tokens": 3})
+    assert status == 400 and b"text_input is empty" in body
+    with pytest.raises(grpcclient.InferenceServerException) as caught:
+        live.client().infer("preprocessing", [tensor("QUERY", b"", object), tensor("REQUEST_OUTPUT_LEN", 3, np.int32)])
+    assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert live.client().is_server_ready()
+    assert live.stream(model, inputs(CYCLE_TEXT, 8, stream=False)).text == live.expected(8)
+
+
+def test_cancelled_stream_returns_its_kv_blocks(live: Live) -> None:
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    used_before = live.metric("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "used")
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(live.server.grpc_url)  # type: ignore[attr-defined]
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    client.async_stream_infer("ensemble", inputs(CYCLE_TEXT, 400, stream=True))
+    result, error = results.get(timeout=60)
+    assert error is None
+    deadline = time.monotonic() + 10
+    while (used_during := live.metric("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "used")) \
+            <= used_before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        active = live.metric("nv_trt_llm_request_metrics", "request_type", "active")
+        used = live.metric("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "used")
+        if active == 0 and used <= used_before:
+            break
+        time.sleep(0.2)
+    assert used_during > used_before
+    assert active == 0 and used <= used_before, f"blocks still held after cancel: {used} (before {used_before})"
+    assert live.stream("ensemble", inputs(CYCLE_TEXT, 8, stream=False)).text == live.expected(8)
+
+
+def test_metrics_use_tensorrt_llm_names_and_labels(live: Live) -> None:
+    text = live.metrics()
+    for family, label in (("nv_trt_llm_request_metrics", "request_type"),
+                          ("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type"),
+                          ("nv_trt_llm_inflight_batcher_metrics", "inflight_batcher_specific_metric"),
+                          ("nv_trt_llm_general_metrics", "general_type"),
+                          ("nv_trt_llm_runtime_memory_metrics", "memory_type")):
+        assert f'{family}{{' in text and f'{label}="' in text and 'model="tensorrt_llm"' in text, family
+    assert live.metric("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "max") > 0
+    assert live.metric("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "tokens_per") == 16
+    assert "nv_llm_output_token_len" in text
+
+
+_ = collect
