@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -130,7 +131,16 @@ def quickstart(config: ConfigArg,
     """Bundled SmolLM2 to a streaming answer in one command: convert, deploy, check, serve, ask, stop."""
     from trtkit.quickstart import run_quickstart
 
-    run_quickstart(config, prompt=prompt, max_tokens=max_tokens, keep=keep)
+    def write_text(text: str) -> None:
+        typer.echo(text, nl=False)
+        sys.stdout.flush()
+
+    def progress(message: str) -> None:
+        typer.echo(message, err=True)
+
+    run_quickstart(config, prompt=prompt, max_tokens=max_tokens, keep=keep, on_text=write_text,
+                   progress=progress,
+                   serve_forever=serve_until_interrupted)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,120 @@
+"""The one-command pipeline: model config -> checkpoint -> (GPU host: engine) -> repository -> check ->
+real tritonserver -> a streamed answer with its token usage -> clean stop (or keep serving).
+
+Progress and text go through callbacks so the library never prints: the CLI sends progress to stderr
+and the answer to stdout.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from trtkit.config import load_config
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import RepositoryError
+from trtkit.serve import TritonServer
+
+logger = logging.getLogger(__name__)
+Sink = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class QuickstartResult:
+    repo_dir: Path
+    engine_dir: Path
+    built_engine: bool  # False: the checkpoint itself serves through the CPU reference engine
+    answer: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    finish_reason: str
+    seconds: float
+
+
+def can_build_engines() -> bool:
+    """A GPU host with TensorRT-LLM installed builds real engines; anything else serves the checkpoint."""
+    from trtkit.check.hardware import visible_gpu_count
+
+    return importlib.util.find_spec("tensorrt_llm") is not None and visible_gpu_count() > 0
+
+
+def prepare_engine(config: ModelConfig, progress: Sink) -> tuple[Path, bool]:
+    """Convert (and on a GPU host build); returns what goes into the engine slot."""
+    progress(f"[1/5] converting {config.model.source} to a TensorRT-LLM checkpoint ({config.convert.dtype})")
+    from trtkit.checkpoint import convert_checkpoint
+
+    checkpoint_dir = convert_checkpoint(config)
+    if not can_build_engines():
+        progress("[2/5] no GPU with TensorRT-LLM here: the CPU reference engine serves the checkpoint")
+        return checkpoint_dir, False
+    progress("[2/5] building TensorRT engines with trtllm-build")
+    from trtkit.build import build_engines
+
+    result = build_engines(config, checkpoint_dir=checkpoint_dir)
+    return result.plan.output_dir, True
+
+
+def deploy_and_check(config: ModelConfig, engine_dir: Path, out_root: Path, progress: Sink) -> Path:
+    from trtkit.check import check_repository
+    from trtkit.repository import deploy_repository
+
+    progress(f"[3/5] writing the Triton model repository to {out_root / config.name}")
+    repo_dir = deploy_repository(config, engine_dir, out_root / config.name).out_dir
+    errors = [f for f in check_repository(repo_dir, config=config) if f.severity == "error"]
+    if errors:
+        raise RepositoryError(f"{repo_dir} failed the consistency check: " + "; ".join(map(str, errors)))
+    return repo_dir
+
+
+def server_for(config: ModelConfig, repo_dir: Path, world_size: int) -> TritonServer:
+    serve = config.serve
+    return TritonServer(repo_dir, http_port=serve.http_port, grpc_port=serve.grpc_port,
+                        metrics_port=serve.metrics_port, bind_address=serve.bind_address,
+                        start_timeout_s=serve.server_start_timeout_s, world_size=world_size)
+
+
+def stream_answer(config: ModelConfig, grpc_url: str, prompt: str, max_tokens: int, on_text: Sink):  # type: ignore[no-untyped-def]
+    """Stream the answer through the token-governing client; returns its final GenerationResult."""
+    from trtkit.client import SamplingParams, TritonLLMClient
+
+    final = None
+    with TritonLLMClient(grpc_url, config=config) as client:
+        for chunk in client.stream(prompt, SamplingParams(max_tokens=max_tokens)):
+            if chunk.text:
+                on_text(chunk.text)
+            final = chunk.result or final
+    on_text("\n")
+    assert final is not None, "a stream always ends with a final chunk"
+    return final
+
+
+def run_quickstart(config_path: str | Path, *, prompt: str, max_tokens: int, keep: bool = False,
+                   out_root: Path = Path("triton_repo"), on_text: Sink, progress: Sink,
+                   serve_forever: Callable[[TritonServer], None] | None = None) -> QuickstartResult:
+    started = time.monotonic()
+    config = load_config(config_path)
+    engine_dir, built = prepare_engine(config, progress)
+    repo_dir = deploy_and_check(config, engine_dir, out_root, progress)
+    from trtkit.check import engine_world_size
+
+    server = server_for(config, repo_dir, engine_world_size(repo_dir))
+    progress(f"[4/5] starting tritonserver (log: {server.log_path})")
+    server.start()
+    try:
+        progress(f"[5/5] ready on grpc {server.grpc_url}; asking: {prompt}")
+        final = stream_answer(config, server.grpc_url, prompt, max_tokens, on_text)
+        usage = final.usage
+        progress(f"usage: prompt_tokens={usage.prompt_tokens} completion_tokens={usage.completion_tokens} "
+                 f"total_tokens={usage.total_tokens} cached_tokens={usage.cached_tokens} "
+                 f"finish_reason={final.finish_reason}")
+        if keep and serve_forever is not None:
+            serve_forever(server)
+    finally:
+        server.stop()
+    return QuickstartResult(repo_dir, engine_dir, built, final.text, usage.prompt_tokens, usage.completion_tokens,
+                            usage.cached_tokens, final.finish_reason, time.monotonic() - started)
