@@ -55,7 +55,7 @@ class Conversation:
         self.config = config
         self.counter = counter
         self.caller = caller or Caller()
-        self.store = store or SessionStore(config.client.session_ttl_seconds)
+        self.store = store if store is not None else SessionStore(config.client.session_ttl_seconds)
         self.max_input_tokens = config.client.max_input_tokens or config.build.max_input_len
         self.strategy = self._make_strategy(strategy or config.client.context.strategy, list(documents))
 

@@ -1,0 +1,231 @@
+"""The client against a real tritonserver running the CPU reference engine (tiny random Llama)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import replace
+
+import pytest
+import tritonclient.grpc as grpcclient
+
+from trtkit.client import (
+    AsyncTritonLLMClient,
+    Caller,
+    ClientMetrics,
+    Conversation,
+    Ledger,
+    SamplingParams,
+    SessionExpiredError,
+    SessionStore,
+    TritonLLMClient,
+    budget_scope,
+)
+from trtkit.client.guard import FINISH_REPETITION
+from trtkit.errors import BudgetExceededError, InputTooLongError
+
+from .conftest import client_config
+
+pytestmark = pytest.mark.slow
+
+LONG_PROMPT = ("Once upon a time in a small village by the sea there lived an old fisherman who told stories "
+               "about the storms he had seen and the ships he had saved.")
+
+
+def server_successes(server, model: str = "ensemble") -> int:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    stats = client.get_inference_statistics(model)
+    client.close()
+    return int(stats.model_stats[0].inference_stats.success.count)
+
+
+def ledger_rows(columns: str = "prompt_tokens, completion_tokens, cached_tokens, finish_reason, cache_hit"):
+    with Ledger() as ledger:
+        return ledger.query(f"SELECT {columns} FROM requests ORDER BY id")
+
+
+@pytest.fixture()
+def nocache_config(tiny_config):
+    return client_config(tiny_config, cache=replace(tiny_config.client.cache, enabled=False))
+
+
+def test_usage_equals_tokenizer_and_engine_counts(live_server, nocache_config, tiny_counter) -> None:
+    with TritonLLMClient(live_server.grpc_url, config=nocache_config, caller=Caller(user="ann")) as client:
+        first = client.generate(LONG_PROMPT, SamplingParams(max_tokens=12))
+        second = client.generate(LONG_PROMPT, SamplingParams(max_tokens=12))
+    expected_prompt = tiny_counter.count_prompt(LONG_PROMPT)
+    assert expected_prompt >= 32
+    assert first.usage.prompt_tokens == second.usage.prompt_tokens == expected_prompt  # server count == ours
+    assert first.finish_reason == "length" and first.usage.completion_tokens == 12
+    assert first.usage.total_tokens == expected_prompt + 12
+    assert first.usage.cached_tokens == 0
+    block = nocache_config.build.tokens_per_block  # the engine reused the full blocks of the repeated prompt
+    assert second.usage.cached_tokens == (expected_prompt - 1) // block * block > 0
+    assert ledger_rows() == [(expected_prompt, 12, 0, "length", 0),
+                             (expected_prompt, 12, second.usage.cached_tokens, "length", 0)]
+
+
+def test_stream_final_usage_equals_non_streamed(live_server, nocache_config) -> None:
+    params = SamplingParams(max_tokens=20)
+    with TritonLLMClient(live_server.grpc_url, config=nocache_config) as client:
+        plain = client.generate("Tell me a story", params)
+        chunks = list(client.stream("Tell me a story", params))
+    final = chunks[-1].result
+    assert final is not None and final.usage == plain.usage and final.text == plain.text
+    running = [c.usage.completion_tokens for c in chunks[:-1]]
+    assert running == sorted(running) and running[-1] == final.usage.completion_tokens == 20
+    assert "".join(c.text for c in chunks) == plain.text
+    assert final.ttft_s is not None and final.ttft_s < final.latency_s
+
+
+def test_cache_hit_records_zero_tokens(live_server, tiny_config) -> None:
+    metrics = ClientMetrics()
+    before = server_successes(live_server)
+    with TritonLLMClient(live_server.grpc_url, config=tiny_config, metrics=metrics,
+                         caller=Caller(key_id="tenant-a")) as client:
+        miss = client.generate("Cache me", SamplingParams(max_tokens=8))
+        hit = client.generate("Cache me", SamplingParams(max_tokens=8))
+        other = client.generate("Cache me", SamplingParams(max_tokens=8), caller=Caller(key_id="tenant-b"))
+        sampled = client.generate("Cache me", SamplingParams(max_tokens=8, temperature=0.9))
+    assert not miss.cache_hit and hit.cache_hit and hit.text == miss.text
+    assert hit.usage.total_tokens == 0 and hit.cost == 0
+    assert not other.cache_hit and not sampled.cache_hit  # other tenant; non-deterministic request
+    assert server_successes(live_server) - before == 3
+    rows = ledger_rows("prompt_tokens + completion_tokens, cache_hit")
+    assert rows[1] == (0, 1) and [r[1] for r in rows] == [0, 1, 0, 0]
+    assert metrics.value("trtkit_client_cache_hits_total", model="tiny-llama") == 1
+
+
+def test_nested_budget_overrun_is_refused_before_sending(live_server, nocache_config, tiny_counter) -> None:
+    metrics = ClientMetrics()
+    prompt_tokens = tiny_counter.count_prompt("Plan the trip")
+    with TritonLLMClient(live_server.grpc_url, config=nocache_config, metrics=metrics) as client:
+        with budget_scope(max_tokens=2 * prompt_tokens + 30, name="agent") as agent:
+            client.generate("Plan the trip", SamplingParams(max_tokens=10))
+            sent = server_successes(live_server)
+            with budget_scope(max_tokens=10_000, name="tool"):  # a nested call cannot escape its parent
+                with pytest.raises(BudgetExceededError, match="budget 'agent'"):
+                    client.generate("Plan the trip", SamplingParams(max_tokens=40))
+            assert server_successes(live_server) == sent  # refused before it left
+            client.generate("Plan the trip", SamplingParams(max_tokens=10))  # what is left still fits
+    assert agent.used_tokens == 2 * (prompt_tokens + 10) and agent.reserved_tokens == 0
+    assert len(ledger_rows()) == 2
+    assert metrics.value("trtkit_client_budget_rejections_total", model="tiny-llama") == 1
+
+
+def test_runaway_guard_cancels_a_repeating_stream(live_server, tiny_config) -> None:
+    config = client_config(tiny_config, guard=replace(tiny_config.client.guard, ngram_size=2, max_ngram_repeats=3),
+                           cache=replace(tiny_config.client.cache, enabled=False))
+    metrics = ClientMetrics()
+    with TritonLLMClient(live_server.grpc_url, config=config, metrics=metrics) as client:
+        chunks = list(client.stream("Hello Hello Hello Hello", SamplingParams(max_tokens=200)))
+        result = chunks[-1].result
+        plain = client.generate("Hello Hello Hello Hello", SamplingParams(max_tokens=200))
+    assert result is not None and result.finish_reason == FINISH_REPETITION
+    assert 0 < result.usage.completion_tokens < 200
+    assert plain.finish_reason == FINISH_REPETITION  # generate streams internally when the guard is on
+    assert ledger_rows("finish_reason")[0] == (FINISH_REPETITION,)
+    assert metrics.value("trtkit_client_guard_stops_total", model="tiny-llama", reason=FINISH_REPETITION) == 2
+
+
+@pytest.mark.parametrize("strategy", ["tail", "summary", "retrieval"])
+def test_each_strategy_fits_the_limit_across_30_turns(live_server, tiny_config, tiny_counter, strategy) -> None:
+    limit = 96
+    config = client_config(tiny_config, max_input_tokens=limit, cache=replace(tiny_config.client.cache,
+                                                                              enabled=False),
+                           context=replace(tiny_config.client.context, summary_max_tokens=16))
+    with TritonLLMClient(live_server.grpc_url, config=config) as client:
+        talk = Conversation(client, config, tiny_counter, strategy=strategy,
+                            documents=["The harbour master's name is Ingrid."])
+        session = talk.start()
+        for turn in range(30):
+            reply = talk.ask(session, f"Question {turn}: what did the fisherman see at sea?",
+                             SamplingParams(max_tokens=6))
+            assert reply.prompt.num_tokens <= limit
+            assert reply.result.usage.prompt_tokens == reply.prompt.num_tokens  # the engine agrees
+        assert len(talk.store.get(session).turns) == 60
+    rows = ledger_rows("session, prompt_tokens")
+    chat_rows = [r for r in rows if r[0] == session]
+    assert len(chat_rows) == 30 and max(r[1] for r in rows) <= limit
+    if strategy == "summary":  # the served model wrote the summaries: those calls are in the ledger too
+        assert len(rows) > 30 and talk.store.get(session).summary
+
+
+def test_session_expiry_drops_the_context(live_server, tiny_config, tiny_counter) -> None:
+    now = [0.0]
+    store = SessionStore(ttl_seconds=60, clock=lambda: now[0])
+    with TritonLLMClient(live_server.grpc_url, config=tiny_config) as client:
+        talk = Conversation(client, tiny_config, tiny_counter, store=store)
+        session = talk.start()
+        talk.ask(session, "Remember the number 42.", SamplingParams(max_tokens=4))
+        now[0] = 50
+        store.heartbeat(session)
+        now[0] = 100
+        talk.ask(session, "And now?", SamplingParams(max_tokens=4))  # alive: the heartbeat kept it
+        kept = store.get(session)
+        now[0] = 200
+        assert store.expire_idle() == [session] and kept.turns == []
+        with pytest.raises(SessionExpiredError):
+            talk.ask(session, "What was the number?", SamplingParams(max_tokens=4))
+    assert len(ledger_rows()) == 2
+
+
+def test_input_limit_and_max_tokens_clamp(live_server, tiny_config, tiny_counter) -> None:
+    long_text = LONG_PROMPT * 12
+    assert tiny_counter.count_prompt(long_text) > tiny_config.build.max_input_len
+    with TritonLLMClient(live_server.grpc_url, config=tiny_config) as client:
+        with pytest.raises(InputTooLongError, match="client.input_overflow"):
+            client.generate(long_text)
+    config = client_config(tiny_config, input_overflow="truncate_left",
+                           guard=replace(tiny_config.client.guard, enabled=False))
+    with TritonLLMClient(live_server.grpc_url, config=config) as client:
+        cut = client.generate(long_text, SamplingParams(max_tokens=4))
+        assert cut.truncated_prompt_tokens > 0 and cut.usage.prompt_tokens <= config.build.max_input_len
+        near_limit = client.generate(LONG_PROMPT * 7, SamplingParams(max_tokens=100_000))
+    room = config.build.max_seq_len - near_limit.usage.prompt_tokens
+    assert near_limit.finish_reason == "length" and near_limit.usage.completion_tokens == room
+
+
+def test_cancel_and_deadline(live_server, nocache_config) -> None:
+    config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
+    with TritonLLMClient(live_server.grpc_url, config=config) as client:
+        stream = client.stream("Count slowly", SamplingParams(max_tokens=300))
+        first = next(stream)
+        threading.Thread(target=client.cancel, args=(client.active_requests()[0],)).start()
+        cancelled = [c for c in stream][-1].result
+        late = client.generate("Count slowly", SamplingParams(max_tokens=300), deadline_s=0.3)
+        after = client.generate("Still serving?", SamplingParams(max_tokens=4))
+    assert first.text and cancelled is not None and cancelled.finish_reason == "cancelled"
+    assert cancelled.usage.completion_tokens < 300
+    assert late.finish_reason == "deadline" and late.latency_s < 2.0 and late.usage.completion_tokens < 300
+    assert after.finish_reason == "length"
+    assert [r[0] for r in ledger_rows("finish_reason")] == ["cancelled", "deadline", "length"]
+
+
+def test_async_client_batch_order_and_task_cancellation(live_server, nocache_config) -> None:
+    prompts = [f"Item {i}:" for i in range(6)]
+
+    async def scenario():
+        async with AsyncTritonLLMClient(live_server.grpc_url, config=nocache_config) as client:
+            batch = await client.generate_batch(prompts, SamplingParams(max_tokens=5), max_concurrency=4)
+            singles = [await client.generate(p, SamplingParams(max_tokens=5)) for p in prompts[:2]]
+            task = asyncio.create_task(client.generate("Go on", SamplingParams(max_tokens=300)))
+            await asyncio.sleep(0.4)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return batch, singles
+
+    batch, singles = asyncio.run(scenario())
+    assert [r.text for r in batch[:2]] == [r.text for r in singles]  # in order, greedy == one at a time
+    assert all(r.usage.completion_tokens == 5 for r in batch)
+    finish = [r[0] for r in ledger_rows("finish_reason")]
+    assert finish[:8] == ["length"] * 8 and finish[8:] == ["cancelled"]
+
+
+def test_sync_batch_keeps_order(live_server, nocache_config) -> None:
+    prompts = [f"Number {i} is" for i in range(5)]
+    with TritonLLMClient(live_server.grpc_url, config=nocache_config) as client:
+        batch = client.generate_batch(prompts, SamplingParams(max_tokens=4))
+        single = client.generate(prompts[3], SamplingParams(max_tokens=4))
+    assert batch[3].text == single.text and len({r.request_id for r in batch}) == 5
