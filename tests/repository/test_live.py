@@ -73,12 +73,13 @@ def test_genai_perf_style_request(live: Live) -> None:
 
 
 def test_concurrent_requests_run_in_one_batch(live: Live) -> None:
-    """Four streams of 32 tokens: one at a time would take >= 128 engine steps; batched, about 32."""
+    """Four streams of 32 tokens (two through the ensemble, two through the BLS): one at a time would
+    take >= 128 engine steps; batched in flight, about 32."""
     before = live.metric("nv_trt_llm_general_metrics", "general_type", "iteration_counter")
     replies: list = [None] * 4
 
     def run(i: int) -> None:
-        replies[i] = live.stream("ensemble", inputs(CYCLE_TEXT, 32, stream=True))
+        replies[i] = live.stream(MODELS[i % 2], inputs(CYCLE_TEXT, 32, stream=True))
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
     for t in threads:

@@ -66,6 +66,8 @@ class Bls:
             "bad_words_list": pre["BAD_WORDS_IDS"],
             "exclude_input_in_output": np.array([[True]]), "streaming": np.array([[stream]]),
             "return_num_input_tokens": np.array([[True]]), "return_num_output_tokens": np.array([[True]]),
+            # the C++ backend answers kv_cache_reused_blocks only with perf metrics on: num_cached_tokens needs it
+            "return_perf_metrics": np.array([[True]]),
         }
         for name in PASS_THROUGH:
             if name in inputs and inputs[name].size:

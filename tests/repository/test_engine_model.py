@@ -1,0 +1,125 @@
+"""The CPU tensorrt_llm model's core on the real reference engine, in process (no Triton)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from echo_model import CYCLE_TEXT
+
+from trtkit.triton_models.detokenizer import decode_continuation, find_anchor
+from trtkit.triton_models.engine_model import EngineModel
+from trtkit.triton_models.fast_tokenizer import FastTokenizer
+from trtkit.triton_models.metrics import stat_values
+from trtkit.triton_models.preprocessing import words_to_list
+from trtkit.triton_models.requests import InvalidRequest
+
+
+class Collect:
+    """A response sink that keeps what the model sends."""
+
+    def __init__(self) -> None:
+        self.responses: list[tuple[dict, bool]] = []
+        self.done = threading.Event()
+        self.cancel = False
+
+    def send(self, outputs: dict, final: bool) -> None:
+        self.responses.append((outputs, final))
+        if final:
+            self.done.set()
+
+    def close(self) -> None:
+        self.done.set()
+
+    def is_cancelled(self) -> bool:
+        return self.cancel
+
+
+@pytest.fixture(scope="module")
+def engine_model(echo_model_dir: Path):
+    from trtkit.engine import EngineConfig, EngineLoop, LLMEngine
+
+    engine = LLMEngine.from_pretrained(echo_model_dir, EngineConfig(
+        max_batch_size=4, max_num_tokens=256, max_input_len=128, max_seq_len=256, tokens_per_block=16,
+        kv_cache_bytes=4 << 20))
+    loop = EngineLoop(engine)
+    tokenizer = FastTokenizer(echo_model_dir)
+    yield EngineModel(loop, tokenizer, find_anchor(tokenizer), tokens_per_block=16, exclude_input_default=True,
+                      decoupled=True)
+    loop.shutdown()
+
+
+def _request(model: EngineModel, max_tokens: int, *, stream: bool, stop: list[str] | None = None, **extra) -> dict:
+    tok = model.tokenizer
+    ids = tok.encode(CYCLE_TEXT, add_special_tokens=False)
+    inputs = {"input_ids": np.array([ids], dtype=np.int32), "input_lengths": np.array([[len(ids)]], dtype=np.int32),
+              "request_output_len": np.array([[max_tokens]], dtype=np.int32),
+              "streaming": np.array([[stream]]), **{k: np.array([[v]]) for k, v in extra.items()}}
+    if stop:
+        inputs["stop_words_list"] = words_to_list([tok.encode(w, add_special_tokens=False) for w in stop])[None]
+    return inputs
+
+
+def _text(model: EngineModel, responses: list) -> list[str]:
+    return [decode_continuation(model.tokenizer, model.anchor, out["output_ids"].reshape(-1).tolist())
+            for out, _ in responses]
+
+
+def test_streamed_chunks_decode_to_the_whole_text(engine_model: EngineModel) -> None:
+    whole, chunks = Collect(), Collect()
+    engine_model.submit(_request(engine_model, 30, stream=False), whole)
+    engine_model.submit(_request(engine_model, 30, stream=True), chunks)
+    assert whole.done.wait(60) and chunks.done.wait(60)
+    assert len(whole.responses) == 1 and whole.responses[0][1]
+    pieces = _text(engine_model, chunks.responses)
+    assert "".join(pieces) == _text(engine_model, whole.responses)[0]
+    assert all("\ufffd" not in p for p in pieces) and len(pieces) > 5
+    final = chunks.responses[-1][0]
+    assert final["num_output_tokens"].item() == 30 and final["finish_reason"].item() == b"length"
+
+
+def test_stop_string_ends_the_request(engine_model: EngineModel) -> None:
+    sink = Collect()
+    engine_model.submit(_request(engine_model, 40, stream=True, stop=["世界"]), sink)
+    assert sink.done.wait(60)
+    assert "".join(_text(engine_model, sink.responses)) == "你好，"
+    assert sink.responses[-1][0]["finish_reason"].item() == b"stop"
+
+
+def test_cancel_frees_the_request(engine_model: EngineModel) -> None:
+    import time
+
+    used_before = engine_model.loop.stats().used_kv_blocks
+    sink = Collect()
+    engine_model.submit(_request(engine_model, 120, stream=True), sink)
+    deadline = time.monotonic() + 30
+    while not sink.responses and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine_model.loop.stats().used_kv_blocks > used_before
+    sink.cancel = True
+    assert sink.done.wait(60)
+    time.sleep(0.2)  # the loop delivers the cancelled output after its step
+    stats = engine_model.loop.stats()
+    assert stats.active_requests == 0 and stats.used_kv_blocks <= used_before
+    assert stat_values(stats, 4)["nv_trt_llm_request_metrics"]["active"] == 0
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"beam_width": 2}, "beam_width"),
+    ({"return_context_logits": True}, "not supported"),
+    ({"runtime_top_p": 0.0}, "runtime_top_p"),
+    ({"temperature": float("nan")}, "finite"),
+])
+def test_bad_engine_inputs(engine_model: EngineModel, extra: dict, message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        engine_model.submit(_request(engine_model, 4, stream=True, **extra), Collect())
+
+
+def test_prompt_too_long_for_the_engine(engine_model: EngineModel) -> None:
+    inputs = _request(engine_model, 4, stream=False)
+    inputs["input_ids"] = np.ones((1, 300), dtype=np.int32)
+    inputs["input_lengths"] = np.array([[300]], dtype=np.int32)
+    with pytest.raises(InvalidRequest):
+        engine_model.submit(inputs, Collect())
