@@ -62,29 +62,27 @@ def apply_presence_frequency(logits: torch.Tensor, output_ids: list[int], presen
 
 
 def choose_token(seq: Sequence, logits: torch.Tensor) -> tuple[int, float]:
+    """Greedy, or a draw after temperature / top-k / top-p; top-k first so top-p sorts only k candidates."""
     params = seq.params
     if params.is_greedy:
         token = int(torch.argmax(logits))
         return token, float(torch.log_softmax(logits, dim=-1)[token])
     logits = logits / params.temperature
+    candidate_ids: torch.Tensor | None = None
     if params.top_k > 0:
-        logits = keep_top_k(logits, params.top_k)
+        logits, candidate_ids = torch.topk(logits, min(params.top_k, logits.shape[-1]))  # sorted, descending
+    elif params.top_p < 1.0:
+        logits, candidate_ids = torch.sort(logits, descending=True)
     if params.top_p < 1.0:
-        logits = keep_top_p(logits, params.top_p)
+        logits = keep_top_p_sorted(logits, params.top_p)
     probs = torch.softmax(logits, dim=-1)
-    token = int(torch.multinomial(probs, 1, generator=seq.generator))
-    return token, float(torch.log(probs[token]))
+    index = int(torch.multinomial(probs, 1, generator=seq.generator))
+    token = int(candidate_ids[index]) if candidate_ids is not None else index
+    return token, float(torch.log(probs[index]))
 
 
-def keep_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
-    k = min(k, logits.shape[-1])
-    threshold = torch.topk(logits, k).values[-1]
-    return logits.masked_fill(logits < threshold, NEG_INF)
-
-
-def keep_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely tokens whose probability reaches p (at least one)."""
-    sorted_logits, order = torch.sort(logits, descending=True)
-    cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-    drop = cumulative - torch.softmax(sorted_logits, dim=-1) >= p
-    return logits.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), NEG_INF)
+def keep_top_p_sorted(sorted_logits: torch.Tensor, p: float) -> torch.Tensor:
+    """On descending logits: keep the smallest head whose probability reaches p (always at least one)."""
+    probs = torch.softmax(sorted_logits, dim=-1)
+    drop = probs.cumsum(dim=-1) - probs >= p
+    return sorted_logits.masked_fill(drop, NEG_INF)
