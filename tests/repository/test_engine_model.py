@@ -51,14 +51,15 @@ def engine_model(echo_model_dir: Path):
     loop.shutdown()
 
 
-def _request(model: EngineModel, max_tokens: int, *, stream: bool, stop: list[str] | None = None, **extra) -> dict:
+def _request(model: EngineModel, max_tokens: int, *, stream: bool, stop_words: list[str] | None = None,
+             **extra) -> dict:
     tok = model.tokenizer
     ids = tok.encode(CYCLE_TEXT, add_special_tokens=False)
     inputs = {"input_ids": np.array([ids], dtype=np.int32), "input_lengths": np.array([[len(ids)]], dtype=np.int32),
               "request_output_len": np.array([[max_tokens]], dtype=np.int32),
               "streaming": np.array([[stream]]), **{k: np.array([[v]]) for k, v in extra.items()}}
-    if stop:
-        inputs["stop_words_list"] = words_to_list([tok.encode(w, add_special_tokens=False) for w in stop])[None]
+    if stop_words:
+        inputs["stop_words_list"] = words_to_list([tok.encode(w, add_special_tokens=False) for w in stop_words])[None]
     return inputs
 
 
@@ -82,7 +83,7 @@ def test_streamed_chunks_decode_to_the_whole_text(engine_model: EngineModel) -> 
 
 def test_stop_string_ends_the_request(engine_model: EngineModel) -> None:
     sink = Collect()
-    engine_model.submit(_request(engine_model, 40, stream=True, stop=["世界"]), sink)
+    engine_model.submit(_request(engine_model, 40, stream=True, stop_words=["世界"]), sink)
     assert sink.done.wait(60)
     assert "".join(_text(engine_model, sink.responses)) == "你好，"
     assert sink.responses[-1][0]["finish_reason"].item() == b"stop"
@@ -104,6 +105,17 @@ def test_cancel_frees_the_request(engine_model: EngineModel) -> None:
     stats = engine_model.loop.stats()
     assert stats.active_requests == 0 and stats.used_kv_blocks <= used_before
     assert stat_values(stats, 4)["nv_trt_llm_request_metrics"]["active"] == 0
+
+
+def test_stop_input_cancels_the_request_with_that_id(engine_model: EngineModel) -> None:
+    running, stopper = Collect(), Collect()
+    engine_model.submit(_request(engine_model, 200, stream=True), running, triton_id="req-1")
+    engine_model.submit(_request(engine_model, 1, stream=False, stop=True), stopper,
+                        triton_id="req-1")
+    assert stopper.done.wait(10) and running.done.wait(30)
+    assert sum(len(out["output_ids"].reshape(-1)) for out, _ in running.responses) < 200
+    with pytest.raises(InvalidRequest, match="no request with id"):
+        engine_model.submit(_request(engine_model, 1, stream=False, stop=True), Collect(), triton_id="gone")
 
 
 @pytest.mark.parametrize(("extra", "message"), [

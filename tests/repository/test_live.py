@@ -128,7 +128,8 @@ def test_bad_requests_get_invalid_argument_and_the_server_keeps_serving(live: Li
     assert live.stream(model, inputs(CYCLE_TEXT, 8, stream=False)).text == live.expected(8)
 
 
-def test_cancelled_stream_returns_its_kv_blocks(live: Live) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_cancelled_stream_returns_its_kv_blocks(live: Live, model: str) -> None:
     import queue
 
     import tritonclient.grpc as grpcclient
@@ -137,7 +138,7 @@ def test_cancelled_stream_returns_its_kv_blocks(live: Live) -> None:
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(live.server.grpc_url)  # type: ignore[attr-defined]
     client.start_stream(callback=lambda result, error: results.put((result, error)))
-    client.async_stream_infer("ensemble", inputs(CYCLE_TEXT, 400, stream=True))
+    client.async_stream_infer(model, inputs(CYCLE_TEXT, 400, stream=True))
     result, error = results.get(timeout=60)
     assert error is None
     deadline = time.monotonic() + 10

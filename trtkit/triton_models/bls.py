@@ -46,6 +46,7 @@ class BlsCalls:
     engine: Callable[[Outputs, bool], Iterable[Outputs]]
     send: Callable[[Outputs, bool], None]
     is_cancelled: Callable[[], bool]
+    cancel_engine: Callable[[], None] = lambda: None
 
 
 class Bls:
@@ -98,6 +99,7 @@ class Bls:
                    max_tokens, self.tokens_per_block, echo)
         for response in calls.engine(request, stream):
             if calls.is_cancelled():
+                calls.cancel_engine()  # the engine's blocks go back now, not when max_tokens runs out
                 return
             delta, final = run.absorb(response)
             if stream and (delta or final):

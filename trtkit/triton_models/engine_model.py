@@ -9,6 +9,7 @@ per released chunk, the last one flagged final; other requests get exactly one r
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ class RequestStream:
     sent_ids: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
     done: bool = False
+    triton_id: str = ""
 
 
 class EngineModel:
@@ -79,6 +81,8 @@ class EngineModel:
         self.exclude_input_default = exclude_input_default
         self.decoupled = decoupled
         self.options = options
+        self.live: dict[str, str] = {}  # Triton request id -> engine request id, for the template's `stop` input
+        self.live_lock = threading.Lock()
 
     def parse(self, inputs: Tensors) -> ParsedRequest:
         reject_unsupported(inputs)
@@ -104,11 +108,18 @@ class EngineModel:
             _words(inputs, "stop_words_list"), _words(inputs, "bad_words_list"), stream,
             bool(scalar(inputs, "exclude_input_in_output", self.exclude_input_default)))
 
-    def submit(self, inputs: Tensors, sink: ResponseSink, request_id: str | None = None) -> str:
-        """Check and enqueue one request; bad requests raise :class:`InvalidRequest` before anything is sent."""
+    def submit(self, inputs: Tensors, sink: ResponseSink, request_id: str | None = None, triton_id: str = "") -> str:
+        """Check and enqueue one request; bad requests raise :class:`InvalidRequest` before anything is sent.
+
+        As in the C++ backend, a request with ``stop`` = true cancels the live request that carries the
+        same Triton request id (how the BLS cancels its engine call when its own client goes away)."""
         from trtkit.engine import SamplingParams
         from trtkit.errors import EngineError
 
+        if bool(scalar(inputs, "stop", False)):
+            self.stop(triton_id)
+            sink.close()
+            return ""
         parsed = self.parse(inputs)
         stops = [self.tokenizer.decode(w, skip_special_tokens=False, clean_up_tokenization_spaces=False)
                  for w in parsed.stop_ids]
@@ -120,7 +131,7 @@ class EngineModel:
             presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty, min_tokens=s.min_tokens,
             exclude_input_in_output=True, return_log_probs=s.return_log_probs)
         stream = RequestStream(parsed, TokenGate(self.tokenizer, self.anchor, stops, self.options), sink,
-                               self.tokens_per_block)
+                               self.tokens_per_block, triton_id=triton_id)
         holder: dict[str, str] = {}
         try:
             rid = self.loop.submit(parsed.prompt_ids, params, lambda out: self._on_output(stream, out, holder),
@@ -128,14 +139,30 @@ class EngineModel:
         except EngineError as exc:
             raise InvalidRequest(str(exc)) from exc
         holder["rid"] = rid
+        if triton_id:
+            with self.live_lock:
+                self.live[triton_id] = rid
         return rid
+
+    def stop(self, triton_id: str) -> None:
+        with self.live_lock:
+            rid = self.live.pop(triton_id, None) if triton_id else None
+        if rid is None:
+            raise InvalidRequest(f"stop: no request with id {triton_id!r} is running; send the id of a live request")
+        self.loop.cancel(rid)
+
+    def _forget(self, stream: RequestStream) -> None:
+        if stream.triton_id:
+            with self.live_lock:
+                self.live.pop(stream.triton_id, None)
 
     def _on_output(self, stream: RequestStream, out, holder: dict[str, str]) -> None:
         if stream.done:
             return
         rid = holder.get("rid", out.request_id)
-        if stream.sink.is_cancelled():
+        if out.finish_reason == "cancelled" or stream.sink.is_cancelled():
             stream.done = True
+            self._forget(stream)
             self.loop.cancel(rid)
             stream.sink.close()
             return
@@ -168,6 +195,7 @@ class EngineModel:
             lp = stream.log_probs[:len(stream.sent_ids)]
         if final:
             stream.done = True
+            self._forget(stream)
         stream.sink.send(engine_outputs(out, chunk, lp, stream.generated, reason if final else None,
                                         self.tokens_per_block, _now_ns), final)
 

@@ -82,7 +82,7 @@ class TritonPythonModel:
 
         sink = StreamSink(send, sender.is_cancelled, self._observe)
         try:
-            self.model.submit(triton_io.inputs_of(request), sink, None)
+            self.model.submit(triton_io.inputs_of(request), sink, None, request.request_id())
         except Exception as exc:  # answers this request only
             sender.send(triton_io.error_response(pb_utils, exc), flags=FINAL)
 

@@ -4,7 +4,9 @@ All logic lives in trtkit.triton_models.bls; this file makes the BLS calls and s
 Decoupled requests each run on their own thread, so one instance serves many streams at once."""
 
 import threading
+import uuid
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtkit.triton_models import triton_io
@@ -39,9 +41,9 @@ class TritonPythonModel:
                                             inputs=triton_io.to_tensors(pb_utils, inputs))
         return triton_io.response_outputs(pb_utils, request.exec())
 
-    def _engine(self, inputs, stream):
+    def _engine(self, inputs, stream, request_id=""):
         request = pb_utils.InferenceRequest(model_name=self.engine_name, requested_output_names=self.engine_outputs,
-                                            inputs=triton_io.to_tensors(pb_utils, inputs))
+                                            inputs=triton_io.to_tensors(pb_utils, inputs), request_id=request_id)
         if not self.engine_decoupled:
             yield triton_io.response_outputs(pb_utils, request.exec())
             return
@@ -75,9 +77,11 @@ class TritonPythonModel:
             state["final"] = state["final"] or final
             sender.send(triton_io.response(pb_utils, outputs), flags=FINAL if final else 0)
 
+        engine_id = uuid.uuid4().hex
+        calls = BlsCalls(self._preprocess, lambda inputs, stream: self._engine(inputs, stream, engine_id), send,
+                         sender.is_cancelled, lambda: self._stop_engine(engine_id))
         try:
-            self.bls.run(triton_io.inputs_of(request), BlsCalls(self._preprocess, self._engine, send,
-                                                                sender.is_cancelled))
+            self.bls.run(triton_io.inputs_of(request), calls)
             if not state["final"]:
                 sender.send(flags=FINAL)
         except Exception as exc:  # answers this request only
@@ -85,6 +89,18 @@ class TritonPythonModel:
                 sender.send(triton_io.error_response(pb_utils, exc), flags=FINAL)
         finally:
             self.threads.discard(threading.current_thread())
+
+    def _stop_engine(self, engine_id):
+        """The template's `stop` input: cancels the engine request that carries the same request id."""
+        stop = {"stop": np.array([[True]]), "input_ids": np.zeros((1, 1), dtype=np.int32),
+                "input_lengths": np.ones((1, 1), dtype=np.int32), "request_output_len": np.ones((1, 1), dtype=np.int32)}
+        request = pb_utils.InferenceRequest(model_name=self.engine_name, requested_output_names=["output_ids"],
+                                            inputs=triton_io.to_tensors(pb_utils, stop), request_id=engine_id)
+        try:
+            for _ in request.exec(decoupled=True) if self.engine_decoupled else [request.exec()]:
+                pass
+        except Exception:  # the engine request may have finished on its own meanwhile
+            pass
 
     def finalize(self):
         for thread in list(self.threads):
