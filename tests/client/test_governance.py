@@ -117,12 +117,14 @@ def test_cache_ttl_lru_and_tenant_scope() -> None:
 
 def test_guard_stops_repetition_and_punctuation_runs() -> None:
     guard = RunawayGuard(ngram_size=3, max_ngram_repeats=3, max_punctuation_run=8)
-    assert guard.feed([1, 2, 3, 4, 5, 6], "varied text") is None
-    assert guard.feed([1, 2, 3, 1, 2, 3], "abc") == FINISH_REPETITION
+    assert guard.feed(["a", " b", " c", " d", " e", " f"]) is None
+    assert guard.feed([" a", " b", " c", " a", " b", " c"]) is None  # " a b c" seen twice so far
+    assert guard.feed([" a", " b", " c"]) == FINISH_REPETITION
+    assert guard.feed(["x"]) == FINISH_REPETITION  # stays tripped
     punct = RunawayGuard(max_punctuation_run=8)
-    assert punct.feed([1], "Wow!!! ") is None
-    assert punct.feed([2], "ok") is None  # a word resets the run
-    assert punct.feed([3], "! ! ! ! ! ! ! !") == FINISH_PUNCTUATION
+    assert punct.feed(["Wow", "!!!", " "]) is None
+    assert punct.feed(["ok"]) is None  # a word resets the run
+    assert punct.feed(["!", " !", " !", " !", "!!", "!", "!"]) == FINISH_PUNCTUATION
 
 
 def test_session_ttl_heartbeat_and_expiry() -> None:

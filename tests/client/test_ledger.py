@@ -125,3 +125,26 @@ def test_reports_group_and_format(isolated_home: Path) -> None:
     assert csv_text[0].startswith("day,requests,prompt_tokens") and len(csv_text) == 3
     table = format_report(by_day, "table", "day").splitlines()
     assert table[0].split()[:3] == ["day", "requests", "prompt_tokens"] and "2023-11-15" in table[3]
+
+
+def test_async_records_share_commits_and_all_land(isolated_home: Path) -> None:
+    import asyncio
+
+    async def many(ledger: Ledger) -> None:
+        await asyncio.gather(*(ledger.arecord([row(user=f"u{i % 4}")]) for i in range(300)))
+
+    with Ledger() as ledger:
+        asyncio.run(many(ledger))
+        assert ledger.count() == 300
+        assert ledger.spent("user", "u1", 0.0)[0] == 75 * 15
+
+
+def test_closed_ledger_refuses_new_rows(isolated_home: Path) -> None:
+    import pytest
+
+    from trtkit.errors import ClientError
+
+    ledger = Ledger()
+    ledger.close()
+    with pytest.raises(ClientError, match="closed"):
+        ledger.record(row())

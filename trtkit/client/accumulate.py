@@ -38,11 +38,10 @@ class StreamAccumulator:
         if delta.finish_reason:
             self.server.finish_reason = delta.finish_reason
         self.finished = self.finished or delta.is_final
-        ids = self.counter.text_ids(delta.text) if delta.text else []
-        self.local_completion_tokens += len(ids)
-        if self.guard is None or not delta.text:
+        if not delta.text:
             return None
-        return self.guard.feed(ids, delta.text)
+        self.local_completion_tokens += 1  # only used if the server sends no counts: one piece ~ one token
+        return None if self.guard is None else self.guard.feed([delta.text])
 
     def running_usage(self) -> Usage:
         completion = self.server.num_output_tokens

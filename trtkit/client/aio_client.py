@@ -116,7 +116,7 @@ class AsyncTritonLLMClient:
             else:
                 self.governor.release(prepared)
             raise
-        result = self.governor.complete(prepared, acc.outcome(stop_reason))
+        result = await self.governor.acomplete(prepared, acc.outcome(stop_reason))
         yield StreamChunk("" if use_stream else result.text, result.usage, result)
 
     async def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,

@@ -96,13 +96,28 @@ class Governor:
 
     def complete(self, request: PreparedRequest, outcome: Outcome) -> GenerationResult:
         """Settle budgets, write the ledger row (durable on return), cache and count; the final usage."""
+        result, row = self.finish(request, outcome)
+        if row is not None and self.ledger is not None:
+            self.ledger.record(row)
+        return result
+
+    async def acomplete(self, request: PreparedRequest, outcome: Outcome) -> GenerationResult:
+        """complete() for asyncio: waits for the ledger commit without blocking the event loop."""
+        result, row = self.finish(request, outcome)
+        if row is not None and self.ledger is not None:
+            await self.ledger.arecord([row])
+        return result
+
+    def finish(self, request: PreparedRequest, outcome: Outcome) -> tuple[GenerationResult, LedgerRow | None]:
+        """Everything but the ledger write; returns the row to record."""
         usage = self._usage(request, outcome)
         latency = time.perf_counter() - request.started
         ttft = None if outcome.first_token_at is None else outcome.first_token_at - request.started
         cost = self._cost(usage)
         if request.reservation is not None:
             self.budgets.settle(request.reservation, usage.total_tokens, cost)
-        self._record(request.caller, request.request_id, usage, ttft, latency, outcome.finish_reason, cost, False)
+        row = self._row(request.caller, request.request_id, usage, ttft, latency, outcome.finish_reason, cost,
+                        False)
         if request.cache_key and self.cache is not None and outcome.finish_reason in ("end_id", "stop", "length"):
             self.cache.put(request.cache_key, outcome.text, usage.completion_tokens, outcome.finish_reason)
         m = self.metrics
@@ -113,7 +128,7 @@ class Governor:
         if outcome.finish_reason.startswith("guard_"):
             m.guard_stops.labels(self.model, outcome.finish_reason).inc()
         return GenerationResult(request.request_id, outcome.text, usage, outcome.finish_reason, False, ttft, latency,
-                                cost, request.truncated_tokens)
+                                cost, request.truncated_tokens), row
 
     def release(self, request: PreparedRequest) -> None:
         """The request failed before the server did any work: free its reservation, record nothing."""
@@ -157,7 +172,9 @@ class Governor:
                    ) -> GenerationResult:
         request_id = uuid.uuid4().hex
         latency = time.perf_counter() - started
-        self._record(caller, request_id, Usage(), latency, latency, finish_reason, 0.0, True)
+        row = self._row(caller, request_id, Usage(), latency, latency, finish_reason, 0.0, True)
+        if row is not None and self.ledger is not None:
+            self.ledger.record(row)
         self.metrics.cache_hits.labels(self.model).inc()
         return GenerationResult(request_id, text, Usage(), finish_reason, True, latency, latency, 0.0, truncated)
 
@@ -165,14 +182,13 @@ class Governor:
         p = self.config.client.pricing
         return usage_cost(usage, p.input_per_million, p.output_per_million, p.cached_input_per_million)
 
-    def _record(self, caller: Caller, request_id: str, usage: Usage, ttft: float | None, latency: float,
-                finish_reason: str, cost: float, cache_hit: bool) -> None:
+    def _row(self, caller: Caller, request_id: str, usage: Usage, ttft: float | None, latency: float,
+             finish_reason: str, cost: float, cache_hit: bool) -> LedgerRow | None:
         if self.ledger is None:
-            return
-        self.ledger.record(LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session, request_id,
-                                     usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
-                                     None if ttft is None else ttft * 1e3, latency * 1e3, finish_reason, cost,
-                                     cache_hit))
+            return None
+        return LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session, request_id,
+                         usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                         None if ttft is None else ttft * 1e3, latency * 1e3, finish_reason, cost, cache_hit)
 
 
 def with_caller_session(caller: Caller, session_id: str) -> Caller:

@@ -1,8 +1,10 @@
 """Runaway guard: watches a stream for degenerate output and says when to cancel.
 
-Two symptoms of a model stuck in a loop: the same n-gram of tokens coming back again and again,
-and a long run of punctuation ("!!!!!!", "......"). Either one stops the request; the finish
-reason names which.
+Two symptoms of a model stuck in a loop: the same n-gram of stream pieces coming back again and
+again, and a long run of punctuation ("!!!!!!", "......"). Either one stops the request; the
+finish reason names which. A stream piece is what one response carries, normally one token's
+text, so n-grams of pieces are token n-grams without re-tokenizing every delta (which would cost
+more than everything else the client does per token).
 """
 
 from __future__ import annotations
@@ -20,30 +22,34 @@ class RunawayGuard:
     ngram_size: int = 8
     max_ngram_repeats: int = 4
     max_punctuation_run: int = 64
-    _tokens: list[int] = field(default_factory=list)
-    _ngrams: Counter[tuple[int, ...]] = field(default_factory=Counter)
+    _pieces: list[str] = field(default_factory=list)
+    _ngrams: Counter[tuple[str, ...]] = field(default_factory=Counter)
     _punctuation_run: int = 0
     tripped: str | None = None
 
-    def feed(self, new_token_ids: list[int], new_text: str) -> str | None:
-        """Add a stream delta; returns a finish reason once the output has run away, else None."""
+    def feed(self, pieces: list[str]) -> str | None:
+        """Add stream pieces (one per token when streaming); returns a finish reason once the output has
+        run away, else None."""
         if self.tripped:
             return self.tripped
-        for token in new_token_ids:
-            self._tokens.append(token)
-            if len(self._tokens) >= self.ngram_size:
-                gram = tuple(self._tokens[-self.ngram_size:])
-                self._ngrams[gram] += 1
-                if self._ngrams[gram] >= self.max_ngram_repeats:
-                    self.tripped = FINISH_REPETITION
-        for char in new_text:
+        for piece in pieces:
+            self._add_piece(piece)
+        return self.tripped
+
+    def _add_piece(self, piece: str) -> None:
+        self._pieces.append(piece)
+        if len(self._pieces) >= self.ngram_size:
+            gram = tuple(self._pieces[-self.ngram_size:])
+            self._ngrams[gram] += 1
+            if self._ngrams[gram] >= self.max_ngram_repeats:
+                self.tripped = FINISH_REPETITION
+        for char in piece:
             if _is_punctuation(char):
                 self._punctuation_run += 1
                 if self._punctuation_run >= self.max_punctuation_run:
                     self.tripped = self.tripped or FINISH_PUNCTUATION
             elif not char.isspace():  # "! ! ! !" is still a punctuation run
                 self._punctuation_run = 0
-        return self.tripped
 
 
 def _is_punctuation(char: str) -> bool:
