@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from trtkit.serve.processes import kill_strays, remove_shm_regions, stop_process_group
+from trtkit.serve.processes import clean_leftovers, stop_process_group
 from trtkit.serve.state import ServerRecord, read_records, remove_record
 
 logger = logging.getLogger(__name__)
@@ -19,7 +19,6 @@ def stop_recorded_servers(grace_s: float = 15.0) -> list[ServerRecord]:
             stopped.append(record)
         else:
             # crashed or killed by hand: its stubs and shm regions may still be around
-            kill_strays(record.shm_prefix)
-            remove_shm_regions(record.shm_prefix)
+            clean_leftovers(record.shm_prefix, wait_s=0.0)
         remove_record(record.pid)
     return stopped

@@ -95,19 +95,24 @@ def remove_shm_regions(prefix: str) -> list[Path]:
     return removed
 
 
-def stop_process_group(pid: int, marker: str, grace_s: float) -> bool:
-    """SIGTERM the group led by pid, SIGKILL after grace_s, then clean strays and shm regions.
+def clean_leftovers(marker: str, wait_s: float = 3.0) -> None:
+    """After the server is gone: give its stubs wait_s to exit on their own, then kill, then drop shm."""
+    wait_gone(pids_with_marker(marker), wait_s)
+    kill_strays(marker)
+    remove_shm_regions(marker)
 
-    Returns True when the server exited on SIGTERM alone.
-    """
-    signal_group(pid, signal.SIGTERM)
+
+def stop_process_group(pid: int, marker: str, grace_s: float) -> bool:
+    """SIGTERM the server (it shuts its stubs down itself), SIGKILL its whole group after grace_s,
+    then clean strays and shm regions. Returns True when the server exited on SIGTERM alone."""
+    try:
+        os.kill(pid, signal.SIGTERM)  # mpirun forwards it to every rank
+    except ProcessLookupError:
+        pass
     graceful = not wait_gone([pid], grace_s)
     if not graceful:
         logger.warning("tritonserver %d ignored SIGTERM for %.0f s; sending SIGKILL", pid, grace_s)
         signal_group(pid, signal.SIGKILL)
         wait_gone([pid], 5.0)
-    # stubs exit on their own shortly after the server; give them a moment before forcing
-    wait_gone(pids_with_marker(marker), 3.0)
-    kill_strays(marker)
-    remove_shm_regions(marker)
+    clean_leftovers(marker)
     return graceful

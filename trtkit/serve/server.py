@@ -25,7 +25,7 @@ from trtkit.errors import ServerError
 from trtkit.serve.command import LaunchSpec, build_command
 from trtkit.serve.logs import find_load_failure, read_tail, socket_in_use
 from trtkit.serve.ports import Ports, connect_host, resolve_ports
-from trtkit.serve.processes import stop_process_group
+from trtkit.serve.processes import clean_leftovers, stop_process_group
 from trtkit.serve.runtime import TritonRuntime, resolve_runtime
 from trtkit.serve.state import ServerRecord, remove_record, state_dir, write_record
 
@@ -107,11 +107,6 @@ class TritonServer:
                     self._cleanup_after_exit()
                     continue
                 raise
-        atexit.register(self.stop)
-        assert self.pid is not None
-        write_record(ServerRecord(pid=self.pid, repo_dir=str(self.repo_dir), shm_prefix=self.shm_prefix,
-                                  log_path=str(self.log_path), http_url=self.http_url, grpc_url=self.grpc_url,
-                                  metrics_url=self.metrics_url, started_at=time.time()))
         logger.info("tritonserver ready: grpc %s, http %s, log %s", self.grpc_url, self.http_url, self.log_path)
         return self
 
@@ -132,6 +127,11 @@ class TritonServer:
             self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
                                              stderr=subprocess.STDOUT, env={**self._runtime.env, **self._extra_env},
                                              start_new_session=True)
+        # recorded before it is ready, so `trtkit serve --stop` also reaches a server stuck loading
+        atexit.register(self.stop)
+        write_record(ServerRecord(pid=self._process.pid, repo_dir=str(self.repo_dir), shm_prefix=self.shm_prefix,
+                                  log_path=str(self.log_path), http_url=self.http_url, grpc_url=self.grpc_url,
+                                  metrics_url=self.metrics_url, started_at=time.time()))
 
     def wait_ready(self) -> None:
         """Poll readiness until the deadline; fail at once if the process dies or a model fails to load."""
@@ -177,7 +177,7 @@ class TritonServer:
         except subprocess.TimeoutExpired as exc:
             raise ServerError(f"tritonserver {process.pid} did not exit; kill it by hand: kill -9 {process.pid}") from exc
         # also reached after a crash: the stubs and shm regions of a dead server are still ours to clean
-        stop_process_group(process.pid, self.shm_prefix, 0.0)
+        clean_leftovers(self.shm_prefix)
         remove_record(process.pid)
         self._process = None
         atexit.unregister(self.stop)
