@@ -62,6 +62,7 @@ class CalibrationPlan:
     kv_cache_dtype: str
     model_dir: Path
     decoder_type: str
+    source_dtype: str | None
     out_dir: Path
     manifest: Manifest
     warnings: list[str] = field(default_factory=list)
@@ -102,7 +103,7 @@ def plan_calibration(config: ModelConfig, fmt: str | None = None, kv_cache_dtype
     manifest = Manifest("calibrate", config.model.source, model_hash(model_dir), dataset_hash(docs),
                         {"format": fmt, "kv_cache_dtype": kv, "convert": asdict(config.convert),
                          "quantization": asdict(q), "model": asdict(config.model)}, library_versions())
-    return CalibrationPlan(fmt, spec, kv, model_dir, decoder, out, manifest, warnings)
+    return CalibrationPlan(fmt, spec, kv, model_dir, decoder, preflight.source_dtype(hf_cfg), out, manifest, warnings)
 
 
 class CalibrationSession:
@@ -193,7 +194,7 @@ class CalibrationSession:
                 mtq.disable_quantizer(model, "*weight_quantizer")
         c = self.config.convert
         export_checkpoint(model.cpu(), decoder_type=plan.decoder_type, dtype=c.dtype, out_dir=tmp,
-                          tp_size=c.tp_size, pp_size=c.pp_size, spec=plan.spec)
+                          tp_size=c.tp_size, pp_size=c.pp_size, spec=plan.spec, source_dtype=plan.source_dtype)
 
     def _report(self, plan: CalibrationPlan, result: EvalResult, ranges: list[Any],
                 timings: dict[str, float]) -> QualityReport:

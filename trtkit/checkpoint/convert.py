@@ -27,7 +27,8 @@ def default_convert_dir(config: ModelConfig) -> Path:
 def convert_checkpoint(config: ModelConfig, *, out_dir: Path | None = None, force: bool = False) -> Path:
     """Write config.json + rank{N}.safetensors; an identical earlier result is reused unless ``force``."""
     model_dir = resolve_model_dir(config.model.source)
-    decoder = preflight.check_architecture(preflight.hf_config(model_dir))
+    hf_cfg = preflight.hf_config(model_dir)
+    decoder = preflight.check_architecture(hf_cfg)
     out = Path(out_dir) if out_dir else default_convert_dir(config)
     manifest = Manifest("convert", config.model.source, model_hash(model_dir), None,
                         {"convert": asdict(config.convert), "model": asdict(config.model)}, library_versions())
@@ -40,5 +41,5 @@ def convert_checkpoint(config: ModelConfig, *, out_dir: Path | None = None, forc
     c = config.convert
     with atomic_output(out, manifest) as tmp:
         export_checkpoint(model.cpu(), decoder_type=decoder, dtype=c.dtype, out_dir=tmp, tp_size=c.tp_size,
-                          pp_size=c.pp_size, spec=None)
+                          pp_size=c.pp_size, spec=None, source_dtype=preflight.source_dtype(hf_cfg))
     return out

@@ -77,14 +77,24 @@ def load_tokenizer(tokenizer_dir: Path, *, trust_remote_code: bool) -> Any:
 
 
 def export_checkpoint(model: Any, *, decoder_type: str, dtype: str, out_dir: Path, tp_size: int, pp_size: int,
-                      spec: FormatSpec | None) -> dict[str, Any]:
-    """Write config.json + rank{N}.safetensors into ``out_dir``; return the final config.json."""
+                      spec: FormatSpec | None, source_dtype: str | None = None) -> dict[str, Any]:
+    """Write config.json + rank{N}.safetensors into ``out_dir``; return the final config.json.
+
+    ModelOpt writes 16-bit checkpoints only (it turns float32 into float16). For float32 we export in the
+    source model's 16-bit dtype, which holds its weights exactly, and widen every 16-bit tensor to fp32.
+    """
     import torch
     from modelopt.torch.export import export_tensorrt_llm_checkpoint
 
+    export_dtype = dtype
+    if dtype == "float32":
+        export_dtype = source_dtype if source_dtype in ("float16", "bfloat16") else "bfloat16"
+        if source_dtype not in ("float16", "bfloat16"):
+            log.warning("the source model is %s: ModelOpt's exporter writes 16-bit weights, so the float32 "
+                        "checkpoint holds them rounded to bfloat16", source_dtype or "of unknown dtype")
     with quiet_stdout():
         try:
-            export_tensorrt_llm_checkpoint(model, decoder_type, getattr(torch, TORCH_DTYPES[dtype]), out_dir,
+            export_tensorrt_llm_checkpoint(model, decoder_type, getattr(torch, TORCH_DTYPES[export_dtype]), out_dir,
                                            inference_tensor_parallel=tp_size, inference_pipeline_parallel=pp_size)
         except (NotImplementedError, AssertionError, ValueError) as exc:
             raise CalibrationError(f"ModelOpt could not export the checkpoint ({exc}); check convert.tp_size / "
@@ -92,11 +102,25 @@ def export_checkpoint(model: Any, *, decoder_type: str, dtype: str, out_dir: Pat
     config_path = out_dir / "config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
     _complete_config(config, model.config, spec)
+    if dtype == "float32":
+        _widen_to_float32(out_dir)
+        config["dtype"] = config["logits_dtype"] = "float32"
     config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
     quant_algo = config["quantization"].get("quant_algo")
     if quant_algo != "MIXED_PRECISION":  # ModelOpt writes it for unquantized layers too; only mixed needs it
         (out_dir / "quant_cfg.json").unlink(missing_ok=True)
     return config
+
+
+def _widen_to_float32(out_dir: Path) -> None:
+    """Cast the 16-bit float tensors of every rank file to fp32 (exact); quantized tensors are untouched."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    for rank_file in sorted(out_dir.glob("rank*.safetensors")):
+        tensors = load_file(rank_file)
+        widened = {name: t.float() if t.dtype in (torch.float16, torch.bfloat16) else t for name, t in tensors.items()}
+        save_file(widened, rank_file, metadata={"format": "pt"})
 
 
 def _complete_config(config: dict[str, Any], hf_config: Any, spec: FormatSpec | None) -> None:

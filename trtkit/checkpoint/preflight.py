@@ -26,6 +26,11 @@ def hf_config(model_dir: Path) -> dict[str, Any]:
         raise CalibrationError(f"{path}: cannot read the model's config.json ({exc}); check model.source") from exc
 
 
+def source_dtype(cfg: dict[str, Any]) -> str | None:
+    value = cfg.get("dtype") or cfg.get("torch_dtype")
+    return str(value) if value else None
+
+
 def decoder_type(architecture: str) -> str:
     """ModelOpt's decoder type for an HF architecture name, or an error naming what is supported."""
     from modelopt.torch.export.model_utils import MODEL_NAME_TO_TYPE
