@@ -67,9 +67,13 @@ def test_usage_equals_tokenizer_and_engine_counts(live_server, nocache_config, t
 
 def test_stream_final_usage_equals_non_streamed(live_server, nocache_config) -> None:
     params = SamplingParams(max_tokens=20)
-    with TritonLLMClient(live_server.grpc_url, config=nocache_config) as client:
-        plain = client.generate("Tell me a story", params)
+    config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
+    with TritonLLMClient(live_server.grpc_url, config=config) as client:
+        plain = client.generate("Tell me a story", params)  # guard off: one non-streamed response
         chunks = list(client.stream("Tell me a story", params))
+    with TritonLLMClient(live_server.grpc_url, config=config, model_name="tensorrt_llm_bls") as bls:
+        via_bls = bls.generate("Tell me a story", params)
+    assert via_bls.text == plain.text and via_bls.usage == plain.usage
     final = chunks[-1].result
     assert final is not None and final.usage == plain.usage and final.text == plain.text
     running = [c.usage.completion_tokens for c in chunks[:-1]]
@@ -229,3 +233,45 @@ def test_sync_batch_keeps_order(live_server, nocache_config) -> None:
         batch = client.generate_batch(prompts, SamplingParams(max_tokens=4))
         single = client.generate(prompts[3], SamplingParams(max_tokens=4))
     assert batch[3].text == single.text and len({r.request_id for r in batch}) == 5
+
+
+def test_async_cache_hit_and_metrics_port(live_server, tiny_config) -> None:
+    import urllib.request
+
+    metrics = ClientMetrics()
+    port = metrics.serve(0)
+
+    async def twice():
+        async with AsyncTritonLLMClient(live_server.grpc_url, config=tiny_config, metrics=metrics) as client:
+            return [await client.generate("Same again", SamplingParams(max_tokens=6)) for _ in range(2)]
+
+    first, second = asyncio.run(twice())
+    assert not first.cache_hit and second.cache_hit and second.text == first.text
+    assert ledger_rows("completion_tokens, cache_hit") == [(6, 0), (0, 1)]
+    page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'trtkit_client_cache_hits_total{model="tiny-llama"} 1.0' in page
+    assert 'trtkit_client_completion_tokens_total{model="tiny-llama"} 6.0' in page
+
+
+def test_cli_generate_and_chat(live_server, capsys) -> None:
+    import json
+    import sys
+
+    from trtkit.cli.main import main
+
+    from .conftest import TINY_CONFIG
+
+    assert main(["generate", str(TINY_CONFIG), "Hello there", "--url", live_server.grpc_url, "--max-tokens", "5",
+                 "--json", "--user", "cli"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["usage"]["completion_tokens"] == 5 and out["usage"]["total_tokens"] == out["usage"]["prompt_tokens"] + 5
+    stdin = sys.stdin
+    sys.stdin = __import__("io").StringIO("Hi!\nAnd again?\n\n")
+    try:
+        assert main(["chat", str(TINY_CONFIG), "--url", live_server.grpc_url, "--max-tokens", "4",
+                     "--strategy", "retrieval"]) == 0
+    finally:
+        sys.stdin = stdin
+    err = capsys.readouterr().err
+    assert "strategy retrieval" in err and err.count("[usage] prompt") == 2
+    assert [r[0] for r in ledger_rows("user")] == ["cli", "", ""]

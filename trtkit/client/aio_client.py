@@ -85,8 +85,10 @@ class AsyncTritonLLMClient:
 
     async def _chunks(self, prompt: str, params: SamplingParams | None, caller: Caller | None,
                       deadline_s: float | None, *, server_stream: bool | None) -> AsyncIterator[StreamChunk]:
-        prepared = self.governor.prepare(prompt, params or SamplingParams(), caller or self.setup.caller)
+        who = caller or self.setup.caller
+        prepared = self.governor.prepare(prompt, params or SamplingParams(), who, record_hit=False)
         if isinstance(prepared, GenerationResult):
+            await self.governor.arecord_hit(prepared, who)
             yield StreamChunk(prepared.text, prepared.usage, prepared)
             return
         guard = self.governor.new_guard()

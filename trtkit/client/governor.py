@@ -68,8 +68,10 @@ class Governor:
         self.max_input_tokens = c.max_input_tokens or config.build.max_input_len
         self.model = config.name
 
-    def prepare(self, prompt: str, params: SamplingParams, caller: Caller) -> PreparedRequest | GenerationResult:
-        """A request ready to send, or a GenerationResult straight from the cache (recorded as 0 tokens)."""
+    def prepare(self, prompt: str, params: SamplingParams, caller: Caller, *, record_hit: bool = True
+                ) -> PreparedRequest | GenerationResult:
+        """A request ready to send, or a GenerationResult straight from the cache, recorded as 0 tokens
+        (asyncio callers pass record_hit=False and await ``arecord_hit`` instead)."""
         started = time.perf_counter()
         prompt, ids, truncated = self._fit_input(prompt)
         requested = params.max_tokens or self.config.client.default_max_tokens
@@ -80,7 +82,10 @@ class Governor:
             key = cache_key(caller.tenant, self.model, prompt, params.identity())
             hit = self.cache.get(key)
             if hit is not None:
-                return self._cache_hit(hit.text, hit.finish_reason, caller, started, truncated)
+                result = self._cache_hit(hit.text, hit.finish_reason, started, truncated)
+                if record_hit and self.ledger is not None:
+                    self.ledger.record(self._hit_row(result, caller))
+                return result
         reserve_tokens = len(ids) + max_tokens
         try:
             reservation = self.budgets.reserve(caller, reserve_tokens, self._cost(Usage.of(len(ids), max_tokens)))
@@ -168,15 +173,19 @@ class Governor:
             completion = self.counter.count(outcome.text) if outcome.text else 0
         return Usage.of(prompt, completion, outcome.num_cached_tokens or 0)
 
-    def _cache_hit(self, text: str, finish_reason: str, caller: Caller, started: float, truncated: int
-                   ) -> GenerationResult:
-        request_id = uuid.uuid4().hex
+    async def arecord_hit(self, result: GenerationResult, caller: Caller) -> None:
+        if self.ledger is not None:
+            await self.ledger.arecord([self._hit_row(result, caller)])
+
+    def _cache_hit(self, text: str, finish_reason: str, started: float, truncated: int) -> GenerationResult:
         latency = time.perf_counter() - started
-        row = self._row(caller, request_id, Usage(), latency, latency, finish_reason, 0.0, True)
-        if row is not None and self.ledger is not None:
-            self.ledger.record(row)
         self.metrics.cache_hits.labels(self.model).inc()
-        return GenerationResult(request_id, text, Usage(), finish_reason, True, latency, latency, 0.0, truncated)
+        return GenerationResult(uuid.uuid4().hex, text, Usage(), finish_reason, True, latency, latency, 0.0,
+                                truncated)
+
+    def _hit_row(self, result: GenerationResult, caller: Caller) -> LedgerRow:
+        return LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session, result.request_id,
+                         0, 0, 0, result.latency_s * 1e3, result.latency_s * 1e3, result.finish_reason, 0.0, True)
 
     def _cost(self, usage: Usage) -> float:
         p = self.config.client.pricing
