@@ -149,3 +149,28 @@ def test_cli_prints_each_implied_setting(tmp_path: Path, tiny_llama_dir: Path) -
                      "serve.enable_chunked_context = True"):
         assert expected in result.output
     assert (out / "ensemble" / "config.pbtxt").is_file()
+
+
+@pytest.mark.gpu
+def test_gpu_repository_serves_on_a_gpu_host(tmp_path: Path) -> None:
+    """On a GPU host with TensorRT-LLM 1.2 and an engine from `trtkit build` (TRTKIT_GPU_ENGINE_DIR), the
+    generated repository loads in the container's tritonserver and answers. Its CPU counterpart is
+    test_gpu_engine_config_meets_the_1_2_contract."""
+    import importlib.util
+    import os
+    import shutil
+
+    engine_dir = os.environ.get("TRTKIT_GPU_ENGINE_DIR")
+    if not (engine_dir and shutil.which("nvidia-smi") and importlib.util.find_spec("tensorrt_llm")):
+        pytest.skip("needs a GPU host with TensorRT-LLM 1.2 and TRTKIT_GPU_ENGINE_DIR set to a built engine")
+    from live_client import Live, inputs
+
+    from trtkit.serve import TritonServer
+
+    config = load_config(os.environ.get("TRTKIT_GPU_CONFIG", str(CONFIGS / "smollm2-135m.yaml")))
+    deploy_repository(config, Path(engine_dir), tmp_path / "repo", target="gpu")
+    with TritonServer(tmp_path / "repo", start_timeout_s=600) as server:
+        live = Live(server, Path(engine_dir))
+        for model in ("ensemble", "tensorrt_llm_bls"):
+            reply = live.stream(model, inputs("The capital of France is", 8, stream=True))
+            assert reply.error is None and reply.text.strip()

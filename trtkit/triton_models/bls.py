@@ -96,7 +96,7 @@ class Bls:
         echo = "" if bool(scalar(inputs, "exclude_input_in_output", True)) else prompt
         run = _Run(IncrementalDetokenizer(self.tokenizer, self.anchor, self.options),
                    StopFilter(word_list(inputs, "stop_words")), int(np.asarray(pre["REQUEST_INPUT_LEN"]).reshape(-1)[0]),
-                   max_tokens, self.tokens_per_block, echo)
+                   max_tokens, self.tokens_per_block, echo, keep_text=not stream)
         for response in calls.engine(request, stream):
             if calls.is_cancelled():
                 calls.cancel_engine()  # the engine's blocks go back now, not when max_tokens runs out
@@ -122,7 +122,9 @@ class _Run:
     max_tokens: int
     tokens_per_block: int
     echo: str
+    keep_text: bool
     text: str = ""
+    started: bool = False
     num_output: int = 0
     num_cached: int = 0
     engine_reason: str = ""
@@ -148,9 +150,10 @@ class _Run:
         return self._prefix(self.stops.push(self.detok.flush()) + self.stops.flush())
 
     def _prefix(self, delta: str) -> str:
-        if self.echo and not self.text:
-            delta = self.echo + delta
-        self.text += delta
+        if not self.started:
+            delta, self.started = self.echo + delta, True
+        if self.keep_text:  # non-streaming answers the whole text; streaming keeps nothing (linear cost)
+            self.text += delta
         return delta
 
     def reason(self) -> str:

@@ -149,13 +149,13 @@ UNSUPPORTED_ON_CPU = ("prompt_embedding_table", "lora_task_id", "lora_weights", 
                       "mrope_rotary_cos_sin", "embedding_bias_words", "decoder_text_input")
 
 
-def reject_unsupported(inputs: Tensors, names: tuple[str, ...] = UNSUPPORTED_ON_CPU) -> None:
-    """Inputs the template declares but the CPU reference engine cannot honour: refuse, never ignore."""
+def reject_unsupported(inputs: Tensors, names: tuple[str, ...] = UNSUPPORTED_ON_CPU,
+                       where: str = "the CPU reference engine; leave it out or deploy with --target gpu") -> None:
+    """Inputs the template declares but this model cannot honour: refuse, never ignore."""
     for name in names:
         array = inputs.get(name)
         if array is not None and array.size > 0:
-            raise InvalidRequest(f"{name} is not supported by the CPU reference engine; "
-                                 f"leave it out or deploy with --target gpu")
+            raise InvalidRequest(f"{name} is not supported by {where}")
     for name in ("return_context_logits", "return_generation_logits"):
         if bool(scalar(inputs, name, False)):
             raise InvalidRequest(f"{name} is not supported by the CPU reference engine; leave it false")

@@ -7,7 +7,7 @@ is ever sent. The stop string itself is not part of the output (the OpenAI conve
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 def first_stop(text: str, stops: list[str], start: int = 0) -> int:
@@ -29,38 +29,38 @@ def held_suffix_start(text: str, stops: list[str], floor: int) -> int:
 
 @dataclass(slots=True)
 class StopFilter:
-    """Feed text deltas; get back the text that is safe to send."""
+    """Feed text deltas; get back the text that is safe to send.
+
+    Only the unsent tail is kept (a stop string can never begin inside text already sent, since a
+    possible beginning is always held back), so the cost per delta does not grow with the output."""
 
     stops: list[str]
-    text: str = ""
-    sent: int = 0
+    pending: str = ""
     stopped: bool = False
-    longest: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.stops = [s for s in self.stops if s]
-        self.longest = max((len(s) for s in self.stops), default=0)
 
     def push(self, delta: str) -> str:
         if self.stopped:
             return ""
-        self.text += delta
+        self.pending += delta
         if not self.stops:
-            return self._release(len(self.text))
-        hit = first_stop(self.text, self.stops, max(0, self.sent - self.longest))
+            return self._release(len(self.pending))
+        hit = first_stop(self.pending, self.stops)
         if hit >= 0:
             self.stopped = True
-            return self._release(hit)
-        return self._release(held_suffix_start(self.text, self.stops, self.sent))
+            out = self.pending[:hit]
+            self.pending = ""
+            return out
+        return self._release(held_suffix_start(self.pending, self.stops, 0))
 
     def flush(self) -> str:
         """End of output: what was held back as a possible stop prefix is plain text after all."""
-        return "" if self.stopped else self._release(len(self.text))
+        return "" if self.stopped else self._release(len(self.pending))
 
     def _release(self, end: int) -> str:
-        end = max(end, self.sent)
-        out = self.text[self.sent:end]
-        self.sent = end
+        out, self.pending = self.pending[:end], self.pending[end:]
         return out
 
 

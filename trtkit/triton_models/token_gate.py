@@ -9,6 +9,7 @@ the stop, when that re-encoding reads back identically).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from trtkit.triton_models.detokenizer import (
@@ -29,8 +30,8 @@ class TokenGate:
     options: DecodeOptions = DEFAULT_OPTIONS
     detok: IncrementalDetokenizer = field(init=False)
     tokens: list[int] = field(default_factory=list)
-    text: str = ""
-    boundaries: list[tuple[int, int]] = field(default_factory=list)  # (tokens, chars) where text is final
+    pending: str = ""  # decoded text not yet handed on (starts at character emitted_chars)
+    boundaries: deque[tuple[int, int]] = field(default_factory=deque)  # (tokens, chars) where text is final
     emitted_tokens: int = 0
     emitted_chars: int = 0
     stopped: bool = False
@@ -45,43 +46,51 @@ class TokenGate:
             return []
         self.tokens.extend(int(i) for i in ids)
         self._extend_text(self.detok.push(list(ids)))
-        hit = first_stop(self.text, self.stops, self.emitted_chars) if self.stops else -1
+        hit = first_stop(self.pending, self.stops) if self.stops else -1
         if hit >= 0:
             self.stopped = True
-            return self._emit_until(hit, exact=True)
-        hold = held_suffix_start(self.text, self.stops, self.emitted_chars) if self.stops else len(self.text)
-        return self._emit_until(hold, exact=False)
+            return self._emit_until(self.emitted_chars + hit, exact=True)
+        hold = held_suffix_start(self.pending, self.stops, 0) if self.stops else len(self.pending)
+        return self._emit_until(self.emitted_chars + hold, exact=False)
 
     def finish(self) -> list[int]:
         """The sequence ended: return everything still held (cut at a stop string if one completed)."""
         if self.stopped:
             return []
         self._extend_text(self.detok.flush())
-        hit = first_stop(self.text, self.stops, self.emitted_chars) if self.stops else -1
+        hit = first_stop(self.pending, self.stops) if self.stops else -1
         if hit >= 0:
             self.stopped = True
-            return self._emit_until(hit, exact=True)
+            return self._emit_until(self.emitted_chars + hit, exact=True)
         ids = self.tokens[self.emitted_tokens:]
-        self.emitted_tokens, self.emitted_chars = len(self.tokens), len(self.text)
+        self._advance(len(self.tokens), self.emitted_chars + len(self.pending))
         return ids
 
+    @property
+    def text_end(self) -> int:
+        return self.emitted_chars + len(self.pending)
+
     def _extend_text(self, delta: str) -> None:
-        self.text += delta
+        self.pending += delta
         clean = self.detok.num_clean_tokens
         if clean > (self.boundaries[-1][0] if self.boundaries else self.emitted_tokens):
-            self.boundaries.append((clean, len(self.text)))
+            self.boundaries.append((clean, self.text_end))
+
+    def _advance(self, num_tokens: int, chars: int) -> None:
+        self.pending = self.pending[chars - self.emitted_chars:]
+        self.emitted_tokens, self.emitted_chars = num_tokens, chars
 
     def _emit_until(self, end_chars: int, *, exact: bool) -> list[int]:
         best = None
         while self.boundaries and self.boundaries[0][1] <= end_chars:
-            best = self.boundaries.pop(0)
+            best = self.boundaries.popleft()
         ids: list[int] = []
         if best is not None:
             ids = self.tokens[self.emitted_tokens:best[0]]
-            self.emitted_tokens, self.emitted_chars = best
+            self._advance(*best)
         if exact and end_chars > self.emitted_chars:
-            ids += self._reencode(self.text[self.emitted_chars:end_chars])
-            self.emitted_chars = end_chars
+            ids += self._reencode(self.pending[:end_chars - self.emitted_chars])
+            self._advance(self.emitted_tokens, end_chars)
         return ids
 
     def _reencode(self, fragment: str) -> list[int]:

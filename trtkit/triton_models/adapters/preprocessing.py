@@ -29,7 +29,7 @@ class TritonPythonModel:
             rows = inputs["QUERY"].shape[0]
             if rows != 1:
                 raise InvalidRequest(f"text_input: batch of {rows}; send one prompt per request")
-            reject_unsupported(inputs, UNSUPPORTED)
+            reject_unsupported(inputs, UNSUPPORTED, "trtkit's text-only preprocessing; leave it out")
             done = self.pre.run(inputs)
             min_tokens = min_tokens_of(inputs, "MIN_TOKENS", "MIN_LENGTH")
             outputs = {
