@@ -13,11 +13,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trtkit.config import load_config
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import RepositoryError
 from trtkit.serve import TritonServer
+
+if TYPE_CHECKING:
+    from trtkit.client import GenerationResult
 
 logger = logging.getLogger(__name__)
 Sink = Callable[[str], None]
@@ -78,7 +82,8 @@ def server_for(config: ModelConfig, repo_dir: Path, world_size: int) -> TritonSe
                         start_timeout_s=serve.server_start_timeout_s, world_size=world_size)
 
 
-def stream_answer(config: ModelConfig, grpc_url: str, prompt: str, max_tokens: int, on_text: Sink):  # type: ignore[no-untyped-def]
+def stream_answer(config: ModelConfig, grpc_url: str, prompt: str, max_tokens: int,
+                  on_text: Sink) -> GenerationResult:
     """Stream the answer through the token-governing client; returns its final GenerationResult."""
     from trtkit.client import SamplingParams, TritonLLMClient
 

@@ -8,12 +8,16 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from trtkit.cli.options import ConfigArg, JsonOpt
 from trtkit.errors import RepositoryError
+
+if TYPE_CHECKING:  # the CLI imports the heavy packages only when a command runs
+    from trtkit.config.schema import ModelConfig
+    from trtkit.serve import TritonServer
 
 RepoArg = Annotated[Path | None, typer.Argument(help="Triton model repository, e.g. triton_repo/smollm2-135m",
                                                 show_default=False)]
@@ -21,7 +25,7 @@ ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Model co
                                                 "tp/pp and build limits to compare against")]
 
 
-def _load(config_path: Path | None):  # type: ignore[no-untyped-def]
+def _load(config_path: Path | None) -> ModelConfig | None:
     if config_path is None:
         return None
     from trtkit.config import load_config
@@ -29,7 +33,7 @@ def _load(config_path: Path | None):  # type: ignore[no-untyped-def]
     return load_config(config_path)
 
 
-def run_check(repo_dir: Path, config=None, *, echo: bool = True) -> None:  # type: ignore[no-untyped-def]
+def run_check(repo_dir: Path, config: ModelConfig | None = None, *, echo: bool = True) -> None:
     """Run the consistency check; warnings go to stderr, errors raise with every finding listed."""
     from trtkit.check import check_repository
 
@@ -87,22 +91,21 @@ def serve(repo_dir: RepoArg = None, config: ConfigOpt = None,
     if not skip_check:
         run_check(repo_dir, model_config)
     from trtkit.check import engine_world_size
+    from trtkit.config.schema import ServeSection
 
-    s = model_config.serve if model_config is not None else None
-    server = TritonServer(repo_dir, http_port=_pick(http_port, s and s.http_port, 8000),
-                          grpc_port=_pick(grpc_port, s and s.grpc_port, 8001),
-                          metrics_port=_pick(metrics_port, s and s.metrics_port, 8002),
-                          bind_address=bind or (s.bind_address if s else "127.0.0.1"),
-                          start_timeout_s=s.server_start_timeout_s if s else 120,
+    s = model_config.serve if model_config is not None else ServeSection()  # defaults: 127.0.0.1:8000-8002
+    server = TritonServer(repo_dir, http_port=_pick(http_port, s.http_port),
+                          grpc_port=_pick(grpc_port, s.grpc_port), metrics_port=_pick(metrics_port, s.metrics_port),
+                          bind_address=bind or s.bind_address, start_timeout_s=s.server_start_timeout_s,
                           world_size=engine_world_size(repo_dir))
     serve_until_interrupted(server)
 
 
-def _pick(option: int | None, from_config: int | None, default: int) -> int:
-    return option if option is not None else (from_config if from_config is not None else default)
+def _pick(option: int | None, from_config: int) -> int:
+    return option if option is not None else from_config
 
 
-def serve_until_interrupted(server) -> None:  # type: ignore[no-untyped-def]
+def serve_until_interrupted(server: TritonServer) -> None:
     """Start, print the URLs on stdout, and stop cleanly on Ctrl-C, SIGTERM, or `trtkit serve --stop`."""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
