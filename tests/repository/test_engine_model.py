@@ -135,3 +135,18 @@ def test_prompt_too_long_for_the_engine(engine_model: EngineModel) -> None:
     inputs["input_lengths"] = np.array([[300]], dtype=np.int32)
     with pytest.raises(InvalidRequest):
         engine_model.submit(inputs, Collect())
+
+
+def test_not_decoupled_answers_once_and_refuses_streaming(engine_model: EngineModel) -> None:
+    """serve.streaming: false -> the engine model is not decoupled: one response per request, no streams."""
+    from trtkit.triton_models.engine_host import WaitingSink
+
+    plain = EngineModel(engine_model.loop, engine_model.tokenizer, engine_model.anchor, tokens_per_block=16,
+                        exclude_input_default=True, decoupled=False)
+    finals: list = []
+    sink = WaitingSink(finals.append)
+    plain.submit(_request(plain, 12, stream=False), sink)
+    assert sink.done.wait(60) and sink.outputs is not None and len(finals) == 1
+    assert sink.outputs["num_output_tokens"].item() == 12
+    with pytest.raises(InvalidRequest, match="decoupled"):
+        plain.submit(_request(plain, 12, stream=True), WaitingSink(finals.append))
