@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 from echo_model import CYCLE_TEXT
-from live_client import Live, collect, inputs, tensor
+from live_client import Live, inputs, tensor
 
 pytestmark = pytest.mark.slow
 MODELS = ("ensemble", "tensorrt_llm_bls")
@@ -176,5 +176,3 @@ def test_metrics_use_tensorrt_llm_names_and_labels(live: Live) -> None:
     assert live.metric("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "tokens_per") == 16
     assert "nv_llm_output_token_len" in text
 
-
-_ = collect

@@ -14,6 +14,12 @@ Decoupled mode: with ``serve.streaming`` the engine and BLS models are decoupled
 A decoupled model answers a non-streaming request with exactly one response carrying the final flag,
 so Triton's HTTP ``/generate`` (which wants exactly one response) works on both ``ensemble`` and
 ``tensorrt_llm_bls``; gRPC clients talk to a decoupled model over a stream (``stream=false`` for one answer).
+Without ``serve.streaming`` nothing is decoupled: plain ``infer`` works and ``stream=true`` is refused.
+
+Streaming text: ``tensorrt_llm_bls`` detokenizes incrementally, so its deltas are exact on both targets.
+Through ``ensemble`` they are exact on CPU, where the engine model hands ``postprocessing`` only chunks
+that end on whole characters and outside stop strings; the C++ backend on GPU hands one token at a
+time, so a character split over byte tokens can arrive as U+FFFD there: stream through the BLS on GPU.
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 It runs trtkit's reference engine behind the tensors of TensorRT-LLM's C++ backend. All logic lives
 in trtkit.triton_models.engine_model / engine_host / metrics; this file only talks to Triton."""
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtkit.triton_models import triton_io
@@ -90,5 +89,3 @@ class TritonPythonModel:
         self.publisher.close()
         self.loop.shutdown()
 
-
-_ = np  # numpy is imported so that the stub loads it before any tensor arrives
