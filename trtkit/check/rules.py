@@ -40,9 +40,11 @@ def max_batch_size(ctx: CheckContext) -> list[Finding]:
         for label, value in (("max_batch_size", model.config.max_batch_size),
                              ("parameter max_batch_size", model.int_param("max_batch_size"))):
             if value is not None and value > limit:
+                bigger = ("rebuild the engine with a larger max_batch_size" if ctx.engine and ctx.engine.kind == "engine"
+                          else "raise build.max_batch_size in the model config and redeploy")
                 findings.append(Finding("max_batch_size", model.config_path, f"{label} {value}",
                                         f"the engine allows at most {source}",
-                                        f"set {label} to {limit} or less, or rebuild with a larger max_batch_size"))
+                                        f"set {label} to {limit} or less, or {bigger}"))
     return findings
 
 
