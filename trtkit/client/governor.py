@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
 from trtkit.client.budgets import BudgetGuard, Reservation
@@ -105,6 +106,16 @@ class Governor:
         if row is not None and self.ledger is not None:
             self.ledger.record(row)
         return result
+
+    def submit(self, request: PreparedRequest, outcome: Outcome) -> tuple[GenerationResult, Future[None] | None]:
+        """complete() in two halves: queue the ledger row now, ``wait_committed`` later (the caller
+        overlaps the commit's fsync with closing the gRPC stream). Durable before the result is shown."""
+        result, row = self.finish(request, outcome)
+        return result, (self.ledger.submit([row]) if row is not None and self.ledger is not None else None)
+
+    def wait_committed(self, committed: Future[None] | None) -> None:
+        if committed is not None:
+            committed.result()
 
     async def acomplete(self, request: PreparedRequest, outcome: Outcome) -> GenerationResult:
         """complete() for asyncio: waits for the ledger commit without blocking the event loop."""

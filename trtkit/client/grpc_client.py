@@ -113,7 +113,7 @@ class TritonLLMClient:
         use_stream = server_stream if server_stream is not None else guard is not None  # the guard needs deltas
         acc = StreamAccumulator(prepared.prompt_tokens, self.governor.counter, guard)
         deadline = time.monotonic() + (deadline_s or self.setup.deadline_s)
-        stop_reason = None
+        stop_reason, settled = None, False
         try:
             with closing(self._deltas(prepared, use_stream, deadline, acc)) as deltas:
                 for delta in deltas:
@@ -125,13 +125,18 @@ class TritonLLMClient:
                         yield StreamChunk(delta.text, acc.running_usage())
                     if stop_reason or acc.finished:
                         break
+                result, committed = self.governor.submit(prepared, acc.outcome(stop_reason))
+                settled = True
+            # leaving the block closed the stream (or cancelled the request) while the row was committing
         except BaseException:
+            if settled:
+                raise
             if not acc.has_output:
                 self.governor.release(prepared)
             else:
                 self.governor.complete(prepared, acc.outcome("error"))
             raise
-        result = self.governor.complete(prepared, acc.outcome(stop_reason))
+        self.governor.wait_committed(committed)
         yield StreamChunk("" if use_stream else result.text, result.usage, result)
 
     def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
