@@ -42,7 +42,10 @@ def test_server_answers_grpc_on_loopback_with_distinct_free_ports(echo_server: T
 
 
 def test_stop_leaves_no_stub_no_shm_and_no_record(tmp_path: Path) -> None:
-    server = TritonServer(echo_repository(tmp_path / "repo"), start_timeout_s=60).start()
+    reused_log = tmp_path / "triton.log"  # an earlier run's failure above must not fail this one
+    reused_log.write_text("E1202 model_lifecycle.cc:1] \"failed to load 'echo' version 1: Internal: old run\"\n")
+    server = TritonServer(echo_repository(tmp_path / "repo"), start_timeout_s=60, log_path=reused_log).start()
+    assert "old run" not in server.log_tail()
     pids, regions = leftovers(server.shm_prefix)
     assert len(pids) >= 2 and regions, "a running server has a stub and shm regions"
     assert [r.pid for r in read_records()] == [server.pid]

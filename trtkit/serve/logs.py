@@ -11,31 +11,39 @@ _LOAD_FAILURE = re.compile(r"failed to load '(?P<model>[^']+)' version \d+: (?P<
 _SOCKET_IN_USE = re.compile(r"(already in use|Address in use|Failed to bind)", re.IGNORECASE)
 
 
-def _read_end(path: Path, num_bytes: int = _TAIL_BYTES) -> str:
+def log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _read_end(path: Path, start: int = 0, num_bytes: int = _TAIL_BYTES) -> str:
+    """The last num_bytes written at or after offset start (a reused log file keeps older runs above it)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, 2)
             size = handle.tell()
-            handle.seek(max(0, size - num_bytes))
+            handle.seek(max(start, size - num_bytes))
             return handle.read().decode(errors="replace")
     except OSError:
         return ""
 
 
-def read_tail(path: Path, num_lines: int = 40) -> str:
+def read_tail(path: Path, num_lines: int = 40, start: int = 0) -> str:
     # table borders carry nothing; the rows (model status, options) stay
-    lines = [line for line in _read_end(path).splitlines() if not line.startswith("+-")]
+    lines = [line for line in _read_end(path, start).splitlines() if not line.startswith("+-")]
     return "\n".join(lines[-num_lines:]) if lines else f"(log {path} is empty)"
 
 
-def find_load_failure(path: Path) -> str | None:
+def find_load_failure(path: Path, start: int = 0) -> str | None:
     """'model: reason' of the first model that failed to load, if the log reports one."""
-    match = _LOAD_FAILURE.search(_read_end(path))
+    match = _LOAD_FAILURE.search(_read_end(path, start))
     if match is None:
         return None
     reason = " ".join(match.group("reason").replace("\\n", " ").split())
     return f"'{match.group('model')}' ({reason[:300]})"
 
 
-def socket_in_use(path: Path) -> bool:
-    return _SOCKET_IN_USE.search(_read_end(path)) is not None
+def socket_in_use(path: Path, start: int = 0) -> bool:
+    return _SOCKET_IN_USE.search(_read_end(path, start)) is not None

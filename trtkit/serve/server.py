@@ -23,7 +23,7 @@ from types import TracebackType
 
 from trtkit.errors import ServerError
 from trtkit.serve.command import LaunchSpec, build_command
-from trtkit.serve.logs import find_load_failure, read_tail, socket_in_use
+from trtkit.serve.logs import find_load_failure, log_size, read_tail, socket_in_use
 from trtkit.serve.ports import Ports, connect_host, resolve_ports
 from trtkit.serve.processes import clean_leftovers, stop_process_group
 from trtkit.serve.runtime import TritonRuntime, resolve_runtime
@@ -59,6 +59,7 @@ class TritonServer:
         self.log_path = Path(log_path) if log_path else (
             state_dir() / "logs" / f"tritonserver-{time.strftime('%Y%m%d-%H%M%S')}-{self.shm_prefix[7:-1]}.log")
         self.ports: Ports | None = None
+        self._log_start = 0  # where this launch's output begins in a possibly reused log file
         self._process: subprocess.Popen[bytes] | None = None
         self._runtime: TritonRuntime | None = None
 
@@ -88,7 +89,7 @@ class TritonServer:
         return self._process is not None and self._process.poll() is None
 
     def log_tail(self, num_lines: int = 40) -> str:
-        return read_tail(self.log_path, num_lines)
+        return read_tail(self.log_path, num_lines, self._log_start)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> TritonServer:
@@ -102,7 +103,7 @@ class TritonServer:
                 break
             except ServerError:
                 # freshly picked ports can be taken between picking and binding: pick again
-                if attempt < 2 and self._requested.has_free_choice() and socket_in_use(self.log_path):
+                if attempt < 2 and self._requested.has_free_choice() and socket_in_use(self.log_path, self._log_start):
                     logger.warning("a picked port was taken meanwhile; retrying with new ports")
                     self._cleanup_after_exit()
                     continue
@@ -121,6 +122,7 @@ class TritonServer:
                           exit_timeout_s=self.exit_timeout_s)
         argv = build_command(spec)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_start = log_size(self.log_path)
         logger.info("starting %s", " ".join(argv))
         with open(self.log_path, "ab") as log_file:
             # own session: Ctrl-C reaches only us, and stop() can signal the whole group
@@ -142,7 +144,7 @@ class TritonServer:
             code = self._process.poll()
             if code is not None:
                 self._fail(f"tritonserver exited with code {code} before it was ready")
-            failure = find_load_failure(self.log_path)
+            failure = find_load_failure(self.log_path, self._log_start)
             if failure:
                 self._fail(f"model {failure} failed to load")
             if _http_ok(ready_url):
