@@ -109,8 +109,8 @@ def run_quickstart(config_path: str | Path, *, prompt: str, max_tokens: int, kee
 
     server = server_for(config, repo_dir, engine_world_size(repo_dir))
     progress(f"[4/5] starting tritonserver (log: {server.log_path})")
-    server.start()
     try:
+        server.start()
         progress(f"[5/5] ready on grpc {server.grpc_url}; asking: {prompt}")
         final = stream_answer(config, server.grpc_url, prompt, max_tokens, on_text)
         usage = final.usage
