@@ -119,7 +119,8 @@ class TritonServer:
                           bind_address=self.bind_address, backend_dir=self._runtime.backend_dir,
                           world_size=self.world_size, shm_prefix=self.shm_prefix,
                           tensorrt_llm_model_names=self.tensorrt_llm_model_names,
-                          exit_timeout_s=self.exit_timeout_s)
+                          exit_timeout_s=self.exit_timeout_s,
+                          allow_gpu_metrics=self._runtime.kind == "container")
         argv = build_command(spec)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_start = log_size(self.log_path)
