@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from dataclasses import replace
 
@@ -149,10 +150,11 @@ def test_each_strategy_fits_the_limit_across_30_turns(live_server, tiny_config, 
             assert reply.result.usage.prompt_tokens == reply.prompt.num_tokens  # the engine agrees
         assert len(talk.store.get(session).turns) == 60
     rows = ledger_rows("session, prompt_tokens")
-    chat_rows = [r for r in rows if r[0] == session]
-    assert len(chat_rows) == 30 and max(r[1] for r in rows) <= limit
-    if strategy == "summary":  # the served model wrote the summaries: those calls are in the ledger too
+    assert all(r[0] == session for r in rows) and max(r[1] for r in rows) <= limit
+    if strategy == "summary":  # the served model wrote the summaries: those calls are billed to the session
         assert len(rows) > 30 and talk.store.get(session).summary
+    else:
+        assert len(rows) == 30
 
 
 def test_session_expiry_drops_the_context(live_server, tiny_config, tiny_counter) -> None:
@@ -225,6 +227,18 @@ def test_async_client_batch_order_and_task_cancellation(live_server, nocache_con
     assert all(r.usage.completion_tokens == 5 for r in batch)
     finish = [r[0] for r in ledger_rows("finish_reason")]
     assert finish[:8] == ["length"] * 8 and finish[8:] == ["cancelled"]
+
+
+def test_a_consumer_that_stops_reading_cancels_the_stream(live_server, nocache_config) -> None:
+    config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
+    with TritonLLMClient(live_server.grpc_url, config=config) as client:
+        stream = client.stream("Keep going", SamplingParams(max_tokens=300))
+        for _ in itertools.islice(stream, 3):
+            pass
+        stream.close()
+        assert client.active_requests() == []
+    (finish, completion), = ledger_rows("finish_reason, completion_tokens")
+    assert finish == "cancelled" and 3 <= completion < 300
 
 
 def test_sync_batch_keeps_order(live_server, nocache_config) -> None:

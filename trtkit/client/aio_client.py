@@ -106,7 +106,7 @@ class AsyncTritonLLMClient:
                     yield StreamChunk(delta.text, acc.running_usage())
                 if stop_reason or acc.finished:
                     break
-        except asyncio.CancelledError:  # the caller cancelled the task: record what was used
+        except (asyncio.CancelledError, GeneratorExit):  # task cancelled, or the consumer stopped reading
             if acc.has_output:
                 self.governor.complete(prepared, acc.outcome(FINISH_CANCELLED))
             else:

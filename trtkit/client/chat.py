@@ -48,6 +48,8 @@ class ChatTurn:
 
 
 class Conversation:
+    """One Conversation may serve many sessions, one turn at a time (not thread-safe per instance)."""
+
     def __init__(self, client: ChatBackend, config: ModelConfig, counter: TokenCounter, *,
                  strategy: str | None = None, caller: Caller | None = None, store: SessionStore | None = None,
                  documents: Sequence[str] = ()) -> None:
@@ -57,6 +59,7 @@ class Conversation:
         self.caller = caller or Caller()
         self.store = store if store is not None else SessionStore(config.client.session_ttl_seconds)
         self.max_input_tokens = config.client.max_input_tokens or config.build.max_input_len
+        self._summary_caller = self.caller
         self.strategy = self._make_strategy(strategy or config.client.context.strategy, list(documents))
 
     def start(self, session_id: str | None = None) -> str:
@@ -64,6 +67,7 @@ class Conversation:
 
     def prepare(self, session_id: str, question: str) -> BuiltPrompt:
         session = self.store.get(session_id)
+        self._summary_caller = self._caller(session_id)  # summarizing is part of this session's cost
         room = self._history_room(question)
         history = self.strategy.select(session, question, room) if room > 0 else []
         return fit_prompt(self.counter, history, question, self.max_input_tokens)
@@ -96,7 +100,7 @@ class Conversation:
         return min(configured, free)
 
     def _summarize(self, prompt: str, max_tokens: int) -> str:
-        return self.client.generate(prompt, SamplingParams(max_tokens=max_tokens), caller=self.caller).text
+        return self.client.generate(prompt, SamplingParams(max_tokens=max_tokens), caller=self._summary_caller).text
 
     def _make_strategy(self, name: str, documents: list[str]) -> ContextStrategy:
         ctx = self.config.client.context

@@ -65,8 +65,9 @@ class TritonLLMClient:
         return final
 
     def stream(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
-               deadline_s: float | None = None) -> Iterator[StreamChunk]:
-        """Deltas with running usage; the last chunk carries the final GenerationResult."""
+               deadline_s: float | None = None) -> Generator[StreamChunk, None, None]:
+        """Deltas with running usage; the last chunk carries the final GenerationResult. Closing the
+        generator early cancels the request (recorded with finish reason 'cancelled')."""
         return self._chunks(prompt, params, caller, deadline_s, server_stream=True)
 
     def generate_batch(self, prompts: list[str], params: SamplingParams | None = None, *,
@@ -104,7 +105,7 @@ class TritonLLMClient:
 
     # -- one request ------------------------------------------------------------------------------
     def _chunks(self, prompt: str, params: SamplingParams | None, caller: Caller | None, deadline_s: float | None,
-                *, server_stream: bool | None) -> Iterator[StreamChunk]:
+                *, server_stream: bool | None) -> Generator[StreamChunk, None, None]:
         prepared = self.governor.prepare(prompt, params or SamplingParams(), caller or self.setup.caller)
         if isinstance(prepared, GenerationResult):
             yield StreamChunk(prepared.text, prepared.usage, prepared)
@@ -128,13 +129,14 @@ class TritonLLMClient:
                 result, committed = self.governor.submit(prepared, acc.outcome(stop_reason))
                 settled = True
             # leaving the block closed the stream (or cancelled the request) while the row was committing
-        except BaseException:
+        except BaseException as exc:
             if settled:
                 raise
             if not acc.has_output:
                 self.governor.release(prepared)
-            else:
-                self.governor.complete(prepared, acc.outcome("error"))
+            else:  # a consumer that stops reading a stream cancels it; anything else is an error
+                reason = FINISH_CANCELLED if isinstance(exc, GeneratorExit) else "error"
+                self.governor.complete(prepared, acc.outcome(reason))
             raise
         self.governor.wait_committed(committed)
         yield StreamChunk("" if use_stream else result.text, result.usage, result)
