@@ -92,3 +92,13 @@ def test_min_length_is_min_tokens() -> None:
     assert min_tokens_of({"min_tokens": np.array([[7]]), "min_length": np.array([[7]])}) == 7
     with pytest.raises(InvalidRequest, match="disagree"):
         min_tokens_of({"min_tokens": np.array([[3]]), "min_length": np.array([[7]])})
+
+
+def test_chat_template_wraps_the_prompt(smollm2_dir: Path) -> None:
+    tok = FastTokenizer(smollm2_dir)
+    chat = Preprocessor(tok, Limits(max_input_len=256, max_seq_len=512), chat_template=True)
+    plain = Preprocessor(tok, Limits(max_input_len=256, max_seq_len=512), chat_template=False)
+    text = tok.decode(chat.encode_prompt("What is 2+2?"))
+    assert text.startswith("<|im_start|>system") and text.endswith("<|im_start|>assistant\n")
+    assert "What is 2+2?" in text
+    assert tok.decode(plain.encode_prompt("What is 2+2?")) == "What is 2+2?"
