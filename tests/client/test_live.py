@@ -289,3 +289,20 @@ def test_cli_generate_and_chat(live_server, capsys) -> None:
     err = capsys.readouterr().err
     assert "strategy retrieval" in err and err.count("[usage] prompt") == 2
     assert [r[0] for r in ledger_rows("user")] == ["cli", "", ""]
+
+
+def test_config_budget_counts_committed_usage_from_the_ledger(live_server, nocache_config, tiny_counter) -> None:
+    from trtkit.config.schema import BudgetRule
+
+    n = tiny_counter.count_prompt("Budgeted request")
+    rule = BudgetRule(scope="user", period="day", max_tokens=2 * n + 12)
+    config = client_config(nocache_config, budgets=[rule])
+    with TritonLLMClient(live_server.grpc_url, config=config, caller=Caller(user="dora")) as client:
+        client.generate("Budgeted request", SamplingParams(max_tokens=8))
+        with pytest.raises(BudgetExceededError, match="user dora per day"):
+            client.generate("Budgeted request", SamplingParams(max_tokens=8))
+        client.generate("Budgeted request", SamplingParams(max_tokens=4), caller=Caller(user="eve"))
+    with TritonLLMClient(live_server.grpc_url, config=config, caller=Caller(user="dora")) as fresh:
+        with pytest.raises(BudgetExceededError):  # a new process sees the spending: it is in the ledger
+            fresh.generate("Budgeted request", SamplingParams(max_tokens=8))
+        assert fresh.generate("Budgeted request", SamplingParams(max_tokens=4)).usage.total_tokens == n + 4

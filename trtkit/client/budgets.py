@@ -118,8 +118,11 @@ class BudgetGuard:
                 self._in_flight[key] = (held[0] + tokens, held[1] + cost)
         return Reservation(tokens, cost, scopes, rule_keys)
 
-    def settle(self, reservation: Reservation, used_tokens: int, used_cost: float) -> None:
-        """Replace the reservation by actual use (the ledger row carries it for config rules)."""
+    def settle(self, reservation: Reservation, used_tokens: int, used_cost: float, *,
+               release_rules: bool = True) -> None:
+        """Replace the reservation by actual use. Config rules read spending from the ledger, so a caller
+        that has not committed the request's row yet passes release_rules=False and calls
+        ``release_rules`` after the commit: until then the (larger) reservation still counts."""
         with _LOCK:
             if reservation.settled:
                 return
@@ -129,9 +132,15 @@ class BudgetGuard:
                 s.reserved_cost -= reservation.cost
                 s.used_tokens += used_tokens
                 s.used_cost += used_cost
+        if release_rules:
+            self.release_rules(reservation)
+
+    def release_rules(self, reservation: Reservation) -> None:
+        with _LOCK:
             for key in reservation.rule_keys:
                 held = self._in_flight[key]
                 self._in_flight[key] = (held[0] - reservation.tokens, held[1] - reservation.cost)
+            reservation.rule_keys = []
 
     def _check_rules(self, caller: Caller, tokens: int, cost: float) -> list[tuple[int, str]]:
         keys = []

@@ -103,8 +103,11 @@ class Governor:
     def complete(self, request: PreparedRequest, outcome: Outcome) -> GenerationResult:
         """Settle budgets, write the ledger row (durable on return), cache and count; the final usage."""
         result, row = self.finish(request, outcome)
-        if row is not None and self.ledger is not None:
-            self.ledger.record(row)
+        try:
+            if row is not None and self.ledger is not None:
+                self.ledger.record(row)
+        finally:
+            self._release_rules(request)
         return result
 
     def submit(self, request: PreparedRequest, outcome: Outcome) -> tuple[GenerationResult, Future[None] | None]:
@@ -113,25 +116,31 @@ class Governor:
         result, row = self.finish(request, outcome)
         return result, (self.ledger.submit([row]) if row is not None and self.ledger is not None else None)
 
-    def wait_committed(self, committed: Future[None] | None) -> None:
-        if committed is not None:
-            committed.result()
+    def wait_committed(self, request: PreparedRequest, committed: Future[None] | None) -> None:
+        try:
+            if committed is not None:
+                committed.result()
+        finally:
+            self._release_rules(request)
 
     async def acomplete(self, request: PreparedRequest, outcome: Outcome) -> GenerationResult:
         """complete() for asyncio: waits for the ledger commit without blocking the event loop."""
         result, row = self.finish(request, outcome)
-        if row is not None and self.ledger is not None:
-            await self.ledger.arecord([row])
+        try:
+            if row is not None and self.ledger is not None:
+                await self.ledger.arecord([row])
+        finally:
+            self._release_rules(request)
         return result
 
     def finish(self, request: PreparedRequest, outcome: Outcome) -> tuple[GenerationResult, LedgerRow | None]:
-        """Everything but the ledger write; returns the row to record."""
+        """Everything but the ledger write (and releasing config-rule reservations, which waits for it)."""
         usage = self._usage(request, outcome)
         latency = time.perf_counter() - request.started
         ttft = None if outcome.first_token_at is None else outcome.first_token_at - request.started
         cost = self._cost(usage)
-        if request.reservation is not None:
-            self.budgets.settle(request.reservation, usage.total_tokens, cost)
+        if request.reservation is not None:  # config rules stay held until the row is committed
+            self.budgets.settle(request.reservation, usage.total_tokens, cost, release_rules=False)
         row = self._row(request.caller, request.request_id, usage, ttft, latency, outcome.finish_reason, cost,
                         False)
         if request.cache_key and self.cache is not None and outcome.finish_reason in ("end_id", "stop", "length"):
@@ -145,6 +154,10 @@ class Governor:
             m.guard_stops.labels(self.model, outcome.finish_reason).inc()
         return GenerationResult(request.request_id, outcome.text, usage, outcome.finish_reason, False, ttft, latency,
                                 cost, request.truncated_tokens), row
+
+    def _release_rules(self, request: PreparedRequest) -> None:
+        if request.reservation is not None:
+            self.budgets.release_rules(request.reservation)
 
     def release(self, request: PreparedRequest) -> None:
         """The request failed before the server did any work: free its reservation, record nothing."""

@@ -138,7 +138,7 @@ class TritonLLMClient:
                 reason = FINISH_CANCELLED if isinstance(exc, GeneratorExit) else "error"
                 self.governor.complete(prepared, acc.outcome(reason))
             raise
-        self.governor.wait_committed(committed)
+        self.governor.wait_committed(prepared, committed)
         yield StreamChunk("" if use_stream else result.text, result.usage, result)
 
     def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
