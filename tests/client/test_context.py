@@ -77,3 +77,16 @@ def test_chinese_costs_more_tokens_than_characters_suggest(tiny_counter: TokenCo
     english = tiny_counter.measure("We went for a walk in the park this afternoon; the weather was lovely.")
     assert chinese.tokens > chinese.characters  # more than one token per character
     assert english.chars_per_token > 3 * chinese.chars_per_token
+
+
+@pytest.mark.parametrize("chat_template", [False, True])
+def test_prompt_count_matches_the_servers_preprocessing(tiny_llama_dir, chat_template: bool) -> None:
+    """Contract with trtkit.triton_models: the client counts exactly the ids the server will make."""
+    from trtkit.triton_models.preprocessing import Limits, Preprocessor, load_tokenizer
+
+    counter = TokenCounter(tiny_llama_dir, chat_template=chat_template)
+    server = Preprocessor(load_tokenizer(tiny_llama_dir), Limits(4096, 8192), chat_template=chat_template)
+    assert counter.wraps_in_chat_template == chat_template
+    for text in ["Hello", "我们今天下午去公园散步。", "User: hi\nAssistant: hello\nUser: and?\nAssistant:",
+                 "<|im_start|>odd text with a special token", "  spaces  and\ttabs "]:
+        assert counter.prompt_ids(text) == server.encode_prompt(text), text

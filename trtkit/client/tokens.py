@@ -1,7 +1,8 @@
 """Token counting with the model's own tokenizer, the same one the server's preprocessing uses.
 
-Counting uses the ``tokenizers`` library on ``tokenizer.json`` (loads in milliseconds); the chat
-template needs transformers and is loaded only when a chat prompt is rendered.
+Counting uses the ``tokenizers`` library on ``tokenizer.json`` (loads in milliseconds). The chat
+template is rendered by the very class the server's preprocessing uses
+(``trtkit.triton_models.fast_tokenizer``), so prompt counts match the engine's by construction.
 """
 
 from __future__ import annotations
@@ -93,9 +94,9 @@ class TokenCounter:
 
     def _renderer(self) -> Any:
         if self._chat_renderer is None:
-            from transformers import AutoTokenizer
+            from trtkit.triton_models.fast_tokenizer import load_fast_tokenizer
 
-            self._chat_renderer = AutoTokenizer.from_pretrained(str(self.tokenizer_dir))
+            self._chat_renderer = load_fast_tokenizer(self.tokenizer_dir)
         return self._chat_renderer
 
 
