@@ -97,3 +97,14 @@ def test_manifest_fingerprint_covers_inputs() -> None:
         other = _manifest()
         setattr(other, field, value)
         assert other.fingerprint != base.fingerprint, field
+
+
+def test_leftovers_of_a_killed_run_are_removed(tmp_path: Path) -> None:
+    out = tmp_path / "ckpt"
+    dead = tmp_path / PARTIAL_DIR / "ckpt.999999999.1"  # no such process
+    dead.mkdir(parents=True)
+    (dead / "config.json").write_text("{}")
+    with atomic_output(out, _manifest()) as tmp:
+        (tmp / "config.json").write_text("{}")
+    assert not dead.exists() and not (tmp_path / PARTIAL_DIR).exists()
+    assert is_up_to_date(out, _manifest())

@@ -91,6 +91,7 @@ def atomic_output(out_dir: Path, manifest: Manifest) -> Iterator[Path]:
     """
     partial_root = out_dir.parent / PARTIAL_DIR
     partial_root.mkdir(parents=True, exist_ok=True)
+    _remove_stale_partials(partial_root, out_dir.name)
     tmp = partial_root / f"{out_dir.name}.{os.getpid()}.{time.monotonic_ns()}"
     tmp.mkdir()
     try:
@@ -107,6 +108,24 @@ def atomic_output(out_dir: Path, manifest: Manifest) -> Iterator[Path]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         _remove_if_empty(partial_root)
+
+
+def _remove_stale_partials(partial_root: Path, name: str) -> None:
+    """Leftovers of killed runs (their process is gone) for the same output."""
+    for leftover in partial_root.glob(f"{name}.*"):
+        pid = leftover.name[len(name) + 1:].removeprefix("old.").split(".")[0]
+        if pid.isdigit() and not _process_alive(int(pid)):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _remove_if_empty(path: Path) -> None:
