@@ -197,7 +197,8 @@ def test_cancel_and_deadline(live_server, nocache_config) -> None:
     with TritonLLMClient(live_server.grpc_url, config=config) as client:
         stream = client.stream("Count slowly", SamplingParams(max_tokens=300))
         first = next(stream)
-        threading.Thread(target=client.cancel, args=(client.active_requests()[0],)).start()
+        assert client.active_requests() == [first.request_id]
+        threading.Thread(target=client.cancel, args=(first.request_id,)).start()
         cancelled = [c for c in stream][-1].result
         late = client.generate("Count slowly", SamplingParams(max_tokens=300), deadline_s=0.3)
         after = client.generate("Still serving?", SamplingParams(max_tokens=4))

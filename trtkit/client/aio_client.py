@@ -89,7 +89,7 @@ class AsyncTritonLLMClient:
         prepared = self.governor.prepare(prompt, params or SamplingParams(), who, record_hit=False)
         if isinstance(prepared, GenerationResult):
             await self.governor.arecord_hit(prepared, who)
-            yield StreamChunk(prepared.text, prepared.usage, prepared)
+            yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
             return
         guard = self.governor.new_guard()
         use_stream = server_stream if server_stream is not None else guard is not None
@@ -103,7 +103,7 @@ class AsyncTritonLLMClient:
                     break
                 stop_reason = acc.add(delta)
                 if use_stream and delta.text:
-                    yield StreamChunk(delta.text, acc.running_usage())
+                    yield StreamChunk(delta.text, acc.running_usage(), prepared.request_id)
                 if stop_reason or acc.finished:
                     break
         except (asyncio.CancelledError, GeneratorExit):  # task cancelled, or the consumer stopped reading
@@ -119,7 +119,7 @@ class AsyncTritonLLMClient:
                 self.governor.release(prepared)
             raise
         result = await self.governor.acomplete(prepared, acc.outcome(stop_reason))
-        yield StreamChunk("" if use_stream else result.text, result.usage, result)
+        yield StreamChunk("" if use_stream else result.text, result.usage, result.request_id, result)
 
     async def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
                       acc: StreamAccumulator) -> AsyncIterator[Delta | str]:

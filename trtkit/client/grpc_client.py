@@ -108,7 +108,7 @@ class TritonLLMClient:
                 *, server_stream: bool | None) -> Generator[StreamChunk, None, None]:
         prepared = self.governor.prepare(prompt, params or SamplingParams(), caller or self.setup.caller)
         if isinstance(prepared, GenerationResult):
-            yield StreamChunk(prepared.text, prepared.usage, prepared)
+            yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
             return
         guard = self.governor.new_guard()
         use_stream = server_stream if server_stream is not None else guard is not None  # the guard needs deltas
@@ -123,7 +123,7 @@ class TritonLLMClient:
                         break
                     stop_reason = acc.add(delta)
                     if use_stream and delta.text:
-                        yield StreamChunk(delta.text, acc.running_usage())
+                        yield StreamChunk(delta.text, acc.running_usage(), prepared.request_id)
                     if stop_reason or acc.finished:
                         break
                 result, committed = self.governor.submit(prepared, acc.outcome(stop_reason))
@@ -139,7 +139,7 @@ class TritonLLMClient:
                 self.governor.complete(prepared, acc.outcome(reason))
             raise
         self.governor.wait_committed(prepared, committed)
-        yield StreamChunk("" if use_stream else result.text, result.usage, result)
+        yield StreamChunk("" if use_stream else result.text, result.usage, result.request_id, result)
 
     def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
                 acc: StreamAccumulator) -> Generator[Delta | str, None, None]:

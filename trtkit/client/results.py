@@ -26,6 +26,7 @@ class StreamChunk:
 
     text: str
     usage: Usage
+    request_id: str  # pass it to client.cancel() to stop this stream
     result: GenerationResult | None = None
 
     @property
