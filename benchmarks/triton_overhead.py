@@ -3,12 +3,12 @@ per token of streaming detokenization at 100 vs 8,000 output tokens.
 
     python benchmarks/triton_overhead.py [--requests 16] [--model ensemble|tensorrt_llm_bls] [--quick]
 
-Part 1 deploys SmolLM2-135M (bundled) to a CPU repository, then runs one workload twice: in-process on
-``trtkit.engine.LLMEngine`` built from the repository's own engine parameters, and through tritonserver
-(one gRPC stream per request, all concurrent). Every request generates exactly its max_tokens
-(min_tokens = max_tokens) so both sides produce the same useful tokens. Target: Triton >= 90% of the
-in-process tokens/s. Part 2 feeds the repository's IncrementalDetokenizer one token at a time.
-Target: cost per token at 8,000 tokens <= 1.2x the cost at 100. Ends with one ``BENCH {json}`` line.
+Part 1 deploys SmolLM2-135M (bundled) to a CPU repository, then runs one workload in alternating
+rounds: in-process on ``trtkit.engine.LLMEngine`` built from the repository's own engine parameters,
+and through tritonserver (one gRPC stream per request, all concurrent). Every request generates
+exactly its max_tokens (min_tokens = max_tokens) so both sides produce the same useful tokens.
+Target: Triton >= 90% of the in-process tokens/s (best round of each). Part 2 feeds the repository's
+IncrementalDetokenizer one token at a time. Target: cost per token at 8,000 tokens <= 1.2x the cost at 100. Ends with one ``BENCH {json}`` line.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def engine_parameters(repo: Path) -> dict[str, str]:
     return {key: value.string_value for key, value in model.config.parameters.items()}
 
 
-def run_in_process(repo: Path, jobs: list[tuple[str, int]]) -> tuple[int, float]:
-    """Useful tokens and seconds for the workload on the engine configured exactly like the server's."""
+def load_in_process(repo: Path):  # type: ignore[no-untyped-def]
+    """The engine configured exactly like the server's (its own tensorrt_llm parameters), and the tokenizer."""
     from transformers import AutoTokenizer
 
     from trtkit.engine import LLMEngine, SamplingParams
@@ -75,6 +75,13 @@ def run_in_process(repo: Path, jobs: list[tuple[str, int]]) -> tuple[int, float]
     engine = LLMEngine.from_pretrained(params["gpt_model_path"], engine_config(params))
     tokenizer = AutoTokenizer.from_pretrained(params["tokenizer_dir"])
     engine.generate([tokenizer.encode("warm up")], SamplingParams(max_tokens=4))
+    return engine, tokenizer
+
+
+def run_in_process(engine, tokenizer, jobs: list[tuple[str, int]]) -> tuple[int, float]:  # type: ignore[no-untyped-def]
+    """Useful tokens and seconds for the workload, all requests submitted at once."""
+    from trtkit.engine import SamplingParams
+
     started = time.perf_counter()
     for prompt, length in jobs:
         engine.add_request(tokenizer.encode(prompt), SamplingParams(max_tokens=length, min_tokens=length))
@@ -171,11 +178,17 @@ def detok_cost(tokenizer_dir: str, num_tokens: int, total_tokens: int = 8000, re
     return best
 
 
+def _best(runs: list[tuple[int, float]]) -> tuple[int, float]:
+    """The fastest round (tokens, seconds): best-of estimates capability on a noisy host."""
+    return max(runs, key=lambda run: run[0] / run[1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--model", default="ensemble", choices=["ensemble", "tensorrt_llm_bls"])
     parser.add_argument("--quick", action="store_true", help="short outputs: a smoke run, not a measurement")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating in-process / Triton rounds; best of each")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads on both sides (1 default: on a shared 2-core host OpenMP spin-waits "
                              "make more threads several times slower and the figures noise)")
@@ -186,15 +199,21 @@ def main() -> int:
     from trtkit.serve import TritonServer
 
     jobs = workload(args.requests, args.quick)
+    local, remote = [], []
     with tempfile.TemporaryDirectory(prefix="triton-overhead-") as tmp:
         _config, repo = deploy(Path(tmp))
-        print(f"workload: {len(jobs)} requests, {sum(n for _, n in jobs)} output tokens, model {args.model}",
-              file=sys.stderr)
-        local_tokens, local_s = run_in_process(repo, jobs)
+        print(f"workload: {len(jobs)} requests, {sum(n for _, n in jobs)} output tokens, model {args.model}, "
+              f"{args.rounds} round(s)", file=sys.stderr)
+        engine, tokenizer = load_in_process(repo)
         with TritonServer(repo, start_timeout_s=300, log_path=Path(tmp) / "triton.log",
                           env={"OMP_NUM_THREADS": str(args.threads)}) as server:
-            triton_tokens, triton_s = run_triton(server.grpc_url, args.model, jobs)
+            # rounds alternate so a busy spell on a shared host hits both sides; the idle server waits on
+            # an event (no polling), so it does not slow the in-process rounds
+            for _ in range(args.rounds):
+                local.append(run_in_process(engine, tokenizer, jobs))
+                remote.append(run_triton(server.grpc_url, args.model, jobs))
         tokenizer_dir = engine_parameters(repo)["tokenizer_dir"]
+    (local_tokens, local_s), (triton_tokens, triton_s) = _best(local), _best(remote)
     local_tps, triton_tps = local_tokens / local_s, triton_tokens / triton_s
     ratio = triton_tps / local_tps
     short, long = detok_cost(tokenizer_dir, 100), detok_cost(tokenizer_dir, 8000)
@@ -208,7 +227,9 @@ def main() -> int:
     print(f"detokenization: {short:.1f} us/token at 100 tokens, {long:.1f} us/token at 8000 "
           f"({detok_ratio:.2f}x, target <= 1.2x)")
     bench = {"benchmark": "triton_overhead", "model": "smollm2-135m", "triton_model": args.model,
-             "requests": len(jobs), "quick": args.quick, "threads": args.threads,
+             "requests": len(jobs), "quick": args.quick, "threads": args.threads, "rounds": args.rounds,
+             "in_process_rounds_tokens_per_s": [round(t / d, 2) for t, d in local],
+             "triton_rounds_tokens_per_s": [round(t / d, 2) for t, d in remote],
              "load_average_1m": round(os.getloadavg()[0], 2), "cpu_count": os.cpu_count(),
              "in_process_tokens_per_s": round(local_tps, 2), "triton_tokens_per_s": round(triton_tps, 2),
              "triton_ratio": round(ratio, 3), "triton_ratio_target": 0.9, "triton_ratio_met": ratio >= 0.9,
