@@ -8,7 +8,8 @@ rounds: in-process on ``trtkit.engine.LLMEngine`` built from the repository's ow
 and through tritonserver (one gRPC stream per request, all concurrent). Every request generates
 exactly its max_tokens (min_tokens = max_tokens) so both sides produce the same useful tokens.
 Target: Triton >= 90% of the in-process tokens/s (best round of each). Part 2 feeds the repository's
-IncrementalDetokenizer one token at a time. Target: cost per token at 8,000 tokens <= 1.2x the cost at 100. Ends with one ``BENCH {json}`` line.
+IncrementalDetokenizer one token at a time. Target: cost per token at 8,000 tokens <= 1.2x the cost
+at 100. Ends with one ``BENCH {json}`` line.
 """
 
 from __future__ import annotations
