@@ -8,8 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trtkit.client.budgets import BudgetGuard, budget_scope, period_start
+from trtkit.client.budgets import _current_scope as _scope_var
 from trtkit.client.cache import ResponseCache, cache_key
 from trtkit.client.caller import Caller
 from trtkit.client.guard import FINISH_PUNCTUATION, FINISH_REPETITION, RunawayGuard
@@ -159,3 +162,28 @@ def test_params_identity_is_stable() -> None:
     p = SamplingParams(max_tokens=4, stop_words=("a",))
     assert p.identity() == {"max_tokens": 4, "temperature": 0.0, "stop_words": ["a"], "return_log_probs": False}
     assert replace(p, seed=1).identity()["seed"] == 1
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 60), st.integers(0, 60)), max_size=40))
+@settings(max_examples=60, deadline=None)
+def test_nested_scopes_never_overrun_and_always_balance(calls: list[tuple[int, int, int]]) -> None:
+    """Property: whatever nested calls do, no scope's used + reserved exceeds its limit, and after
+    every call settles nothing stays reserved; a child's use is always also its ancestors' use."""
+    guard = BudgetGuard([], None)
+    with budget_scope(max_tokens=200, name="root") as root, budget_scope(max_tokens=150, name="child") as child, \
+            budget_scope(max_tokens=500, name="grandchild") as grandchild:
+        scopes = [root, child, grandchild]
+        for depth, reserve, used in calls:
+            token = _scope_var.set(scopes[depth])
+            try:
+                held = guard.reserve(Caller(), reserve, 0.0)
+            except BudgetExceededError:
+                continue
+            finally:
+                _scope_var.reset(token)
+            for s in scopes[: depth + 1]:
+                assert s.used_tokens + s.reserved_tokens <= s.max_tokens  # type: ignore[operator]
+            guard.settle(held, min(used, reserve), 0.0)
+        assert all(s.reserved_tokens == 0 for s in scopes)
+        assert root.used_tokens >= child.used_tokens >= grandchild.used_tokens
+        assert root.used_tokens <= 200 and child.used_tokens <= 150

@@ -97,7 +97,7 @@ def test_sigkill_mid_run_loses_no_committed_row(isolated_home: Path) -> None:
     acknowledged = -1
     for line in proc.stdout:
         acknowledged = int(line)
-        if acknowledged >= 300:
+        if acknowledged >= 150:
             break
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
