@@ -37,6 +37,7 @@ def test_calibrate_prints_table_and_ranges(config_file: Path, tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     assert "tiny-cli unquantized" in result.stdout and "int8_sq + kv int8" in result.stdout
     assert "activation ranges" in result.stdout and f"checkpoint (int8_sq + kv int8): {out}" in result.stdout
+    assert "calibrating int8_sq" in result.stderr  # the progress bar goes to stderr, never into the data
     assert json.loads((out / "config.json").read_text())["quantization"]["kv_cache_quant_algo"] == "INT8"
     again = CliRunner().invoke(app, ["calibrate", str(config_file), "--format", "int8_sq", "--kv-cache-dtype", "int8",
                                      "--out", str(out), "--json"])
