@@ -23,6 +23,6 @@ def test_smollm2_greedy_equals_transformers(smollm2_dir: Path) -> None:
     assert engine.spec.num_layers == 30 and engine.runner.model.weights.lm_head is engine.runner.model.weights.embed
     outputs = engine.generate(prompts, SamplingParams(max_tokens=12, end_id=-1))
     hf = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
-    for prompt, output in zip(prompts, outputs):
+    for prompt, output in zip(prompts, outputs, strict=True):
         assert output.output_token_ids == hf_greedy(hf, prompt, 12)
     assert "Paris" in tokenizer.decode(outputs[0].output_token_ids)

@@ -120,7 +120,7 @@ class LLMEngine:
         seqs = [chunk.seq for chunk in sampled]
         tokens, log_probs = choose_tokens(seqs, logits)
         now = time.monotonic()
-        for seq, token, log_prob in zip(seqs, tokens, log_probs):
+        for seq, token, log_prob in zip(seqs, tokens, log_probs, strict=True):
             self._append_token(seq, token, log_prob, now)
             outputs.append(self._output(seq))
             if seq.finish_reason is not None:
@@ -234,7 +234,10 @@ class LLMEngine:
                  ) -> list[RequestOutput]:
         """Run prompts to completion (feeding the bounded queue as it drains); final outputs in input order."""
         params_list = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
-        pending = list(zip(prompts, params_list))
+        if len(params_list) != len(prompts):
+            raise EngineError(f"generate got {len(prompts)} prompts but {len(params_list)} SamplingParams; "
+                              "pass one per prompt or a single one for all")
+        pending = list(zip(prompts, params_list, strict=True))
         pending.reverse()
         finals: dict[str, RequestOutput] = {}
         order: list[str] = []

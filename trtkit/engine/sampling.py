@@ -20,7 +20,7 @@ def choose_tokens(seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[int]
         return logits.argmax(dim=-1).tolist(), [None] * len(seqs)
     tokens: list[int] = []
     log_probs: list[float | None] = []
-    for seq, row in zip(seqs, logits):
+    for seq, row in zip(seqs, logits, strict=True):
         token, log_prob = choose_token(seq, process_logits(seq, row.clone()))
         tokens.append(token)
         log_probs.append(log_prob if seq.params.return_log_probs else None)

@@ -180,9 +180,7 @@ class _TrtllmReader:
     dtype: torch.dtype
 
     def plain(self, name: str) -> torch.Tensor:
-        if name not in self.tensors:
-            raise EngineError(f"{self.folder}: tensor {name!r} is missing from rank0.safetensors; convert again")
-        return self.tensors[name].to(self.dtype)
+        return self.plain_raw(name).to(self.dtype)
 
     def linear(self, prefix: str, out_features: int) -> Linear:
         t = self.tensors
