@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,24 @@ pytestmark = pytest.mark.slow
 TRTKIT = [sys.executable, "-m", "trtkit.cli.main"]
 
 
-def _start(repo: Path, home: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[str]]]:
+    """Every `trtkit serve` a test starts is stopped (SIGTERM: it stops its server) even if the test fails."""
+    processes: list[subprocess.Popen[str]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+            process.wait(timeout=60)
+
+
+def _start(repo: Path, home: Path,
+           started: list[subprocess.Popen[str]]) -> tuple[subprocess.Popen[str], dict[str, str]]:
     env = {**os.environ, "TRTKIT_HOME": str(home)}
     process = subprocess.Popen([*TRTKIT, "serve", str(repo), "--http-port", "0", "--grpc-port", "0",
                                 "--metrics-port", "0", "--skip-check"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)
+    started.append(process)
     urls = {}
     assert process.stdout is not None
     while len(urls) < 4:
@@ -41,8 +55,8 @@ def _shm_prefix(log_path: str) -> str:
     return match.group(0)
 
 
-def test_ctrl_c_stops_the_server_cleanly(tmp_path: Path) -> None:
-    process, urls = _start(echo_repository(tmp_path / "repo"), tmp_path / "home")
+def test_ctrl_c_stops_the_server_cleanly(tmp_path: Path, started: list[subprocess.Popen[str]]) -> None:
+    process, urls = _start(echo_repository(tmp_path / "repo"), tmp_path / "home", started)
     assert urls["grpc"].startswith("127.0.0.1:") and urls["http"].startswith("http://127.0.0.1:")
     assert _echo(urls["grpc"], b"cli") == b"echo: cli"
     prefix = _shm_prefix(urls["log"])
@@ -51,9 +65,9 @@ def test_ctrl_c_stops_the_server_cleanly(tmp_path: Path) -> None:
     assert leftovers(prefix) == ([], [])
 
 
-def test_serve_stop_from_another_process(tmp_path: Path) -> None:
+def test_serve_stop_from_another_process(tmp_path: Path, started: list[subprocess.Popen[str]]) -> None:
     home = tmp_path / "home"
-    process, urls = _start(echo_repository(tmp_path / "repo"), home)
+    process, urls = _start(echo_repository(tmp_path / "repo"), home, started)
     prefix = _shm_prefix(urls["log"])
     stopper = subprocess.run([*TRTKIT, "serve", "--stop"], capture_output=True, text=True, timeout=60,
                              env={**os.environ, "TRTKIT_HOME": str(home)})
