@@ -59,3 +59,27 @@ def test_unknown_command_is_a_usage_error_not_a_traceback(capsys: pytest.Capture
     assert main(["config", "bogus"]) == 2
     captured = capsys.readouterr()
     assert "No such command 'bogus'" in captured.err and "Traceback" not in captured.err
+
+
+def test_typer_exit_code_is_returned() -> None:
+    import typer
+
+    probe = typer.Typer()
+
+    @probe.command()
+    def fail() -> None:
+        raise typer.Exit(3)
+
+    @probe.command()
+    def other() -> None:
+        pass
+
+    from trtkit.cli import main as main_module
+
+    original = main_module.app
+    main_module.app = probe
+    try:
+        assert main_module.main(["fail"]) == 3
+        assert main_module.main(["other"]) == 0
+    finally:
+        main_module.app = original

@@ -51,7 +51,8 @@ def debug_enabled() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        app(args=argv, standalone_mode=False)
+        # With standalone_mode=False click returns typer.Exit's code instead of raising it.
+        result = app(args=argv, standalone_mode=False)
     except TrtkitError as exc:
         if debug_enabled():
             raise
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(exc.exit_code)
         typer.echo(f"internal error: {type(exc).__name__}: {exc} (set TRTKIT_DEBUG=1 for the traceback)", err=True)
         return 2
-    return 0
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":
