@@ -105,3 +105,15 @@ def test_report_content(calibrated) -> None:
     assert saved["relative_increase"] == pytest.approx(report.relative_increase)
     table = (result.checkpoint_dir / "quality_report.txt").read_text()
     assert "tiny unquantized" in table and "int8_sq" in table and "model.layers.0.self_attn.q_proj" in table
+
+
+def test_outlier_layers_are_named() -> None:
+    from trtkit.checkpoint.quality import LayerRange
+    from trtkit.checkpoint.report import QualityReport, render_ranges
+
+    ranges = [LayerRange(f"model.layers.{i}.mlp.down_proj", -1.0, 1.0 + i % 3, 1.0 + i % 3) for i in range(20)]
+    ranges += [LayerRange("model.layers.7.mlp.down_proj", -5.0, 900.0, 900.0), LayerRange("lm_head", -99, 99, 99)]
+    report = QualityReport("m", "fp8", "auto", "FP8", None, 10.0, 10.5, 0.9, 2, 100, 4, 32, "cpu", layer_ranges=ranges)
+    assert report.outlier_layers == ["model.layers.7.mlp.down_proj"]
+    assert "outliers (over 20x the median range): layers.7.mlp.down_proj;" in render_ranges(report, limit=3)
+    assert QualityReport.from_json(report.to_json()).outlier_layers == report.outlier_layers

@@ -9,6 +9,7 @@ from typing import Any
 
 from trtkit.checkpoint.quality import LayerRange
 
+OUTLIER_FACTOR = 20.0  # an input range this many times the median marks a layer worth leaving unquantized
 REPORT_JSON = "quality_report.json"
 REPORT_TABLE = "quality_report.txt"
 
@@ -41,14 +42,25 @@ class QualityReport:
     def label(self) -> str:
         return self.format if self.kv_cache_dtype == "auto" else f"{self.format} + kv {self.kv_cache_dtype}"
 
+    @property
+    def outlier_layers(self) -> list[str]:
+        """Layers whose input range dwarfs the median: per-tensor scales sized for them crush small values."""
+        if not self.layer_ranges:
+            return []
+        widths = sorted(r.absmax for r in self.layer_ranges)
+        median = widths[len(widths) // 2]
+        return [r.name for r in sorted(self.layer_ranges, key=lambda r: -r.absmax)
+                if r.absmax > OUTLIER_FACTOR * median and r.name != "lm_head"]
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["relative_increase"] = self.relative_increase
+        data["outlier_layers"] = self.outlier_layers
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> QualityReport:
-        fields = {k: v for k, v in data.items() if k != "relative_increase"}
+        fields = {k: v for k, v in data.items() if k not in ("relative_increase", "outlier_layers")}
         fields["layer_ranges"] = [LayerRange(**r) for r in data.get("layer_ranges", [])]
         return cls(**fields)
 
@@ -92,4 +104,8 @@ def render_ranges(report: QualityReport, limit: int | None = None) -> str:
     lines += [f"{r.name.ljust(width)}  {r.min:>10.3f}  {r.max:>10.3f}" for r in shown]
     if limit is not None and len(ranges) > limit:
         lines.append(f"... {len(ranges) - limit} more in {REPORT_JSON}")
+    if report.outlier_layers:
+        names = ", ".join(name.removeprefix("model.") for name in report.outlier_layers)
+        lines.append(f"outliers (over {OUTLIER_FACTOR:.0f}x the median range): {names}; if the cost is too high, "
+                     f"add them to quantization.exclude_modules")
     return "\n".join(lines)
