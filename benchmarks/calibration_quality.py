@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         report.timings_s["total"] = time.perf_counter() - started  # per format, without the shared setup
         report.format, report.kv_cache_dtype = label, "auto"
         reports.append((report, overrides))
+        print(f"{label}: perplexity {report.quantized_perplexity:.3f} ({report.relative_increase * 100:+.2f}%), "
+              f"{report.timings_s['total']:.0f} s", file=sys.stderr, flush=True)
     print(render_table([r for r, _ in reports]))
     print(f"shared setup (load model and text, baseline perplexity): {setup_s:.1f} s; total per row excludes it")
     for report, overrides in reports:
