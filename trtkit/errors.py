@@ -48,7 +48,3 @@ class BudgetExceededError(ClientError):
 
 class InputTooLongError(ClientError):
     """The prompt is longer than the configured hard input limit."""
-
-
-class NotBuiltYetError(TrtkitError):
-    """A command that is planned but not implemented yet."""
