@@ -27,12 +27,12 @@ sys.path.insert(0, str(ROOT))
 
 # (label, format, kv cache dtype, quantization overrides). The overrides are the recipe each format
 # needs on this small model; they are printed with the table so the cost is never hidden.
-# The fp8 exclusions are the three layers whose input ranges the quality report shows as outliers
-# (absmax 3347, 2387 and 501 against a median near 10): with per-tensor FP8 scales sized for those
-# outliers, ordinary activations fall into FP8's subnormal range.
-OUTLIER_DOWN_PROJ = ["layers.11.mlp.down_proj", "layers.28.mlp.down_proj", "layers.29.mlp.down_proj"]
+# Both 8-bit activation formats leave every down_proj (the MLP output projection, whose inputs carry
+# SmolLM2's outliers: the report shows ranges up to 3347 against a median near 10) in bf16. Measured on
+# this setup, fp8 with only the three widest down_proj excluded gave +2.01%, with seven +2.70% (the
+# held-out set is 2,295 tokens, so differences under ~0.5 points are noise), with all of them +1.85%.
 RECIPES: list[tuple[str, str, str, dict[str, Any]]] = [
-    ("fp8", "fp8", "auto", {"exclude_modules": ["lm_head", *OUTLIER_DOWN_PROJ]}),
+    ("fp8", "fp8", "auto", {"exclude_modules": ["lm_head", "down_proj"]}),
     ("int8_sq", "int8_sq", "auto", {"exclude_modules": ["lm_head", "down_proj"], "smoothquant_alpha": 0.5}),
     ("int8_wo", "int8_wo", "auto", {}),
     ("fp8 KV cache", "none", "fp8", {}),
