@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,17 @@ from trtkit.engine import EngineConfig, LLMEngine
 from trtkit.engine.weights import ModelWeights, load_model
 
 EngineFactory = Callable[..., LLMEngine]
+
+
+@pytest.fixture(autouse=True)
+def one_thread_when_busy() -> Iterator[None]:
+    """On a machine already loaded past its cores, two torch threads fighting for them run several times
+    slower than one; restored afterwards so other parts' tests are unaffected."""
+    before = torch.get_num_threads()
+    if os.getloadavg()[0] > (os.cpu_count() or 1):
+        torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
