@@ -37,7 +37,6 @@ def smollm2_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_llama_dir(smollm2_dir: Path) -> Path:
     """A random 2-layer Llama (hidden 128, 4 heads / 2 KV heads) with SmolLM2's real tokenizer."""
-    from trtkit.sources.resolve import resolve_model_dir
+    from trtkit.sources.resolve import generated_model_dir
 
-    os.environ["TRTKIT_CACHE"] = str(SHARED_CACHE)
-    return resolve_model_dir("generated:tiny-llama")
+    return generated_model_dir("tiny-llama", SHARED_CACHE)

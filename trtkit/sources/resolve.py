@@ -19,7 +19,7 @@ def resolve_model_dir(source: str) -> Path:
     if source.startswith(BUNDLED_PREFIX):
         return gguf_to_hf(bundled_gguf_path(source[len(BUNDLED_PREFIX):]), cache_dir())
     if source.startswith(GENERATED_PREFIX):
-        return _generated(source[len(GENERATED_PREFIX):])
+        return generated_model_dir(source[len(GENERATED_PREFIX):], cache_dir())
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -40,13 +40,14 @@ def resolve_tokenizer_dir(source: str, tokenizer: str | None) -> Path:
     return resolve_model_dir(tokenizer) if tokenizer else resolve_model_dir(source)
 
 
-def _generated(name: str) -> Path:
-    """Models made locally from the bundled tokenizer, cached; used by tests and the tiny config."""
+def generated_model_dir(name: str, cache_root: Path) -> Path:
+    """Models made locally from the bundled tokenizer, cached under ``cache_root``; used by tests and the
+    tiny config."""
     from trtkit.sources.tiny import make_tiny_llama
 
     if name not in GENERATED:
         raise ModelSourceError(f"generated:{name} is unknown; known: {', '.join('generated:' + n for n in GENERATED)}")
-    out = cache_dir() / "tiny-llama-h128"
+    out = cache_root / "tiny-llama-h128"
     if not (out / "model.safetensors").is_file():
-        make_tiny_llama(out, resolve_model_dir(BUNDLED_PREFIX + "smollm2-135m"))
+        make_tiny_llama(out, gguf_to_hf(bundled_gguf_path("smollm2-135m"), cache_root))
     return out
