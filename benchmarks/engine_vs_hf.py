@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trtkit.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from trtkit.refengine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
 from trtkit.sources.resolve import resolve_model_dir  # noqa: E402
 
 OUTPUT_LENGTHS = (16, 32, 64, 128, 256)

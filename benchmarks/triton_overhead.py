@@ -4,7 +4,7 @@ per token of streaming detokenization at 100 vs 8,000 output tokens.
     python benchmarks/triton_overhead.py [--requests 16] [--model ensemble|tensorrt_llm_bls] [--quick]
 
 Part 1 deploys SmolLM2-135M (bundled) to a CPU repository, then runs one workload in alternating
-rounds: in-process on ``trtkit.engine.LLMEngine`` built from the repository's own engine parameters,
+rounds: in-process on ``trtkit.refengine.LLMEngine`` built from the repository's own engine parameters,
 and through tritonserver (one gRPC stream per request, all concurrent). Every request generates
 exactly its max_tokens (min_tokens = max_tokens) so both sides produce the same useful tokens.
 Target: Triton >= 90% of the in-process tokens/s (best round of each). Part 2 feeds the repository's
@@ -69,7 +69,7 @@ def load_in_process(repo: Path):  # type: ignore[no-untyped-def]
     """The engine configured exactly like the server's (its own tensorrt_llm parameters), and the tokenizer."""
     from transformers import AutoTokenizer
 
-    from trtkit.engine import LLMEngine, SamplingParams
+    from trtkit.refengine import LLMEngine, SamplingParams
     from trtkit.triton_models.engine_host import engine_config
 
     params = engine_parameters(repo)
@@ -81,7 +81,7 @@ def load_in_process(repo: Path):  # type: ignore[no-untyped-def]
 
 def run_in_process(engine, tokenizer, jobs: list[tuple[str, int]]) -> tuple[int, float]:  # type: ignore[no-untyped-def]
     """Useful tokens and seconds for the workload, all requests submitted at once."""
-    from trtkit.engine import SamplingParams
+    from trtkit.refengine import SamplingParams
 
     started = time.perf_counter()
     for prompt, length in jobs:

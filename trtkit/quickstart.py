@@ -57,7 +57,7 @@ def prepare_engine(config: ModelConfig, progress: Sink) -> tuple[Path, bool]:
         progress("[2/5] no GPU with TensorRT-LLM here: the CPU reference engine serves the checkpoint")
         return checkpoint_dir, False
     progress("[2/5] building TensorRT engines with trtllm-build")
-    from trtkit.build import build_engines
+    from trtkit.trtllm_build import build_engines
 
     result = build_engines(config, checkpoint_dir=checkpoint_dir)
     return result.plan.output_dir, True

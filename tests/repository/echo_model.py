@@ -20,7 +20,7 @@ def build_echo_model(tiny_dir: Path, out: Path) -> list[int]:
     import torch
     from safetensors.torch import load_file, save_file
 
-    from trtkit.triton_models.fast_tokenizer import FastTokenizer
+    from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 
     cycle = FastTokenizer(tiny_dir).encode(CYCLE_TEXT, add_special_tokens=False)
     assert len(set(cycle)) == len(cycle), "cycle tokens must be distinct for a deterministic next token"

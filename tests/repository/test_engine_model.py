@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from echo_model import CYCLE_TEXT
 
+from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.triton_models.detokenizer import decode_continuation, find_anchor
 from trtkit.triton_models.engine_model import EngineModel
-from trtkit.triton_models.fast_tokenizer import FastTokenizer
 from trtkit.triton_models.metrics import stat_values
 from trtkit.triton_models.preprocessing import words_to_list
 from trtkit.triton_models.requests import InvalidRequest
@@ -39,7 +39,7 @@ class Collect:
 
 @pytest.fixture(scope="module")
 def engine_model(echo_model_dir: Path):
-    from trtkit.engine import EngineConfig, EngineLoop, LLMEngine
+    from trtkit.refengine import EngineConfig, EngineLoop, LLMEngine
 
     engine = LLMEngine.from_pretrained(echo_model_dir, EngineConfig(
         max_batch_size=4, max_num_tokens=256, max_input_len=128, max_seq_len=256, tokens_per_block=16,

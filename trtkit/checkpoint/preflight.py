@@ -88,7 +88,7 @@ def target_gpu_warning(spec: FormatSpec, target_gpu: str | None) -> str | None:
     """A warning when build.target_gpu is older than the format needs (the build itself refuses)."""
     if spec.min_sm is None or not target_gpu:
         return None
-    from trtkit.build.gpus import lookup_gpu
+    from trtkit.trtllm_build.gpus import lookup_gpu
 
     try:
         gpu = lookup_gpu(target_gpu)

@@ -21,9 +21,9 @@ def build(
     as_json: JsonOpt = False,
 ) -> None:
     """Build TensorRT-LLM 1.2 engines with trtllm-build (GPU host); --dry-run works anywhere."""
-    from trtkit.build import build_engines
-    from trtkit.build.report import build_result_json, build_result_text
     from trtkit.config import load_config
+    from trtkit.trtllm_build import build_engines
+    from trtkit.trtllm_build.report import build_result_json, build_result_text
 
     result = build_engines(load_config(config), checkpoint_dir=checkpoint, out_dir=out, force=force, dry_run=dry_run)
     typer.echo(build_result_json(result) if as_json else build_result_text(result))
@@ -46,10 +46,10 @@ def plan(
     as_json: JsonOpt = False,
 ) -> None:
     """Plan KV-cache memory for a GPU without needing one: weights, KV bytes/token, blocks, concurrent sequences."""
-    from trtkit.build.plan_config import PlanOverrides, plan_for_config
-    from trtkit.build.report import config_plan_json, config_plan_text
     from trtkit.config import load_config
     from trtkit.errors import BuildError
+    from trtkit.trtllm_build.plan_config import PlanOverrides, plan_for_config
+    from trtkit.trtllm_build.report import config_plan_json, config_plan_text
 
     if kv_dtype is not None and kv_dtype not in ("auto", "fp8", "int8"):
         raise BuildError(f"--kv-dtype {kv_dtype!r} is not one of auto, fp8, int8")

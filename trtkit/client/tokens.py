@@ -2,7 +2,7 @@
 
 Counting uses the ``tokenizers`` library on ``tokenizer.json`` (loads in milliseconds). The chat
 template is rendered by the very class the server's preprocessing uses
-(``trtkit.triton_models.fast_tokenizer``), so prompt counts match the engine's by construction.
+(``trtkit.tokenizer.fast_tokenizer``), so prompt counts match the engine's by construction.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class TokenCounter:
 
     def _renderer(self) -> Any:
         if self._chat_renderer is None:
-            from trtkit.triton_models.fast_tokenizer import load_fast_tokenizer
+            from trtkit.tokenizer.fast_tokenizer import load_fast_tokenizer
 
             self._chat_renderer = load_fast_tokenizer(self.tokenizer_dir)
         return self._chat_renderer

@@ -4,7 +4,7 @@ Layout (the TensorRT-LLM 1.2 ``inflight_batcher_llm`` layout)::
 
     <out>/preprocessing/{config.pbtxt,1/model.py}
     <out>/tensorrt_llm/config.pbtxt            (GPU: C++ tensorrtllm backend)
-    <out>/tensorrt_llm/1/model.py              (CPU: Python model running trtkit.engine)
+    <out>/tensorrt_llm/1/model.py              (CPU: Python model running trtkit.refengine)
     <out>/postprocessing/{config.pbtxt,1/model.py}
     <out>/ensemble/{config.pbtxt,1/}
     <out>/tensorrt_llm_bls/{config.pbtxt,1/model.py}

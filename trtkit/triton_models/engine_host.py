@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 
 def engine_config(params: dict[str, str]):
-    from trtkit.engine import EngineConfig
+    from trtkit.refengine import EngineConfig
 
     def integer(name: str) -> int | None:
         value = params.get(name, "")
@@ -37,7 +37,7 @@ def engine_config(params: dict[str, str]):
 
 
 def start_engine(params: dict[str, str]):
-    from trtkit.engine import EngineLoop, LLMEngine
+    from trtkit.refengine import EngineLoop, LLMEngine
 
     engine = LLMEngine.from_pretrained(params["gpt_model_path"], engine_config(params))
     return EngineLoop(engine)

@@ -1,4 +1,4 @@
-"""The CPU ``tensorrt_llm`` model: the TensorRT-LLM backend's tensors, served by ``trtkit.engine``.
+"""The CPU ``tensorrt_llm`` model: the TensorRT-LLM backend's tensors, served by ``trtkit.refengine``.
 
 One :class:`EngineModel` per model instance owns an ``EngineLoop``. Each request is checked, turned
 into ``SamplingParams`` and submitted; the loop thread calls back once per step and the request's
@@ -113,8 +113,8 @@ class EngineModel:
 
         As in the C++ backend, a request with ``stop`` = true cancels the live request that carries the
         same Triton request id (how the BLS cancels its engine call when its own client goes away)."""
-        from trtkit.engine import SamplingParams
         from trtkit.errors import EngineError
+        from trtkit.refengine import SamplingParams
 
         if bool(scalar(inputs, "stop", False)):
             self.stop(triton_id)

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def load_tokenizer(tokenizer_dir: str | Path):
-    from trtkit.triton_models.fast_tokenizer import load_fast_tokenizer
+    from trtkit.tokenizer.fast_tokenizer import load_fast_tokenizer
 
     return load_fast_tokenizer(tokenizer_dir)
 

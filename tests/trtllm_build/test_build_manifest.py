@@ -1,0 +1,123 @@
+"""Engine manifest and build cache: identical inputs skip, other GPU kinds or TensorRT versions are refused."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from build_helpers import gpu_fact, gpu_host, shipped, write_checkpoint
+
+from trtkit.errors import BuildError
+from trtkit.trtllm_build import build_engines, plan_build, verify_engine_for_host
+from trtkit.trtllm_build.manifest import (
+    MANIFEST_NAME,
+    decide_cache,
+    hash_build_args,
+    hash_checkpoint,
+    identity_for,
+    read_manifest,
+    write_manifest,
+)
+
+H100_HOST = gpu_host("H100-80GB")
+
+
+def built_engine_dir(tmp_path: Path, facts=H100_HOST) -> tuple[Path, Path, list[str]]:  # type: ignore[no-untyped-def]
+    """A checkpoint, and an engine folder as a finished build leaves it (engine file + manifest)."""
+    ckpt = write_checkpoint(tmp_path / "ckpt", dtype="float32")
+    engines = tmp_path / "engines"
+    engines.mkdir()
+    (engines / "rank0.engine").write_bytes(b"serialized engine")
+    argv = plan_build(shipped("tiny-llama"), checkpoint_dir=ckpt, out_dir=engines, facts=facts).command[1:]
+    write_manifest(engines, identity_for(hash_checkpoint(ckpt), argv, facts), argv, world_size=1)
+    return ckpt, engines, argv
+
+
+def test_manifest_records_checkpoint_versions_gpu_and_args(tmp_path: Path) -> None:
+    ckpt, engines, argv = built_engine_dir(tmp_path)
+    data = json.loads((engines / MANIFEST_NAME).read_text())
+    identity = data["identity"]
+    assert identity["checkpoint_hash"] == hash_checkpoint(ckpt) and len(identity["checkpoint_hash"]) == 64
+    assert (identity["tensorrt_llm_version"], identity["tensorrt_version"]) == ("1.2.1", "10.13.3.9")
+    assert (identity["gpu_name"], identity["compute_capability"]) == ("NVIDIA H100-80GB", "9.0")
+    assert identity["build_args_hash"] == hash_build_args(argv) and data["argv"] == argv
+    assert read_manifest(engines).identity.gpu_name == "NVIDIA H100-80GB"  # type: ignore[union-attr]
+
+
+def test_checkpoint_hash_follows_content(tmp_path: Path) -> None:
+    a = write_checkpoint(tmp_path / "a")
+    b = write_checkpoint(tmp_path / "b")
+    assert hash_checkpoint(a) == hash_checkpoint(b)
+    write_checkpoint(tmp_path / "c", max_positions=2048)
+    assert hash_checkpoint(tmp_path / "c") != hash_checkpoint(a)
+
+
+def test_args_hash_ignores_paths_but_not_switches() -> None:
+    base = ["--checkpoint_dir", "/a", "--output_dir", "/x", "--max_batch_size", "8"]
+    assert hash_build_args(base) == hash_build_args(["--checkpoint_dir", "/b", "--output_dir", "/y",
+                                                     "--max_batch_size", "8"])
+    assert hash_build_args(base) != hash_build_args(base[:-1] + ["16"])
+
+
+def test_identical_inputs_are_skipped_unless_forced(tmp_path: Path) -> None:
+    ckpt, engines, argv = built_engine_dir(tmp_path)
+    wanted = identity_for(hash_checkpoint(ckpt), argv, H100_HOST)
+    decision = decide_cache(engines, wanted, 1, force=False)
+    assert decision.skip and decision.reason == (
+        f"engines in {engines} were built from identical inputs on this GPU kind; skipping (pass --force to rebuild)")
+    assert not decide_cache(engines, wanted, 1, force=True).skip
+
+
+def test_changed_inputs_rebuild_and_say_what_changed(tmp_path: Path) -> None:
+    ckpt, engines, argv = built_engine_dir(tmp_path)
+    bigger = list(argv)
+    bigger[bigger.index("--max_batch_size") + 1] = "16"
+    other_args = identity_for(hash_checkpoint(ckpt), bigger, H100_HOST)
+    assert decide_cache(engines, other_args, 1, force=False).reason == (
+        "inputs changed since the last build (build_args_hash): rebuilding")
+    a100 = gpu_host("A100-80GB")
+    other_gpu = identity_for(hash_checkpoint(ckpt), argv, a100)
+    assert decide_cache(engines, other_gpu, 1, force=False).reason == (
+        "inputs changed since the last build (gpu_name, compute_capability): rebuilding")
+    (engines / "rank0.engine").unlink()
+    assert decide_cache(engines, identity_for(hash_checkpoint(ckpt), argv, H100_HOST), 1, force=False).reason == (
+        f"no complete engine set in {engines} yet")
+
+
+def test_build_engines_skips_an_identical_rebuild(tmp_path: Path) -> None:
+    ckpt, engines, _ = built_engine_dir(tmp_path)
+    result = build_engines(shipped("tiny-llama"), facts=H100_HOST, checkpoint_dir=ckpt, out_dir=engines)
+    assert not result.built and result.reason.startswith(f"engines in {engines} were built from identical inputs")
+
+
+def test_build_engines_runs_trtllm_build_when_inputs_differ(tmp_path: Path) -> None:
+    ckpt, engines, _ = built_engine_dir(tmp_path)
+    with pytest.raises(BuildError, match=r"^trtllm-build is not on PATH .*run trtkit build inside nvcr.io"):
+        build_engines(shipped("tiny-llama"), facts=H100_HOST, checkpoint_dir=ckpt, out_dir=engines, force=True)
+
+
+def test_loading_on_another_gpu_kind_is_refused(tmp_path: Path) -> None:
+    _, engines, _ = built_engine_dir(tmp_path)
+    assert verify_engine_for_host(engines, H100_HOST).identity.compute_capability == "9.0"
+    a100 = replace(H100_HOST, gpus=(gpu_fact("A100-80GB", name="NVIDIA A100-SXM4-80GB"),))
+    with pytest.raises(BuildError) as caught:
+        verify_engine_for_host(engines, a100)
+    assert str(caught.value) == (
+        f"engines in {engines} were built on NVIDIA H100-80GB (SM 9.0) with TensorRT 10.13.3.9 / TensorRT-LLM 1.2.1, "
+        f"but this host has NVIDIA A100-SXM4-80GB (SM 8.0) with TensorRT 10.13.3.9 / TensorRT-LLM 1.2.1; TensorRT "
+        f"engines only load on the GPU kind and versions that built them (\"Version tag does not match\"): rebuild "
+        f"here with trtkit build CONFIG --force")
+
+
+def test_loading_with_another_tensorrt_version_is_refused(tmp_path: Path) -> None:
+    _, engines, _ = built_engine_dir(tmp_path)
+    with pytest.raises(BuildError, match=r"with TensorRT 10.13.3.9 / TensorRT-LLM 1.2.1, but this host has NVIDIA "
+                                         r"H100-80GB \(SM 9.0\) with TensorRT 10.11.0.33 / TensorRT-LLM 1.2.1"):
+        verify_engine_for_host(engines, replace(H100_HOST, tensorrt_version="10.11.0.33"))
+
+
+def test_engines_without_a_manifest_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(BuildError, match=f"{tmp_path} has no {MANIFEST_NAME}; build the engines with trtkit build"):
+        verify_engine_for_host(tmp_path, H100_HOST)

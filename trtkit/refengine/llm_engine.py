@@ -1,0 +1,251 @@
+"""The engine: add_request, step, cancel, stats and generate over the scheduler, KV pool and model."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from trtkit.errors import EngineError
+from trtkit.refengine.block_manager import BlockManager
+from trtkit.refengine.config import EngineConfig
+from trtkit.refengine.model import KVCache
+from trtkit.refengine.model_runner import ModelRunner
+from trtkit.refengine.outputs import EngineStats, FinishReason, RequestOutput, SamplingParams
+from trtkit.refengine.sampling import choose_tokens
+from trtkit.refengine.scheduler import ScheduledChunk, Scheduler
+from trtkit.refengine.sequence import Sequence
+from trtkit.refengine.weights import ModelWeights, load_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Counters:
+    iteration: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    scheduled_tokens: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    reused_tokens: int = 0
+    last_scheduled: int = 0
+    last_context: int = 0
+
+
+class LLMEngine:
+    def __init__(self, weights: ModelWeights, config: EngineConfig | None = None) -> None:
+        self.config = config = config or EngineConfig()
+        self.spec = spec = weights.spec
+        dtype = torch.float32 if config.dtype == "float32" else torch.bfloat16
+        num_blocks = config.num_blocks_for(KVCache.bytes_per_token(spec.num_layers, spec.num_kv_heads,
+                                                                   spec.head_dim, dtype))
+        blocks_per_seq = -(-config.max_seq_len // config.tokens_per_block)
+        if num_blocks < blocks_per_seq:
+            raise EngineError(f"the KV cache holds {num_blocks} blocks of {config.tokens_per_block} tokens, fewer "
+                              f"than one max_seq_len={config.max_seq_len} sequence needs ({blocks_per_seq}); raise "
+                              "serve.cpu_kv_cache_mb (or max_tokens_in_paged_kv_cache) or lower build.max_seq_len")
+        self.block_manager = BlockManager(num_blocks, config.tokens_per_block, enable_reuse=config.enable_kv_cache_reuse)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.runner = ModelRunner(weights, num_blocks=num_blocks, block_size=config.tokens_per_block,
+                                  max_seq_len=config.max_seq_len, dtype=dtype)
+        self.sequences: dict[str, Sequence] = {}
+        self._finished_outputs: list[RequestOutput] = []  # cancellations, delivered by the next step()
+        self._counters = _Counters()
+        self._rng = random.Random()
+        log.info("CPU engine ready: %d KV blocks x %d tokens, policy %s, reuse %s, chunked context %s", num_blocks,
+                 config.tokens_per_block, config.scheduler_policy, config.enable_kv_cache_reuse,
+                 config.enable_chunked_context)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, config: EngineConfig | None = None) -> LLMEngine:
+        """Load a Hugging Face folder or a TensorRT-LLM checkpoint folder (config.json + rank0.safetensors)."""
+        config = config or EngineConfig()
+        dtype = torch.float32 if config.dtype == "float32" else torch.bfloat16
+        return cls(load_model(path, dtype), config)
+
+    def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None,
+                    request_id: str | None = None) -> str:
+        params = params or SamplingParams()
+        request_id = request_id if request_id is not None else uuid.uuid4().hex
+        self._validate(prompt_ids, params, request_id)
+        end_id = params.end_id if params.end_id is not None else self.spec.eos_token_id
+        generator = None
+        if not params.is_greedy:
+            seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
+            generator = torch.Generator().manual_seed(seed)
+        seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params,
+                       end_id if end_id is None or end_id >= 0 else None, generator)
+        self.scheduler.add(seq)
+        self.sequences[request_id] = seq
+        return request_id
+
+    def _validate(self, prompt_ids: list[int], params: SamplingParams, request_id: str) -> None:
+        config, vocab = self.config, self.spec.vocab_size
+        if request_id in self.sequences:
+            raise EngineError(f"request id {request_id!r} is already in flight; use a unique id")
+        if not prompt_ids:
+            raise EngineError("the prompt is empty; send at least one token")
+        if len(prompt_ids) > config.max_input_len:
+            raise EngineError(f"prompt has {len(prompt_ids)} tokens, more than max_input_len={config.max_input_len}; "
+                              "shorten it or rebuild with a larger build.max_input_len")
+        if len(prompt_ids) + params.max_tokens > config.max_seq_len:
+            raise EngineError(f"prompt ({len(prompt_ids)}) + max_tokens ({params.max_tokens}) exceeds max_seq_len="
+                              f"{config.max_seq_len}; lower max_tokens")
+        if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
+            raise EngineError(f"prompt token ids must be in [0, {vocab}); check the tokenizer matches the model")
+
+    def step(self) -> list[RequestOutput]:
+        """One iteration: schedule, run the model once, sample; returns the deltas of this step."""
+        outputs, self._finished_outputs = self._finished_outputs, []
+        chunks = self.scheduler.schedule()
+        counters = self._counters
+        counters.iteration += 1
+        counters.last_scheduled = len(chunks)
+        counters.last_context = sum(1 for c in chunks if c.num_tokens > 1 or c.start == 0)
+        if not chunks:
+            return outputs
+        now = time.monotonic()
+        for chunk in chunks:
+            self._mark_scheduled(chunk, now)
+        sampled, logits = self.runner.run(chunks)
+        for chunk in chunks:
+            chunk.seq.num_computed_tokens += chunk.num_tokens
+            self.block_manager.commit_full_blocks(chunk.seq)
+        seqs = [chunk.seq for chunk in sampled]
+        tokens, log_probs = choose_tokens(seqs, logits)
+        now = time.monotonic()
+        for seq, token, log_prob in zip(seqs, tokens, log_probs, strict=True):
+            self._append_token(seq, token, log_prob, now)
+            outputs.append(self._output(seq))
+            if seq.finish_reason is not None:
+                self._finish(seq)
+        return outputs
+
+    def _mark_scheduled(self, chunk: ScheduledChunk, now: float) -> None:
+        seq = chunk.seq
+        self._counters.scheduled_tokens += chunk.num_tokens
+        if seq.first_scheduled_time is None:
+            seq.first_scheduled_time = now
+            self._counters.prompt_tokens += seq.num_prompt_tokens
+            self._counters.reused_tokens += seq.num_reused_tokens
+
+    def _append_token(self, seq: Sequence, token: int, log_prob: float | None, now: float) -> None:
+        if seq.first_token_time is None:
+            seq.first_token_time = now
+        seq.last_token_time = now
+        if seq.end_id is not None and token == seq.end_id:
+            seq.finish_reason = "end_id"
+            return
+        seq.token_ids.append(token)
+        self._counters.generated_tokens += 1
+        if log_prob is not None:
+            seq.cum_log_prob += log_prob
+            seq.pending_log_probs.append(log_prob)
+        seq.finish_reason = self._stop_reason(seq)
+
+    def _stop_reason(self, seq: Sequence) -> FinishReason | None:
+        output = seq.token_ids[seq.num_prompt_tokens:]
+        for stop in seq.params.stop_token_ids:
+            if len(output) >= len(stop) and output[len(output) - len(stop):] == stop:
+                return "stop"
+        if len(output) >= seq.params.max_tokens or seq.num_tokens >= self.config.max_seq_len:
+            return "length"
+        return None
+
+    def _output(self, seq: Sequence) -> RequestOutput:
+        new_tokens = seq.token_ids[seq.num_prompt_tokens + seq.num_delivered_tokens:]
+        seq.num_delivered_tokens += len(new_tokens)
+        log_probs, seq.pending_log_probs = seq.pending_log_probs, []
+        wants_log_probs = seq.params.return_log_probs
+        return RequestOutput(
+            request_id=seq.request_id, new_token_ids=new_tokens,
+            output_token_ids=list(seq.output_token_ids if seq.params.exclude_input_in_output else seq.token_ids),
+            finished=seq.finish_reason is not None, finish_reason=seq.finish_reason,
+            num_prompt_tokens=seq.num_prompt_tokens, num_reused_tokens=seq.num_reused_tokens,
+            new_log_probs=log_probs if wants_log_probs else None,
+            cum_log_prob=seq.cum_log_prob if wants_log_probs else None,
+            arrival_time=seq.arrival_time, first_scheduled_time=seq.first_scheduled_time,
+            first_token_time=seq.first_token_time, last_token_time=seq.last_token_time)
+
+    def _finish(self, seq: Sequence) -> None:
+        self.scheduler.finish(seq)
+        del self.sequences[seq.request_id]
+        if seq.finish_reason == "cancelled":
+            self._counters.cancelled += 1
+        else:
+            self._counters.completed += 1
+
+    def cancel(self, request_id: str) -> bool:
+        """Stop a request and free its blocks now; its final output (finish_reason "cancelled") comes with the
+        next step(). False when the id is unknown or already finished."""
+        seq = self.sequences.get(request_id)
+        if seq is None:
+            return False
+        seq.finish_reason = "cancelled"
+        self._finish(seq)
+        self._finished_outputs.append(self._output(seq))
+        return True
+
+    def prompt_logits(self, token_ids: list[int]) -> torch.Tensor:
+        """Next-token logits at every position of token_ids, [n, vocab] float32: for perplexity and quality
+        checks. Runs outside the scheduler on free KV blocks, so call it between steps."""
+        self._validate(token_ids, SamplingParams(max_tokens=1), "__score__")
+        seq = Sequence("__score__", list(token_ids), len(token_ids), SamplingParams(max_tokens=1), None)
+        if not self.block_manager.can_append(seq, seq.num_tokens, reserve=self.scheduler.reserved_blocks()):
+            raise EngineError("not enough free KV blocks to score this text now; retry when the engine is idle")
+        self.block_manager.append_slots(seq, seq.num_tokens)
+        try:
+            _, logits = self.runner.run([ScheduledChunk(seq, 0, seq.num_tokens)], all_positions=True)
+        finally:
+            self.block_manager.free(seq)
+        return logits
+
+    def has_unfinished(self) -> bool:
+        return bool(self.sequences) or bool(self._finished_outputs)
+
+    def kv_slot_usage(self) -> tuple[int, int]:
+        """(allocated, filled) token slots in the KV pool right now: the numbers behind KV waste."""
+        size = self.block_manager.block_size
+        unfilled = sum(len(s.block_table) * size - s.num_computed_tokens for s in self.scheduler.running)
+        allocated = self.block_manager.num_used_blocks * size
+        return allocated, allocated - unfilled
+
+    def stats(self) -> EngineStats:
+        manager, scheduler, c = self.block_manager, self.scheduler, self._counters
+        return EngineStats(
+            active_requests=len(scheduler.running), waiting_requests=len(scheduler.waiting),
+            scheduled_requests=c.last_scheduled, context_requests=c.last_context,
+            generation_requests=c.last_scheduled - c.last_context, max_kv_blocks=manager.num_blocks,
+            free_kv_blocks=manager.num_free_blocks, used_kv_blocks=manager.num_used_blocks,
+            reused_kv_blocks=manager.num_reused_blocks, tokens_per_block=manager.block_size, iteration=c.iteration,
+            max_num_tokens=self.config.max_num_tokens, queue_capacity=self.config.max_queue_size,
+            completed_requests=c.completed, cancelled_requests=c.cancelled,
+            preempted_requests=scheduler.num_preemptions, evicted_kv_blocks=manager.num_evicted_blocks,
+            scheduled_tokens=c.scheduled_tokens, prompt_tokens=c.prompt_tokens,
+            generated_tokens=c.generated_tokens, reused_tokens=c.reused_tokens)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams] | None = None,
+                 ) -> list[RequestOutput]:
+        """Run prompts to completion (feeding the bounded queue as it drains); final outputs in input order."""
+        params_list = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise EngineError(f"generate got {len(prompts)} prompts but {len(params_list)} SamplingParams; "
+                              "pass one per prompt or a single one for all")
+        pending = list(zip(prompts, params_list, strict=True))
+        pending.reverse()
+        finals: dict[str, RequestOutput] = {}
+        order: list[str] = []
+        while pending or self.has_unfinished():
+            while pending and len(self.scheduler.waiting) < self.config.max_queue_size:
+                prompt, p = pending.pop()
+                order.append(self.add_request(prompt, p))
+            for output in self.step():
+                if output.finished:
+                    finals[output.request_id] = output
+        return [finals[request_id] for request_id in order]

@@ -1,0 +1,122 @@
+"""The Llama decoder forward over a flattened batch of chunks, reading and writing the paged KV cache.
+
+All scheduled tokens of all requests go through the projections as one [num_tokens, hidden] matrix
+(no padding). Attention differs by chunk kind: single-token chunks (decodes) are attended together
+against their cached K/V gathered into [batch, max_context]; a prompt chunk starting at position 0
+attends to its own fresh K/V (causal); a chunk continuing a cached prefix attends to the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from trtkit.refengine.layers import fake_quant_fp8, fake_quant_int8, rms_norm, rope_tables, rotate_half
+from trtkit.refengine.weights import LayerWeights, ModelWeights
+
+
+@dataclass(slots=True)
+class PrefillChunk:
+    row_start: int  # first row in the flattened batch
+    num_tokens: int
+    context_start: int  # tokens already in the cache before this chunk
+    gather: torch.Tensor | None  # cache slots of positions [0, context_start + num_tokens) when context_start > 0
+    mask: torch.Tensor | None  # [num_tokens, context] causal mask for the cached case
+
+
+@dataclass(slots=True)
+class AttentionBatch:
+    positions: torch.Tensor  # [T]
+    slot_mapping: torch.Tensor  # [T] where each token's K/V is written
+    num_decode: int  # decode rows are rows [0, num_decode)
+    decode_gather: torch.Tensor | None  # [B, max_context] cache slots (padding points at slot 0)
+    decode_mask: torch.Tensor | None  # [B, 1, 1, max_context] True where a key is real
+    prefills: list[PrefillChunk]
+    logit_rows: torch.Tensor  # [S] rows whose next-token logits are needed
+
+
+class KVCache:
+    """Keys and values of every layer, addressed by slot = block_id * tokens_per_block + offset."""
+
+    def __init__(self, num_layers: int, num_slots: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype):
+        shape = (num_layers, num_slots, num_kv_heads, head_dim)
+        self.key = torch.zeros(shape, dtype=dtype)
+        self.value = torch.zeros(shape, dtype=dtype)
+
+    @staticmethod
+    def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+        return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+
+class LlamaModel:
+    def __init__(self, weights: ModelWeights, max_positions: int, dtype: torch.dtype) -> None:
+        self.weights = weights
+        spec = weights.spec
+        self.cos, self.sin = rope_tables(spec.head_dim, max_positions, spec.rope_theta, dtype)
+        self.q_size = spec.num_heads * spec.head_dim
+        self.kv_size = spec.num_kv_heads * spec.head_dim
+
+    def forward(self, input_ids: torch.Tensor, batch: AttentionBatch, cache: KVCache) -> torch.Tensor:
+        """Next-token logits [S, vocab] for batch.logit_rows."""
+        w = self.weights
+        x = F.embedding(input_ids, w.embed)
+        # index_select, not advanced indexing: it is several times faster for row gathers on CPU.
+        cos = self.cos.index_select(0, batch.positions).unsqueeze(1)  # [T, 1, head_dim]
+        sin = self.sin.index_select(0, batch.positions).unsqueeze(1)
+        for index, layer in enumerate(w.layers):
+            h = rms_norm(x, layer.input_norm, w.spec.rms_norm_eps)
+            x = x + layer.o_proj(self._attention(layer, h, cos, sin, batch, cache.key[index], cache.value[index]))
+            h = rms_norm(x, layer.post_norm, w.spec.rms_norm_eps)
+            gate, up = layer.gate_up(h).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
+        x = rms_norm(x.index_select(0, batch.logit_rows), w.final_norm, w.spec.rms_norm_eps)
+        return F.linear(x, w.lm_head)
+
+    def _attention(self, layer: LayerWeights, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   batch: AttentionBatch, key_cache: torch.Tensor, value_cache: torch.Tensor) -> torch.Tensor:
+        spec = self.weights.spec
+        num_tokens = h.shape[0]
+        q, k, v = layer.qkv(h).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(num_tokens, spec.num_heads, spec.head_dim)
+        k = k.view(num_tokens, spec.num_kv_heads, spec.head_dim)
+        v = v.view(num_tokens, spec.num_kv_heads, spec.head_dim)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if layer.kv_scale is not None:  # the GPU stores K/V quantized: attend to what it would read back
+            quant = fake_quant_fp8 if self.weights.spec.kv_cache_quant_algo == "FP8" else fake_quant_int8
+            k, v = quant(k, layer.kv_scale), quant(v, layer.kv_scale)
+        key_cache.index_copy_(0, batch.slot_mapping, k)
+        value_cache.index_copy_(0, batch.slot_mapping, v)
+        out = torch.empty_like(q)
+        if batch.num_decode:
+            out[:batch.num_decode] = self._decode_attention(q[:batch.num_decode], batch, key_cache, value_cache)
+        for chunk in batch.prefills:
+            rows = slice(chunk.row_start, chunk.row_start + chunk.num_tokens)
+            out[rows] = self._prefill_attention(q[rows], k[rows], v[rows], chunk, key_cache, value_cache)
+        return out.view(num_tokens, self.q_size)
+
+    def _decode_attention(self, q: torch.Tensor, batch: AttentionBatch, key_cache: torch.Tensor,
+                          value_cache: torch.Tensor) -> torch.Tensor:
+        spec = self.weights.spec
+        assert batch.decode_gather is not None
+        num_seqs = q.shape[0]
+        group = spec.num_heads // spec.num_kv_heads
+        # GQA without repeating K/V: the query heads of one KV head act as that head's query rows.
+        q = q.view(num_seqs, spec.num_kv_heads, group, spec.head_dim)
+        gather = batch.decode_gather
+        shape = (num_seqs, gather.shape[1], spec.num_kv_heads, spec.head_dim)
+        keys = key_cache.index_select(0, gather.flatten()).view(shape).transpose(1, 2)  # [B, kv, ctx, hd]
+        values = value_cache.index_select(0, gather.flatten()).view(shape).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=batch.decode_mask)
+        return out.reshape(num_seqs, spec.num_heads, spec.head_dim)
+
+    def _prefill_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: PrefillChunk,
+                           key_cache: torch.Tensor, value_cache: torch.Tensor) -> torch.Tensor:
+        if chunk.gather is not None:
+            k, v = key_cache.index_select(0, chunk.gather), value_cache.index_select(0, chunk.gather)
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
+            attn_mask=chunk.mask, is_causal=chunk.mask is None, enable_gqa=True)
+        return out.squeeze(0).transpose(0, 1)

@@ -1,0 +1,165 @@
+"""Engine manifest and build cache.
+
+Next to the engines, ``trtkit-manifest.json`` records the checkpoint hash, the TensorRT-LLM and
+TensorRT versions, the GPU name and compute capability, and a hash of the build arguments.
+A rebuild with identical inputs on the same GPU kind is skipped. Loading an engine on another GPU
+kind or TensorRT version is refused up front with a clear message, instead of TensorRT's
+"Version tag does not match" deep inside server start-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from trtkit import __version__
+from trtkit.errors import BuildError
+from trtkit.trtllm_build.contract import load_contract
+from trtkit.trtllm_build.preflight import GpuFact, HostFacts
+
+MANIFEST_NAME = "trtkit-manifest.json"
+MANIFEST_FORMAT = 1
+_CHUNK = 1 << 20
+
+
+@dataclass(slots=True, frozen=True)
+class BuildIdentity:
+    """Everything that decides the engine bytes: same identity, same engine."""
+    checkpoint_hash: str
+    build_args_hash: str
+    tensorrt_llm_version: str
+    tensorrt_version: str
+    gpu_name: str
+    compute_capability: str
+
+
+@dataclass(slots=True, frozen=True)
+class EngineManifest:
+    identity: BuildIdentity
+    argv: list[str] = field(default_factory=list)
+    world_size: int = 1
+    trtkit_version: str = __version__
+    created_at: float = 0.0
+    format: int = MANIFEST_FORMAT
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+
+@dataclass(slots=True, frozen=True)
+class CacheDecision:
+    skip: bool
+    reason: str
+
+
+def hash_checkpoint(checkpoint_dir: Path) -> str:
+    """sha256 over the checkpoint's config.json and weight files (names and content)."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in checkpoint_dir.iterdir()
+                   if p.is_file() and (p.name == "config.json" or p.suffix in (".safetensors", ".bin")))
+    if not files:
+        raise BuildError(f"{checkpoint_dir} holds no config.json or weights; re-run trtkit convert")
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            while chunk := handle.read(_CHUNK):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def hash_build_args(argv: list[str]) -> str:
+    """Hash of the trtllm-build switches, ignoring where files live (paths do not change the engine)."""
+    contract = load_contract()
+    normalized: list[str] = []
+    skip_value = False
+    for token in argv:
+        if skip_value:
+            normalized.append("<path>")
+            skip_value = False
+            continue
+        spec = contract.spec(token)
+        skip_value = spec is not None and spec.kind == "path"
+        normalized.append(token)
+    return hashlib.sha256("\x1f".join(normalized).encode()).hexdigest()
+
+
+def identity_for(checkpoint_hash: str, argv: list[str], facts: HostFacts) -> BuildIdentity:
+    gpu = _first_gpu(facts)
+    return BuildIdentity(checkpoint_hash=checkpoint_hash, build_args_hash=hash_build_args(argv),
+                         tensorrt_llm_version=facts.tensorrt_llm_version or "unknown",
+                         tensorrt_version=facts.tensorrt_version or "unknown",
+                         gpu_name=gpu.name, compute_capability=_cc(gpu))
+
+
+def _first_gpu(facts: HostFacts) -> GpuFact:
+    if not facts.gpus:
+        raise BuildError("no NVIDIA GPU is visible; engines can only be built and loaded on a GPU host")
+    return facts.gpus[0]
+
+
+def _cc(gpu: GpuFact) -> str:
+    return f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}"
+
+
+def write_manifest(engine_dir: Path, identity: BuildIdentity, argv: list[str], world_size: int) -> Path:
+    manifest = EngineManifest(identity=identity, argv=list(argv), world_size=world_size, created_at=time.time())
+    path = engine_dir / MANIFEST_NAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(manifest.to_json(), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def read_manifest(engine_dir: Path) -> EngineManifest | None:
+    path = engine_dir / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return EngineManifest(identity=BuildIdentity(**data["identity"]), argv=list(data.get("argv", [])),
+                              world_size=int(data.get("world_size", 1)),
+                              trtkit_version=str(data.get("trtkit_version", "")),
+                              created_at=float(data.get("created_at", 0.0)), format=int(data.get("format", 0)))
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise BuildError(f"{path} is not a valid trtkit engine manifest ({exc}); rebuild with trtkit build --force") from exc
+
+
+def engine_files(engine_dir: Path) -> list[Path]:
+    return sorted(engine_dir.glob("rank*.engine")) if engine_dir.is_dir() else []
+
+
+def decide_cache(engine_dir: Path, wanted: BuildIdentity, world_size: int, *, force: bool) -> CacheDecision:
+    """Skip the build only when the engines there were made from exactly these inputs on this GPU kind."""
+    if force:
+        return CacheDecision(False, "--force: rebuilding")
+    existing = read_manifest(engine_dir)
+    if existing is None or len(engine_files(engine_dir)) < world_size:
+        return CacheDecision(False, f"no complete engine set in {engine_dir} yet")
+    changed = [name for name in BuildIdentity.__dataclass_fields__
+               if getattr(existing.identity, name) != getattr(wanted, name)]
+    if not changed:
+        return CacheDecision(True, f"engines in {engine_dir} were built from identical inputs on this GPU kind; "
+                                   f"skipping (pass --force to rebuild)")
+    return CacheDecision(False, f"inputs changed since the last build ({', '.join(changed)}): rebuilding")
+
+
+def verify_engine_for_host(engine_dir: Path, facts: HostFacts) -> EngineManifest:
+    """Refuse to load engines built for another GPU kind or another TensorRT/TensorRT-LLM version."""
+    manifest = read_manifest(engine_dir)
+    if manifest is None:
+        raise BuildError(f"{engine_dir} has no {MANIFEST_NAME}; build the engines with trtkit build so their "
+                         f"GPU and TensorRT version are recorded")
+    built, gpu = manifest.identity, _first_gpu(facts)
+    host = (gpu.name, _cc(gpu), facts.tensorrt_version or "unknown", facts.tensorrt_llm_version or "unknown")
+    recorded = (built.gpu_name, built.compute_capability, built.tensorrt_version, built.tensorrt_llm_version)
+    if host != recorded:
+        raise BuildError(
+            f"engines in {engine_dir} were built on {built.gpu_name} (SM {built.compute_capability}) with TensorRT "
+            f"{built.tensorrt_version} / TensorRT-LLM {built.tensorrt_llm_version}, but this host has {gpu.name} "
+            f"(SM {_cc(gpu)}) with TensorRT {host[2]} / TensorRT-LLM {host[3]}; TensorRT engines only load on the "
+            f"GPU kind and versions that built them (\"Version tag does not match\"): rebuild here with "
+            f"trtkit build CONFIG --force")
+    return manifest

@@ -1,0 +1,224 @@
+"""Preflight: every reason a trtllm-build would fail, checked before anything heavy runs.
+
+Rules are pure functions of the config, the checkpoint and a ``HostFacts`` record. The probes that
+fill HostFacts (NVML, importlib, disk usage) live in runner.py; tests build HostFacts by hand, so
+every rule and its exact message is checked on a CPU machine without mocking anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import BuildError
+from trtkit.trtllm_build.checkpoint_info import CheckpointInfo
+
+CONTAINER = "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3"
+CONTAINER_TRTLLM = "1.2.1"
+SUPPORTED_SERIES = "1.2."
+GIB = 1 << 30
+
+
+@dataclass(slots=True, frozen=True)
+class GpuFact:
+    index: int
+    name: str
+    memory_bytes: int
+    compute_capability: tuple[int, int]
+
+
+@dataclass(slots=True, frozen=True)
+class HostFacts:
+    gpus: tuple[GpuFact, ...] = ()
+    nvml_error: str | None = None
+    tensorrt_llm_version: str | None = None
+    tensorrt_llm_error: str | None = None
+    tensorrt_version: str | None = None
+    free_disk_bytes: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class BuildTarget:
+    """What is being built: the config, its checkpoint, where engines go and how much disk that takes."""
+    config: ModelConfig
+    checkpoint: CheckpointInfo
+    output_dir: Path
+    required_disk_bytes: int
+
+
+@dataclass(slots=True, frozen=True)
+class RuleResult:
+    name: str
+    ok: bool
+    message: str = ""
+    checked: bool = True  # False: the rule needs a GPU and none is visible
+
+
+Rule = Callable[[BuildTarget, HostFacts], "str | None"]
+
+
+def _tensorrt_llm_installed(t: BuildTarget, h: HostFacts) -> str | None:
+    if h.tensorrt_llm_version is None:
+        why = h.tensorrt_llm_error or "No module named 'tensorrt_llm'"
+        return (f"TensorRT-LLM is not installed on this host ({why}); run trtkit build inside {CONTAINER} "
+                f"(TensorRT-LLM {CONTAINER_TRTLLM}), or use --dry-run to see the plan")
+    return None
+
+
+def _tensorrt_llm_series(t: BuildTarget, h: HostFacts) -> str | None:
+    v = h.tensorrt_llm_version
+    if v is not None and not v.startswith(SUPPORTED_SERIES):
+        return (f"TensorRT-LLM {v} is installed, but trtkit builds engines with TensorRT-LLM 1.2.x; use {CONTAINER} "
+                f"(TensorRT-LLM {CONTAINER_TRTLLM}) or pip install tensorrt_llm=={CONTAINER_TRTLLM}")
+    return None
+
+
+def _gpus_present(t: BuildTarget, h: HostFacts) -> str | None:
+    if not h.gpus:
+        why = h.nvml_error or "0 devices"
+        return f"no NVIDIA GPU is visible (NVML: {why}); run trtkit build on a GPU host, or use --dry-run to see the plan"
+    return None
+
+
+def _enough_gpus(t: BuildTarget, h: HostFacts) -> str | None:
+    world = t.config.convert.tp_size * t.config.convert.pp_size
+    if h.gpus and world > len(h.gpus):
+        return (f"convert.tp_size x convert.pp_size = {world} needs {world} GPUs, but this host has {len(h.gpus)}; "
+                f"build on a host with {world} GPUs, or lower tp_size/pp_size and re-run trtkit convert")
+    return None
+
+
+def _checkpoint_mapping(t: BuildTarget, h: HostFacts) -> str | None:
+    c, k = t.config.convert, t.checkpoint
+    if k.exists and (k.tp_size, k.pp_size) != (c.tp_size, c.pp_size):
+        return (f"the checkpoint in {k.path} was converted for tp_size={k.tp_size}, pp_size={k.pp_size}, but the config "
+                f"asks for tp_size={c.tp_size}, pp_size={c.pp_size}; re-run trtkit convert CONFIG or pass the "
+                f"matching --checkpoint")
+    return None
+
+
+def _used_gpus(t: BuildTarget, h: HostFacts) -> tuple[GpuFact, ...]:
+    return h.gpus[: max(1, t.checkpoint.world_size)]
+
+
+def _fp8_needs_sm89(t: BuildTarget, h: HostFacts) -> str | None:
+    k = t.checkpoint
+    what = ("quantization.format fp8" if k.quant_algo == "FP8"
+            else "quantization.kv_cache_dtype fp8" if k.kv_cache_quant_algo == "FP8" else None)
+    if what is None:
+        return None
+    for gpu in _used_gpus(t, h):
+        if gpu.compute_capability < (8, 9):
+            cc = f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}"
+            return (f"{what} needs compute capability 8.9 or newer (Ada, Hopper, Blackwell); GPU {gpu.index} "
+                    f"({gpu.name}) is {cc}; use int8_sq or int8_wo (kv_cache_dtype int8), or build on an L4, L40S, "
+                    f"H100 or newer")
+    return None
+
+
+def _nvfp4_needs_blackwell(t: BuildTarget, h: HostFacts) -> str | None:
+    if t.checkpoint.quant_algo != "NVFP4":
+        return None
+    for gpu in _used_gpus(t, h):
+        if gpu.compute_capability < (10, 0):
+            cc = f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}"
+            return (f"quantization.format nvfp4 needs a Blackwell GPU (compute capability 10.0 or newer); GPU "
+                    f"{gpu.index} ({gpu.name}) is {cc}; use fp8 on Hopper or Ada, or build on a B200")
+    return None
+
+
+def _disk_space(t: BuildTarget, h: HostFacts) -> str | None:
+    if h.free_disk_bytes < t.required_disk_bytes:
+        return (f"building needs about {t.required_disk_bytes / GIB:.1f} GiB free in {t.output_dir}, only "
+                f"{h.free_disk_bytes / GIB:.1f} GiB is free; free some space or pass --out on a larger disk")
+    return None
+
+
+def _seq_len_within_positions(t: BuildTarget, h: HostFacts) -> str | None:
+    limit, wanted = t.checkpoint.max_position_embeddings, t.config.build.max_seq_len
+    if limit is not None and wanted > limit:
+        return (f"build.max_seq_len ({wanted}) exceeds the checkpoint's max_position_embeddings ({limit}); "
+                f"lower build.max_seq_len to {limit} or less")
+    return None
+
+
+def _num_tokens_cover_input(t: BuildTarget, h: HostFacts) -> str | None:
+    b = t.config.build
+    if not t.config.serve.enable_chunked_context and b.max_num_tokens < b.max_input_len:
+        return (f"build.max_num_tokens ({b.max_num_tokens}) is below build.max_input_len ({b.max_input_len}) and "
+                f"serve.enable_chunked_context is off; raise max_num_tokens to at least {b.max_input_len} "
+                f"or turn chunked context on")
+    return None
+
+
+def _profiles_without_opt_tokens(t: BuildTarget, h: HostFacts) -> str | None:
+    b = t.config.build
+    if b.multiple_profiles and b.opt_num_tokens is not None:
+        return (f"build.multiple_profiles is on and build.opt_num_tokens is set ({b.opt_num_tokens}); trtllm-build 1.2 "
+                f"refuses the pair, unset opt_num_tokens or turn multiple_profiles off")
+    return None
+
+
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("tensorrt_llm_installed", _tensorrt_llm_installed),
+    ("tensorrt_llm_1_2", _tensorrt_llm_series),
+    ("gpus_present", _gpus_present),
+    ("enough_gpus", _enough_gpus),
+    ("checkpoint_mapping", _checkpoint_mapping),
+    ("fp8_needs_sm89", _fp8_needs_sm89),
+    ("nvfp4_needs_blackwell", _nvfp4_needs_blackwell),
+    ("disk_space", _disk_space),
+    ("max_seq_len_within_positions", _seq_len_within_positions),
+    ("max_num_tokens_cover_input", _num_tokens_cover_input),
+    ("multiple_profiles_without_opt_num_tokens", _profiles_without_opt_tokens),
+)
+GPU_RULES = {"enough_gpus", "fp8_needs_sm89", "nvfp4_needs_blackwell"}
+
+
+@dataclass(slots=True)
+class PreflightReport:
+    results: list[RuleResult] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[RuleResult]:
+        return [r for r in self.results if not r.ok]
+
+
+def assumed_gpus(kind: str, count: int) -> tuple[GpuFact, ...]:
+    """GPUs of a table kind, standing in for the real ones when a dry run happens off the GPU host."""
+    from trtkit.trtllm_build.gpus import lookup_gpu
+
+    spec = lookup_gpu(kind)
+    return tuple(GpuFact(i, f"{spec.kind} (build.target_gpu)", spec.memory_bytes, spec.compute_capability)
+                 for i in range(count))
+
+
+def run_preflight(target: BuildTarget, facts: HostFacts) -> PreflightReport:
+    """Every rule's verdict (for --dry-run, which reports instead of stopping).
+
+    Without a local GPU, the GPU rules are checked against build.target_gpu when the config names
+    one (so a dry run on a laptop already says "fp8 will not build on an A100"), else skipped.
+    """
+    report = PreflightReport()
+    target_gpu = target.config.build.target_gpu
+    stand_in = replace(facts, gpus=assumed_gpus(target_gpu, target.checkpoint.world_size)) if target_gpu else None
+    for name, rule in RULES:
+        rule_facts = facts
+        if name in GPU_RULES and not facts.gpus:
+            if stand_in is None:
+                report.results.append(RuleResult(name, True, "not checked: no GPU visible", checked=False))
+                continue
+            rule_facts = stand_in
+        message = rule(target, rule_facts)
+        report.results.append(RuleResult(name, message is None, message or ""))
+    return report
+
+
+def check_preflight(target: BuildTarget, facts: HostFacts) -> None:
+    """Raise BuildError with the first failing rule's one-line message."""
+    for _, rule in RULES:
+        message = rule(target, facts)
+        if message:
+            raise BuildError(message)
