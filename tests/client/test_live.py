@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 from dataclasses import replace
 
 import pytest
 import tritonclient.grpc as grpcclient
+from server_gauges import settled_engine
 
 from trtkit.client import (
     AsyncTritonLLMClient,
@@ -192,19 +194,39 @@ def test_input_limit_and_max_tokens_clamp(live_server, tiny_config, tiny_counter
     assert near_limit.finish_reason == "length" and near_limit.usage.completion_tokens == room
 
 
+# min_tokens = max_tokens: such a generation cannot end early on its own, only a cancel or deadline stops it.
+# Cancellation tests go through the BLS: a Triton ensemble does not pass a cancel on to its running engine
+# step (see tests/repository/test_live.py::ENSEMBLE_CANCEL_GAP), so only there does the engine stop early.
+BLS = "tensorrt_llm_bls"
+LONG = 400
+LONG_PARAMS = SamplingParams(max_tokens=LONG, min_tokens=LONG)
+DEADLINE_S = 3.0
+
+
 def test_cancel_and_deadline(live_server, nocache_config) -> None:
     config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
-    with TritonLLMClient(live_server.grpc_url, config=config) as client:
-        stream = client.stream("Count slowly", SamplingParams(max_tokens=300))
+    with TritonLLMClient(live_server.grpc_url, config=config, model_name=BLS) as client:
+        before = settled_engine(live_server.metrics_url, after_iteration=-1)
+        stream = client.stream("Count slowly", LONG_PARAMS)
         first = next(stream)
         assert client.active_requests() == [first.request_id]
-        threading.Thread(target=client.cancel, args=(first.request_id,)).start()
+        canceller = threading.Thread(target=client.cancel, args=(first.request_id,))
+        canceller.start()
+        canceller.join()
         cancelled = [c for c in stream][-1].result
-        late = client.generate("Count slowly", SamplingParams(max_tokens=300), deadline_s=0.3)
+        engine = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
+        late_stream = client.stream("Count slowly", LONG_PARAMS, deadline_s=DEADLINE_S)
+        late_first = next(late_stream)
+        # read on only once the deadline has passed: it fires then, whatever the server did meanwhile
+        time.sleep(DEADLINE_S)
+        late = [c for c in late_stream][-1].result
         after = client.generate("Still serving?", SamplingParams(max_tokens=4))
     assert first.text and cancelled is not None and cancelled.finish_reason == "cancelled"
-    assert cancelled.usage.completion_tokens < 300
-    assert late.finish_reason == "deadline" and late.latency_s < 2.0 and late.usage.completion_tokens < 300
+    assert cancelled.usage.completion_tokens < LONG
+    assert engine.iteration - before.iteration < LONG  # the engine stopped it early: fewer steps than tokens asked
+    assert engine.used_blocks <= before.used_blocks  # and its KV blocks are back
+    assert late_first.text and late is not None and late.finish_reason == "deadline"
+    assert late.latency_s >= DEADLINE_S and late.usage.completion_tokens < LONG
     assert after.finish_reason == "length"
     assert [r[0] for r in ledger_rows("finish_reason")] == ["cancelled", "deadline", "length"]
 
@@ -213,33 +235,51 @@ def test_async_client_batch_order_and_task_cancellation(live_server, nocache_con
     prompts = [f"Item {i}:" for i in range(6)]
 
     async def scenario():
-        async with AsyncTritonLLMClient(live_server.grpc_url, config=nocache_config) as client:
+        async with AsyncTritonLLMClient(live_server.grpc_url, config=nocache_config, model_name=BLS) as client:
             batch = await client.generate_batch(prompts, SamplingParams(max_tokens=5), max_concurrency=4)
             singles = [await client.generate(p, SamplingParams(max_tokens=5)) for p in prompts[:2]]
-            task = asyncio.create_task(client.generate("Go on", SamplingParams(max_tokens=300)))
-            await asyncio.sleep(0.4)
+            marks.append(settled_engine(live_server.metrics_url, after_iteration=marks[0].iteration))
+            started = asyncio.Event()
+            received: list[int] = []
+
+            async def long_stream() -> None:
+                async for chunk in client.stream("Go on", LONG_PARAMS):
+                    received.append(chunk.usage.completion_tokens)
+                    started.set()
+
+            task = asyncio.create_task(long_stream())
+            await asyncio.wait_for(started.wait(), 60)  # tokens arrived: the request is running server-side
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            return batch, singles
+            return batch, singles, received
 
-    batch, singles = asyncio.run(scenario())
+    marks = [settled_engine(live_server.metrics_url, after_iteration=-1)]
+    batch, singles, received = asyncio.run(scenario())
+    engine = settled_engine(live_server.metrics_url, after_iteration=marks[1].iteration)
     assert [r.text for r in batch[:2]] == [r.text for r in singles]  # in order, greedy == one at a time
     assert all(r.usage.completion_tokens == 5 for r in batch)
     finish = [r[0] for r in ledger_rows("finish_reason")]
     assert finish[:8] == ["length"] * 8 and finish[8:] == ["cancelled"]
+    (completion,), = ledger_rows("completion_tokens")[8:]
+    assert 0 < completion < LONG and received and max(received) < LONG
+    assert engine.iteration - marks[1].iteration < LONG  # the engine stopped it early
+    assert engine.used_blocks <= marks[0].used_blocks
 
 
 def test_a_consumer_that_stops_reading_cancels_the_stream(live_server, nocache_config) -> None:
     config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
-    with TritonLLMClient(live_server.grpc_url, config=config) as client:
-        stream = client.stream("Keep going", SamplingParams(max_tokens=300))
+    before = settled_engine(live_server.metrics_url, after_iteration=-1)
+    with TritonLLMClient(live_server.grpc_url, config=config, model_name=BLS) as client:
+        stream = client.stream("Keep going", LONG_PARAMS)
         for _ in itertools.islice(stream, 3):
             pass
         stream.close()
         assert client.active_requests() == []
+    engine = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
     (finish, completion), = ledger_rows("finish_reason, completion_tokens")
-    assert finish == "cancelled" and 3 <= completion < 300
+    assert finish == "cancelled" and 3 <= completion < LONG
+    assert engine.iteration - before.iteration < LONG and engine.used_blocks <= before.used_blocks
 
 
 def test_sync_batch_keeps_order(live_server, nocache_config) -> None:

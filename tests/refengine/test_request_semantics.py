@@ -139,28 +139,36 @@ def test_kv_pool_too_small_for_one_sequence_is_refused(make_engine: EngineFactor
 def test_engine_loop_streams_cancels_and_shuts_down(make_engine: EngineFactory) -> None:
     loop = EngineLoop(make_engine(max_queue_size=8))
     received: dict[str, list[RequestOutput]] = {}
-    done = threading.Event()
+    done, shorts_done, cancelled = threading.Event(), threading.Event(), threading.Event()
     lock = threading.Lock()
+    ids: list[str] = []
 
     def on_output(output: RequestOutput) -> None:
         with lock:
             received.setdefault(output.request_id, []).append(output)
+            if ids and all(received.get(i) and received[i][-1].finished for i in ids):
+                shorts_done.set()
             if sum(1 for outs in received.values() if outs[-1].finished) == 3:
                 done.set()
+        if output.request_id == "long" and shorts_done.is_set() and not output.finished:
+            # hold the loop thread until the test has cancelled: "long" cannot run to its end meanwhile
+            assert cancelled.wait(30)
 
     try:
-        ids = [loop.submit(p, SamplingParams(max_tokens=6, end_id=-1), on_output) for p in random_prompts(2, 5, 30)]
+        ids += [loop.submit(p, SamplingParams(max_tokens=6, end_id=-1), on_output) for p in random_prompts(2, 5, 30)]
         long_id = loop.submit(PROMPT, SamplingParams(max_tokens=150, end_id=-1), on_output, request_id="long")
         with pytest.raises(EngineError, match="lower max_tokens"):
             loop.submit(PROMPT, SamplingParams(max_tokens=1000), on_output)
-        while not all(received.get(i) and received[i][-1].finished for i in ids):
-            threading.Event().wait(0.01)
+        assert shorts_done.wait(30)
         assert loop.cancel(long_id)
+        cancelled.set()
         assert done.wait(30)
         assert all(len(received[i]) == 6 and received[i][-1].finish_reason == "length" for i in ids)
         assert received["long"][-1].finish_reason == "cancelled"
+        assert len(received["long"][-1].output_token_ids) < 150  # it stopped early
         assert loop.stats().used_kv_blocks == 0
     finally:
+        cancelled.set()
         loop.shutdown()
     with pytest.raises(EngineError, match="shut down"):
         loop.submit(PROMPT, SamplingParams(), on_output)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,17 +19,27 @@ from trtkit.triton_models.requests import InvalidRequest
 
 
 class Collect:
-    """A response sink that keeps what the model sends."""
+    """A response sink that keeps what the model sends.
 
-    def __init__(self) -> None:
+    With ``hold_first`` it blocks the engine loop inside its first response until ``release`` is set:
+    the engine cannot step meanwhile, so a test acts on a request that is provably still running."""
+
+    def __init__(self, *, hold_first: bool = False) -> None:
         self.responses: list[tuple[dict, bool]] = []
         self.done = threading.Event()
         self.cancel = False
+        self.first = threading.Event()
+        self.release = threading.Event()
+        if not hold_first:
+            self.release.set()
 
     def send(self, outputs: dict, final: bool) -> None:
         self.responses.append((outputs, final))
         if final:
             self.done.set()
+        if not self.first.is_set():
+            self.first.set()
+            assert self.release.wait(60), "the test never released the engine loop"
 
     def close(self) -> None:
         self.done.set()
@@ -89,31 +100,46 @@ def test_stop_string_ends_the_request(engine_model: EngineModel) -> None:
     assert sink.responses[-1][0]["finish_reason"].item() == b"stop"
 
 
-def test_cancel_frees_the_request(engine_model: EngineModel) -> None:
-    import time
+def _generated(sink: Collect) -> int:
+    return sum(len(out["output_ids"].reshape(-1)) for out, _ in sink.responses)
 
-    used_before = engine_model.loop.stats().used_kv_blocks
-    sink = Collect()
-    engine_model.submit(_request(engine_model, 120, stream=True), sink)
-    deadline = time.monotonic() + 30
-    while not sink.responses and time.monotonic() < deadline:
+
+def _settled(model: EngineModel):
+    """Engine stats once no request is active (the cancelled output is delivered by the next step)."""
+    deadline = time.monotonic() + 60
+    while (stats := model.loop.stats()).active_requests and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert engine_model.loop.stats().used_kv_blocks > used_before
+    return stats
+
+
+def test_cancel_frees_the_request(engine_model: EngineModel) -> None:
+    used_before = engine_model.loop.stats().used_kv_blocks
+    generated_before = engine_model.loop.stats().generated_tokens
+    sink = Collect(hold_first=True)
+    # min_tokens = max_tokens: only a cancellation can end this request before 200 tokens
+    engine_model.submit(_request(engine_model, 200, stream=True, min_tokens=200), sink)
+    assert sink.first.wait(60)
+    assert engine_model.loop.stats().used_kv_blocks > used_before  # held while the loop waits on us
     sink.cancel = True
+    sink.release.set()
     assert sink.done.wait(60)
-    time.sleep(0.2)  # the loop delivers the cancelled output after its step
-    stats = engine_model.loop.stats()
+    stats = _settled(engine_model)
     assert stats.active_requests == 0 and stats.used_kv_blocks <= used_before
     assert stat_values(stats, 4)["nv_trt_llm_request_metrics"]["active"] == 0
+    assert _generated(sink) < 200 and stats.generated_tokens - generated_before < 200  # it stopped early
 
 
 def test_stop_input_cancels_the_request_with_that_id(engine_model: EngineModel) -> None:
-    running, stopper = Collect(), Collect()
-    engine_model.submit(_request(engine_model, 200, stream=True), running, triton_id="req-1")
+    generated_before = engine_model.loop.stats().generated_tokens
+    running, stopper = Collect(hold_first=True), Collect()
+    engine_model.submit(_request(engine_model, 200, stream=True, min_tokens=200), running, triton_id="req-1")
+    assert running.first.wait(60)  # running, and held: it cannot finish before the stop arrives
     engine_model.submit(_request(engine_model, 1, stream=False, stop=True), stopper,
                         triton_id="req-1")
+    running.release.set()
     assert stopper.done.wait(10) and running.done.wait(30)
-    assert sum(len(out["output_ids"].reshape(-1)) for out, _ in running.responses) < 200
+    assert _generated(running) < 200
+    assert _settled(engine_model).generated_tokens - generated_before < 200
     with pytest.raises(InvalidRequest, match="no request with id"):
         engine_model.submit(_request(engine_model, 1, stream=False, stop=True), Collect(), triton_id="gone")
 

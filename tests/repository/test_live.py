@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import math
 import threading
-import time
 
 import numpy as np
 import pytest
 from echo_model import CYCLE_TEXT
 from live_client import Live, inputs, tensor
+from server_gauges import settled_engine
 
 pytestmark = pytest.mark.slow
 MODELS = ("ensemble", "tensorrt_llm_bls")
@@ -73,28 +73,29 @@ def test_genai_perf_style_request(live: Live) -> None:
 
 
 def test_concurrent_requests_run_in_one_batch(live: Live) -> None:
-    """Four streams of 32 tokens (two through the ensemble, two through the BLS). One at a time they
-    would take 128 engine steps and never show two scheduled requests; in flight they share steps."""
-    before = live.metric("nv_trt_llm_general_metrics", "general_type", "iteration_counter")
+    """Four streams of N tokens (two through the ensemble, two through the BLS). One at a time they need
+    4 x N engine steps (one token per request per step); fewer steps prove that some step served two
+    requests at once. N is long enough that the four overlap even when their starts are staggered."""
+    n = 128
+    url = live.server.metrics_url  # type: ignore[attr-defined]
+    before = settled_engine(url, after_iteration=-1)
     replies: list = [None] * 4
+    start = threading.Barrier(4)
 
     def run(i: int) -> None:
-        replies[i] = live.stream(MODELS[i % 2], inputs(CYCLE_TEXT, 32, stream=True))
+        start.wait()
+        replies[i] = live.stream(MODELS[i % 2], inputs(CYCLE_TEXT, n, stream=True))
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
-    most_scheduled = 0.0
-    while any(t.is_alive() for t in threads):
-        most_scheduled = max(most_scheduled, live.metric("nv_trt_llm_request_metrics", "request_type", "scheduled"))
-        time.sleep(0.02)
+    for t in threads:
+        t.join(120)
     for i, reply in enumerate(replies):
         assert reply is not None and reply.error is None, (i, reply)
-        assert reply.text == live.expected(32), i
-    time.sleep(0.3)  # the stats publisher runs every 100 ms
-    steps = live.metric("nv_trt_llm_general_metrics", "general_type", "iteration_counter") - before
-    assert most_scheduled >= 2, f"never saw two requests scheduled in one step ({most_scheduled})"
-    assert 32 <= steps < 4 * 32, f"{steps} engine steps for 4 x 32 tokens: requests were not batched"
+        assert reply.text == live.expected(n), i
+    steps = settled_engine(url, after_iteration=before.iteration).iteration - before.iteration
+    assert n <= steps < 4 * n, f"{steps} engine steps for 4 x {n} tokens: requests were not batched"
 
 
 BAD_REQUESTS = [
@@ -133,34 +134,31 @@ def test_bad_requests_get_invalid_argument_and_the_server_keeps_serving(live: Li
     assert live.stream(model, inputs(CYCLE_TEXT, 8, stream=False)).text == live.expected(8)
 
 
-@pytest.mark.parametrize("model", MODELS)
-def test_cancelled_stream_returns_its_kv_blocks(live: Live, model: str) -> None:
+ENSEMBLE_CANCEL_GAP = pytest.mark.xfail(strict=True, reason=(
+    "Triton's ensemble scheduler checks cancellation only between steps (triton-inference-server/core#263, "
+    "server#6739): the running tensorrt_llm step never learns that the client went away. The BLS stops it."))
+
+
+@pytest.mark.parametrize("model", [pytest.param("ensemble", marks=ENSEMBLE_CANCEL_GAP), "tensorrt_llm_bls"])
+def test_cancelled_stream_stops_early_and_returns_its_kv_blocks(live: Live, model: str) -> None:
     import queue
 
     import tritonclient.grpc as grpcclient
 
-    used_before = live.metric("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "used")
+    url = live.server.metrics_url  # type: ignore[attr-defined]
+    before = settled_engine(url, after_iteration=-1)
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(live.server.grpc_url)  # type: ignore[attr-defined]
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     client.async_stream_infer(model, inputs(CYCLE_TEXT, 400, stream=True))
-    result, error = results.get(timeout=60)
+    result, error = results.get(timeout=60)  # the first tokens: the request is running
     assert error is None
-    deadline = time.monotonic() + 10
-    while (used_during := live.metric("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "used")) \
-            <= used_before and time.monotonic() < deadline:
-        time.sleep(0.1)
     client.stop_stream(cancel_requests=True)
     client.close()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        active = live.metric("nv_trt_llm_request_metrics", "request_type", "active")
-        used = live.metric("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "used")
-        if active == 0 and used <= used_before:
-            break
-        time.sleep(0.2)
-    assert used_during > used_before
-    assert active == 0 and used <= used_before, f"blocks still held after cancel: {used} (before {used_before})"
+    after = settled_engine(url, after_iteration=before.iteration)
+    # 400 tokens need 400 engine steps: fewer prove that the engine stopped the request early
+    assert after.iteration - before.iteration < 400, f"{model}: the cancelled request ran to its end"
+    assert after.active == 0 and after.used_blocks <= before.used_blocks, f"blocks still held: {after}"
     assert live.stream("ensemble", inputs(CYCLE_TEXT, 8, stream=False)).text == live.expected(8)
 
 

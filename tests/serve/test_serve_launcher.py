@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from pathlib import Path
 
@@ -66,12 +65,12 @@ def test_stop_recorded_servers_stops_a_server_from_its_record(tmp_path: Path) ->
 
 
 def test_model_failing_initialize_fails_fast_with_the_reason_and_log_tail(tmp_path: Path) -> None:
-    server = TritonServer(failing_repository(tmp_path / "repo"), start_timeout_s=60)
-    started = time.monotonic()
+    # a start deadline far beyond the test's patience: only the failure itself can end start() with this message
+    server = TritonServer(failing_repository(tmp_path / "repo"), start_timeout_s=300)
     with pytest.raises(ServerError) as excinfo:
         server.start()
-    assert time.monotonic() - started < 20
     message = str(excinfo.value)
+    assert "was not ready after" not in message  # reported as the model's failure, not as a timeout
     assert "'broken'" in message and "boom: this model refuses to initialize" in message
     assert "--- log tail ---" in message and str(server.log_path) in message
     assert leftovers(server.shm_prefix) == ([], [])
@@ -86,10 +85,9 @@ def test_server_that_exits_reports_its_exit_code(tmp_path: Path) -> None:
 
 def test_stuck_loading_hits_the_deadline_and_cleans_up(tmp_path: Path) -> None:
     server = TritonServer(stuck_repository(tmp_path / "repo"), start_timeout_s=3, stop_grace_s=3)
-    started = time.monotonic()
     with pytest.raises(ServerError, match="was not ready after 3 s"):
         server.start()
-    assert time.monotonic() - started < 20
+    assert not server.is_running()
     assert leftovers(server.shm_prefix) == ([], [])
 
 

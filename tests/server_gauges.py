@@ -1,0 +1,55 @@
+"""Reading the CPU engine's gauges from a live tritonserver's metrics endpoint, without timing races.
+
+The ``tensorrt_llm`` model publishes its stats every ``stats_check_period_ms`` (100 ms), so a single
+scrape may be stale. ``settled_engine`` polls (under a generous deadline) until the engine is idle
+and two scrapes a publish period apart agree: the figures it returns are final, on any machine.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+from dataclasses import dataclass
+
+PUBLISH_PERIOD_S = 0.1
+
+
+@dataclass(frozen=True)
+class EngineGauges:
+    iteration: float
+    active: float
+    used_blocks: float
+
+
+def scrape(metrics_url: str) -> str:
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        return response.read().decode()
+
+
+def gauge(text: str, family: str, label: str, value: str) -> float:
+    pattern = rf'^{family}{{[^}}]*{label}="{value}"[^}}]*}} ([0-9.e+-]+)$'
+    found = re.findall(pattern, text, flags=re.M)
+    assert found, f"{family}{{{label}={value}}} not on the metrics endpoint"
+    return float(found[0])
+
+
+def engine_gauges(metrics_url: str) -> EngineGauges:
+    text = scrape(metrics_url)
+    return EngineGauges(gauge(text, "nv_trt_llm_general_metrics", "general_type", "iteration_counter"),
+                        gauge(text, "nv_trt_llm_request_metrics", "request_type", "active"),
+                        gauge(text, "nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "used"))
+
+
+def settled_engine(metrics_url: str, *, after_iteration: float, timeout_s: float = 60.0) -> EngineGauges:
+    """The gauges once the engine has stepped past ``after_iteration``, has no active request, and two
+    scrapes a few publish periods apart read the same iteration counter (an idle engine does not step)."""
+    deadline = time.monotonic() + timeout_s
+    previous = None
+    while time.monotonic() < deadline:
+        now = engine_gauges(metrics_url)
+        if now.active == 0 and now.iteration > after_iteration and previous == now:
+            return now
+        previous = now
+        time.sleep(3 * PUBLISH_PERIOD_S)
+    raise AssertionError(f"the engine did not settle within {timeout_s} s (last: {previous})")
