@@ -48,3 +48,7 @@ class BudgetExceededError(ClientError):
 
 class InputTooLongError(ClientError):
     """The prompt is longer than the configured hard input limit."""
+
+
+class InvalidInputError(TrtkitError, ValueError):
+    """A request input is outside its valid range (served models answer INVALID_ARGUMENT)."""

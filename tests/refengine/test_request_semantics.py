@@ -37,7 +37,8 @@ def test_min_tokens_suppresses_the_end_id(make_engine: EngineFactory) -> None:
 def test_stop_sequence_finishes_and_stays_in_output(make_engine: EngineFactory) -> None:
     engine = make_engine()
     free_run = run_one(engine, SamplingParams(max_tokens=10, end_id=-1)).output_token_ids
-    out = run_one(engine, SamplingParams(max_tokens=10, end_id=-1, stop_token_ids=[[99999], free_run[4:6]]))
+    never = next(i for i in range(3, 100) if i not in free_run)  # a stop word that never matches
+    out = run_one(engine, SamplingParams(max_tokens=10, end_id=-1, stop_token_ids=[[never], free_run[4:6]]))
     assert out.finish_reason == "stop"
     assert out.output_token_ids == free_run[:6]
 

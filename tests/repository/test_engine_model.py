@@ -30,6 +30,8 @@ class Collect:
         self.cancel = False
         self.first = threading.Event()
         self.release = threading.Event()
+        self.error: str | None = None
+        self.closed = False
         if not hold_first:
             self.release.set()
 
@@ -42,6 +44,11 @@ class Collect:
             assert self.release.wait(60), "the test never released the engine loop"
 
     def close(self) -> None:
+        self.closed = True
+        self.done.set()
+
+    def fail(self, message: str) -> None:
+        self.error = message
         self.done.set()
 
     def is_cancelled(self) -> bool:
@@ -176,3 +183,58 @@ def test_not_decoupled_answers_once_and_refuses_streaming(engine_model: EngineMo
     assert sink.outputs["num_output_tokens"].item() == 12
     with pytest.raises(InvalidRequest, match="decoupled"):
         plain.submit(_request(plain, 12, stream=True), WaitingSink(finals.append))
+
+
+VOCAB = 49152  # the echo model keeps the tiny model's vocabulary
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"end_id": VOCAB + 3}, "end_id"),
+    ({"pad_id": VOCAB}, "pad_id"),
+    ({"bad_words_list": words_to_list([[5, VOCAB + 1]])[None]}, r"bad_words\[0\]"),
+])
+def test_ids_outside_the_vocabulary_are_refused_before_anything_runs(engine_model: EngineModel, extra: dict,
+                                                                       message: str) -> None:
+    inputs = _request(engine_model, 4, stream=True)
+    inputs.update({k: v if isinstance(v, np.ndarray) else np.array([[v]], dtype=np.int32) for k, v in extra.items()})
+    with pytest.raises(InvalidRequest, match=rf"{message}: \d+ is not a token id of this model"):
+        engine_model.submit(inputs, Collect())
+
+
+def _plant_sampling_fault(model: EngineModel, rid: str) -> None:
+    """Break a running request the way a validation gap would: its sampling raises IndexError."""
+    model.loop.engine.sequences[rid].params.bad_token_ids = [[VOCAB + 7]]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_engine_failure_is_an_error_response_never_a_silent_end(engine_model: EngineModel, stream: bool) -> None:
+    hostile, innocent = Collect(hold_first=True), Collect()
+    rid = engine_model.submit(_request(engine_model, 60, stream=True, min_tokens=60), hostile)
+    assert hostile.first.wait(60)
+    engine_model.submit(_request(engine_model, 20, stream=stream), innocent)
+    _plant_sampling_fault(engine_model, rid)
+    hostile.release.set()
+    assert hostile.done.wait(60) and innocent.done.wait(60)
+    assert hostile.error is not None and "IndexError" in hostile.error and not hostile.closed
+    assert not any(final for _, final in hostile.responses)  # no final success went out before the error
+    assert innocent.error is None and innocent.responses[-1][1]
+    assert innocent.responses[-1][0]["finish_reason"].item() == b"length"
+
+
+def test_not_decoupled_failure_is_an_error_and_waiting_is_bounded(engine_model: EngineModel) -> None:
+    from trtkit.triton_models.engine_host import WaitingSink
+
+    plain = EngineModel(engine_model.loop, engine_model.tokenizer, engine_model.anchor, tokens_per_block=16,
+                        exclude_input_default=True, decoupled=False)
+    gate = Collect(hold_first=True)  # holds the loop while the fault is planted
+    engine_model.submit(_request(engine_model, 60, stream=True, min_tokens=60), gate)
+    assert gate.first.wait(60)
+    sink = WaitingSink(lambda outputs: None)
+    rid = plain.submit(_request(plain, 30, stream=False, min_tokens=30), sink)
+    _plant_sampling_fault(plain, rid)
+    gate.cancel = True
+    gate.release.set()
+    failure = sink.wait(60)
+    assert failure is not None and "IndexError" in failure and sink.outputs is None  # not an empty success
+    never = WaitingSink(lambda outputs: None)  # a request nobody answers: the wait ends, with a reason
+    assert "no answer within" in (never.wait(0.01) or "")

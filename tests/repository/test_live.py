@@ -101,11 +101,12 @@ def test_concurrent_requests_run_in_one_batch(live: Live) -> None:
 BAD_REQUESTS = [
     ("over max_input_len", dict(text="word " * 300, max_tokens=4), "over max_input_len"),
     ("empty prompt", dict(text="", max_tokens=4), "empty"),
-    ("max_tokens 0", dict(text=CYCLE_TEXT, max_tokens=0), "must be > 0"),
-    ("max_tokens negative", dict(text=CYCLE_TEXT, max_tokens=-5), "must be > 0"),
+    ("max_tokens 0", dict(text=CYCLE_TEXT, max_tokens=0), "max_tokens: 0 is out of range"),
+    ("max_tokens negative", dict(text=CYCLE_TEXT, max_tokens=-5), "max_tokens: -5 is out of range"),
     ("max_tokens too large", dict(text=CYCLE_TEXT, max_tokens=100_000), "does not fit"),
     ("NaN temperature", dict(text=CYCLE_TEXT, max_tokens=4, temperature=math.nan), "not a finite number"),
-    ("negative temperature", dict(text=CYCLE_TEXT, max_tokens=4, temperature=-1.0), "must be >= 0"),
+    ("negative temperature", dict(text=CYCLE_TEXT, max_tokens=4, temperature=-1.0), "temperature: -1 is out of range"),
+    ("negative top_k", dict(text=CYCLE_TEXT, max_tokens=4, top_k=-1), "top_k: -1 is out of range"),
     ("negative top_p", dict(text=CYCLE_TEXT, max_tokens=4, top_p=-0.5), "top_p"),
     ("NaN repetition penalty", dict(text=CYCLE_TEXT, max_tokens=4, repetition_penalty=math.nan), "finite"),
     ("stop word not UTF-8", dict(text=CYCLE_TEXT, max_tokens=4, stop_words=[b"\xff\xfe"]),
@@ -174,3 +175,71 @@ def test_metrics_use_tensorrt_llm_names_and_labels(live: Live) -> None:
     assert live.metric("nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "tokens_per") == 16
     assert "nv_llm_output_token_len" in text
 
+
+
+def _engine_call(live: Live, prompt: list[int], max_tokens: int, **extra: np.ndarray):
+    """One streamed request straight to the tensorrt_llm model (as genai-perf-style clients send it):
+    (generated ids, error)."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    arrays = {"input_ids": np.array([prompt], dtype=np.int32),
+              "input_lengths": np.array([[len(prompt)]], dtype=np.int32),
+              "request_output_len": np.array([[max_tokens]], dtype=np.int32),
+              "min_tokens": np.array([[max_tokens]], dtype=np.int32),
+              "streaming": np.array([[True]]), **extra}
+    items = []
+    for name, array in arrays.items():
+        item = grpcclient.InferInput(name, list(array.shape), "BOOL" if array.dtype == np.bool_ else "INT32")
+        item.set_data_from_numpy(array)
+        items.append(item)
+    results: queue.Queue = queue.Queue()
+    client = live.client()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    ids: list[int] = []
+    try:
+        client.async_stream_infer("tensorrt_llm", items, enable_empty_final_response=True)
+        while True:
+            result, error = results.get(timeout=120)
+            if error is not None:
+                return ids, error
+            out = result.as_numpy("output_ids")
+            if out is not None:
+                ids += out.reshape(-1).tolist()
+            final = result.get_response().parameters.get("triton_final_response")
+            if final is not None and final.bool_param:
+                return ids, None
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+@pytest.mark.parametrize(("label", "extra", "message"), [
+    ("end_id over the vocabulary", {"end_id": np.array([[10**6]], dtype=np.int32)}, "end_id: 1000000"),
+    ("bad word id over the vocabulary",
+     {"bad_words_list": np.array([[[5, 10**6], [2, -1]]], dtype=np.int32)}, "bad_words[0]: 1000000"),
+    ("negative runtime_top_k", {"runtime_top_k": np.array([[-1]], dtype=np.int32)}, "runtime_top_k: -1 is out"),
+])
+def test_one_hostile_engine_request_among_eight_innocent_ones(live: Live, label: str, extra: dict,
+                                                              message: str) -> None:
+    prompt = live.tokenizer.encode(CYCLE_TEXT, add_special_tokens=False)
+    results: list = [None] * 8
+    started = threading.Barrier(9)
+
+    def innocent(i: int) -> None:
+        started.wait()
+        results[i] = _engine_call(live, prompt, 48)
+
+    threads = [threading.Thread(target=innocent, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    started.wait()
+    ids, error = _engine_call(live, prompt, 48, **extra)
+    for t in threads:
+        t.join(120)
+    assert error is not None and message in error.message(), (label, error)
+    assert "internal error" not in error.message(), label
+    assert ids == []
+    for i, (innocent_ids, innocent_error) in enumerate(results):
+        assert innocent_error is None and len(innocent_ids) == 48, (label, i, innocent_error)

@@ -58,8 +58,8 @@ def test_good_request(pre: Preprocessor) -> None:
     (_req(""), "text_input is empty"),
     (_req("   \n"), "text_input is empty"),
     (_req("word " * 40), "over max_input_len 16"),
-    (_req(max_tokens=0), "max_tokens: 0 must be > 0"),
-    (_req(max_tokens=-3), "max_tokens: -3 must be > 0"),
+    (_req(max_tokens=0), r"max_tokens: 0 is out of range; send a value in \[1, "),
+    (_req(max_tokens=-3), r"max_tokens: -3 is out of range; send a value in \[1, "),
     (_req(max_tokens=31), "does not fit"),
     (_req(STOP_WORDS_DICT=np.array([[b"\xff\xfe"]], dtype=object)), "not valid UTF-8"),
     (_req(BAD_WORDS_DICT=np.array([[b"ok", b"\xc3"]], dtype=object)), "not valid UTF-8"),
@@ -72,14 +72,18 @@ def test_bad_requests_are_named(pre: Preprocessor, inputs: dict, message: str) -
 
 @pytest.mark.parametrize(("name", "value", "message"), [
     ("temperature", math.nan, "not a finite number"),
-    ("temperature", -0.5, "must be >= 0.0"),
-    ("top_p", 1.5, "must be <= 1.0"),
+    ("temperature", -0.5, r"temperature: -0.5 is out of range; send a value in \[0, inf\]"),
+    ("top_p", 1.5, r"top_p: 1.5 is out of range; send a value in \(0, 1\]"),
     ("top_p", math.inf, "not a finite number"),
-    ("top_k", -1, "must be >= 0"),
-    ("repetition_penalty", 0.0, "must be > 0.0"),
+    ("top_k", -1, r"top_k: -1 is out of range; send a value in \[0, 2147483647\]"),
+    ("top_k", 2**32 - 1, "top_k: 4294967295 is out of range"),  # a negative sent as UINT32 wraps around
+    ("top_k", 2.5, "top_k: 2.5 is not a whole number"),
+    ("repetition_penalty", 0.0, r"repetition_penalty: 0 is out of range; send a value in \(0, inf\]"),
     ("presence_penalty", math.nan, "not a finite number"),
-    ("min_tokens", -2, "must be >= 0"),
-    ("seed", -1, "must be >= 0"),
+    ("presence_penalty", 3.0, r"presence_penalty: 3 is out of range; send a value in \[-2, 2\]"),
+    ("min_tokens", -2, "min_tokens: -2 is out of range"),
+    ("seed", -1, "seed: -1 is out of range"),
+    ("beam_width", 0, "beam_width: 0 is out of range"),
 ])
 def test_bad_sampling_values(name: str, value: float, message: str) -> None:
     dtype = np.float32 if isinstance(value, float) else np.int64

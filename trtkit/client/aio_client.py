@@ -28,6 +28,7 @@ from trtkit.client.transport import (
     ServerUnavailableError,
     backoff_s,
     declared_inputs,
+    is_server_failure,
     is_unavailable,
     make_setup,
 )
@@ -112,10 +113,10 @@ class AsyncTritonLLMClient:
             else:
                 self.governor.release(prepared)
             raise
-        except BaseException:
-            if acc.has_output:
+        except BaseException as exc:
+            if acc.has_output or is_server_failure(exc):  # the server worked on it: the ledger shows it
                 self.governor.complete(prepared, acc.outcome("error"))
-            else:
+            else:  # refused, or never reached the server
                 self.governor.release(prepared)
             raise
         result = await self.governor.acomplete(prepared, acc.outcome(stop_reason))

@@ -32,6 +32,7 @@ from trtkit.client.transport import (
     ServerUnavailableError,
     backoff_s,
     declared_inputs,
+    is_server_failure,
     is_unavailable,
     make_setup,
 )
@@ -132,11 +133,12 @@ class TritonLLMClient:
         except BaseException as exc:
             if settled:
                 raise
-            if not acc.has_output:
-                self.governor.release(prepared)
-            else:  # a consumer that stops reading a stream cancels it; anything else is an error
+            if acc.has_output or is_server_failure(exc):  # the server worked on it: the ledger shows it
+                # a consumer that stops reading a stream cancels it; anything else is an error
                 reason = FINISH_CANCELLED if isinstance(exc, GeneratorExit) else "error"
                 self.governor.complete(prepared, acc.outcome(reason))
+            else:  # refused, or never reached the server
+                self.governor.release(prepared)
             raise
         self.governor.wait_committed(prepared, committed)
         yield StreamChunk("" if use_stream else result.text, result.usage, result.request_id, result)

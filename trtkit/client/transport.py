@@ -54,6 +54,18 @@ def is_unavailable(error: BaseException) -> bool:
     return "UNAVAILABLE" in str(code)
 
 
+# markers of a request the server accepted and then failed (not a refusal of its inputs): trtkit's models
+# prefix internal errors with "internal error: "; Triton reports a dead Python stub as "not healthy"
+_SERVER_FAILURE_MARKERS = ("internal error", "not healthy", "Stub process")
+
+
+def is_server_failure(error: BaseException) -> bool:
+    """True when the server took the request and failed it: such a request gets an 'error' ledger row."""
+    text = str(error)
+    cause = error.__cause__
+    return any(m in text or (cause is not None and m in str(cause)) for m in _SERVER_FAILURE_MARKERS)
+
+
 def declared_inputs(metadata: dict) -> dict[str, str]:
     """{input name: datatype} from ``get_model_metadata(as_json=True)``."""
     if not metadata.get("inputs"):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from trtkit.errors import EngineError
+from trtkit.errors import EngineError, InvalidInputError
 from trtkit.refengine.block_manager import BlockManager
 from trtkit.refengine.config import EngineConfig
 from trtkit.refengine.model import KVCache
@@ -21,6 +21,7 @@ from trtkit.refengine.sampling import choose_tokens
 from trtkit.refengine.scheduler import ScheduledChunk, Scheduler
 from trtkit.refengine.sequence import Sequence
 from trtkit.refengine.weights import ModelWeights, load_model
+from trtkit.sampling_ranges import check_token_id
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ class _Counters:
     iteration: int = 0
     completed: int = 0
     cancelled: int = 0
+    failed: int = 0
     scheduled_tokens: int = 0
     prompt_tokens: int = 0
     generated_tokens: int = 0
@@ -99,10 +101,37 @@ class LLMEngine:
                               f"{config.max_seq_len}; lower max_tokens")
         if min(prompt_ids) < 0 or max(prompt_ids) >= vocab:
             raise EngineError(f"prompt token ids must be in [0, {vocab}); check the tokenizer matches the model")
+        self._validate_ids(params, vocab)
+
+    @staticmethod
+    def _validate_ids(params: SamplingParams, vocab: int) -> None:
+        """Every id a request names must index the vocabulary, or sampling would fail mid-step."""
+        named = [("end_id", params.end_id)] if params.end_id is not None and params.end_id >= 0 else []
+        named += [("pad_id", params.pad_id)] if params.pad_id is not None else []
+        named += [(f"{name}[{i}]", token) for name, words in (("stop_words", params.stop_token_ids),
+                                                               ("bad_words", params.bad_token_ids))
+                  for i, word in enumerate(words) for token in word]
+        for name, token in named:
+            try:
+                check_token_id(name, int(token), vocab)
+            except InvalidInputError as exc:
+                raise EngineError(str(exc)) from exc
 
     def step(self) -> list[RequestOutput]:
-        """One iteration: schedule, run the model once, sample; returns the deltas of this step."""
-        outputs, self._finished_outputs = self._finished_outputs, []
+        """One iteration: schedule, run the model once, sample; returns the deltas of this step.
+
+        A failure that belongs to one request (its sampling, or its share of the model run) finishes only
+        that request, with finish_reason "error". Should the step fail as a whole, the final outputs of
+        earlier cancellations stay queued for the next call (``drain_finished`` hands them out)."""
+        pending, self._finished_outputs = self._finished_outputs, []
+        try:
+            return pending + self._step()
+        except BaseException:
+            self._finished_outputs[:0] = pending
+            raise
+
+    def _step(self) -> list[RequestOutput]:
+        outputs: list[RequestOutput] = []
         chunks = self.scheduler.schedule()
         counters = self._counters
         counters.iteration += 1
@@ -113,19 +142,60 @@ class LLMEngine:
         now = time.monotonic()
         for chunk in chunks:
             self._mark_scheduled(chunk, now)
-        sampled, logits = self.runner.run(chunks)
+        chunks, sampled, logits = self._run_isolated(chunks, outputs)
         for chunk in chunks:
             chunk.seq.num_computed_tokens += chunk.num_tokens
             self.block_manager.commit_full_blocks(chunk.seq)
         seqs = [chunk.seq for chunk in sampled]
-        tokens, log_probs = choose_tokens(seqs, logits)
+        choices = self._choose_isolated(seqs, logits)
         now = time.monotonic()
-        for seq, token, log_prob in zip(seqs, tokens, log_probs, strict=True):
-            self._append_token(seq, token, log_prob, now)
+        for seq, choice in zip(seqs, choices, strict=True):
+            if isinstance(choice, BaseException):
+                outputs.append(self._fail_now(seq, f"sampling failed: {type(choice).__name__}: {choice}"))
+                continue
+            self._append_token(seq, choice[0], choice[1], now)
             outputs.append(self._output(seq))
             if seq.finish_reason is not None:
                 self._finish(seq)
         return outputs
+
+    def _run_isolated(self, chunks: list[ScheduledChunk], outputs: list[RequestOutput],
+                      ) -> tuple[list[ScheduledChunk], list[ScheduledChunk], torch.Tensor | None]:
+        """The model run of this step; if the batch fails, each chunk alone, failing only those that fail."""
+        try:
+            sampled, logits = self.runner.run(chunks)
+            return chunks, sampled, logits
+        except Exception:
+            log.exception("the batched model run failed; running its %d requests one by one", len(chunks))
+        kept, all_sampled, rows = [], [], []
+        for chunk in chunks:
+            try:
+                sampled, logits = self.runner.run([chunk])
+            except Exception as exc:
+                outputs.append(self._fail_now(chunk.seq, f"model run failed: {type(exc).__name__}: {exc}"))
+                continue
+            kept.append(chunk)
+            all_sampled += sampled
+            rows.append(logits)
+        return kept, all_sampled, torch.cat(rows) if rows else None
+
+    @staticmethod
+    def _choose_isolated(seqs: list[Sequence], logits: torch.Tensor | None,
+                         ) -> list[tuple[int, float | None] | BaseException]:
+        if not seqs or logits is None:
+            return []
+        try:
+            return list(zip(*choose_tokens(seqs, logits), strict=True))
+        except Exception:  # find the request(s) at fault: every other one still gets its token
+            log.exception("sampling failed for the batch; sampling its %d requests one by one", len(seqs))
+        choices: list[tuple[int, float | None] | BaseException] = []
+        for seq, row in zip(seqs, logits, strict=True):
+            try:
+                tokens, log_probs = choose_tokens([seq], row.unsqueeze(0))
+                choices.append((tokens[0], log_probs[0]))
+            except Exception as exc:
+                choices.append(exc)
+        return choices
 
     def _mark_scheduled(self, chunk: ScheduledChunk, now: float) -> None:
         seq = chunk.seq
@@ -171,15 +241,39 @@ class LLMEngine:
             new_log_probs=log_probs if wants_log_probs else None,
             cum_log_prob=seq.cum_log_prob if wants_log_probs else None,
             arrival_time=seq.arrival_time, first_scheduled_time=seq.first_scheduled_time,
-            first_token_time=seq.first_token_time, last_token_time=seq.last_token_time)
+            first_token_time=seq.first_token_time, last_token_time=seq.last_token_time, error=seq.error)
 
     def _finish(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)
         del self.sequences[seq.request_id]
         if seq.finish_reason == "cancelled":
             self._counters.cancelled += 1
+        elif seq.finish_reason == "error":
+            self._counters.failed += 1
         else:
             self._counters.completed += 1
+
+    def _fail_now(self, seq: Sequence, reason: str) -> RequestOutput:
+        log.error("request %s failed: %s", seq.request_id, reason)
+        seq.finish_reason, seq.error = "error", reason
+        self._finish(seq)
+        return self._output(seq)
+
+    def fail(self, request_id: str, reason: str, *, queue_output: bool = True) -> bool:
+        """Finish a request with finish_reason "error"; its final output comes with the next step() or
+        ``drain_finished`` unless ``queue_output`` is False. False when the id is unknown or finished."""
+        seq = self.sequences.get(request_id)
+        if seq is None:
+            return False
+        output = self._fail_now(seq, reason)
+        if queue_output:
+            self._finished_outputs.append(output)
+        return True
+
+    def drain_finished(self) -> list[RequestOutput]:
+        """The queued final outputs (cancelled or failed requests), without stepping."""
+        outputs, self._finished_outputs = self._finished_outputs, []
+        return outputs
 
     def cancel(self, request_id: str) -> bool:
         """Stop a request and free its blocks now; its final output (finish_reason "cancelled") comes with the

@@ -1,8 +1,9 @@
 """EngineLoop: a background thread that steps the engine while requests are in flight (for servers).
 
 Callers submit and cancel from any thread; on_output runs on the loop thread once per step with the
-request's delta, and a last time with finished=True. A failing callback is logged and does not stop
-the loop or other requests.
+request's delta, and a last time with finished=True. A failure never ends silently: a request whose
+step or callback fails gets a last output with finish_reason "error" (and ``error`` saying why), its
+blocks go back at once, and the loop and the other requests go on.
 """
 
 from __future__ import annotations
@@ -75,11 +76,11 @@ class EngineLoop:
     def _step(self) -> list[RequestOutput]:
         try:
             return self.engine.step()
-        except Exception:  # a broken step must not hang every caller: fail the batch, keep serving
-            log.exception("engine step failed; cancelling the requests in flight")
+        except Exception as exc:  # the engine isolates per-request faults; this is a fault of the step itself
+            log.exception("engine step failed; failing the requests in flight")
             for request_id in list(self.engine.sequences):
-                self.engine.cancel(request_id)
-            return []
+                self.engine.fail(request_id, f"engine step failed: {type(exc).__name__}: {exc}")
+            return self.engine.drain_finished()  # with the finals of earlier cancellations
 
     def _deliver(self, outputs: list[RequestOutput]) -> None:
         for output in outputs:
@@ -92,5 +93,24 @@ class EngineLoop:
                 continue
             try:
                 callback(output)
-            except Exception:
-                log.exception("on_output for request %s raised; the request continues", output.request_id)
+            except Exception as exc:
+                log.exception("on_output for request %s raised; failing that request", output.request_id)
+                self._fail_after_callback(output, callback, exc)
+
+    def _fail_after_callback(self, output: RequestOutput, callback: OutputCallback, exc: Exception) -> None:
+        """The caller could not take an output: stop the request, then tell the caller once, as an error."""
+        with self._lock:
+            self._callbacks.pop(output.request_id, None)
+            # frees its blocks now (nothing when it had finished); the error output is made here
+            self.engine.fail(output.request_id, f"output callback raised {type(exc).__name__}", queue_output=False)
+        failed = RequestOutput(
+            request_id=output.request_id, new_token_ids=[], output_token_ids=output.output_token_ids,
+            finished=True, finish_reason="error", num_prompt_tokens=output.num_prompt_tokens,
+            num_reused_tokens=output.num_reused_tokens, new_log_probs=None, cum_log_prob=output.cum_log_prob,
+            arrival_time=output.arrival_time, first_scheduled_time=output.first_scheduled_time,
+            first_token_time=output.first_token_time, last_token_time=output.last_token_time,
+            error=f"the output callback raised {type(exc).__name__}: {exc}")
+        try:
+            callback(failed)
+        except Exception:
+            log.exception("on_output for request %s raised again on its error output", output.request_id)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from trtkit.errors import EngineError
 
-FinishReason = Literal["end_id", "stop", "length", "cancelled"]
+FinishReason = Literal["end_id", "stop", "length", "cancelled", "error"]  # "error": RequestOutput.error says why
 
 
 @dataclass(slots=True)
@@ -82,6 +82,7 @@ class RequestOutput:
     first_scheduled_time: float | None
     first_token_time: float | None
     last_token_time: float | None
+    error: str | None = None  # set with finish_reason "error": this request failed, the others go on
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ class Sequence:
     num_delivered_tokens: int = 0  # output tokens already handed out in a RequestOutput
     num_preemptions: int = 0
     finish_reason: FinishReason | None = None
+    error: str | None = None  # why it failed, with finish_reason "error"
     cum_log_prob: float = 0.0
     pending_log_probs: list[float] = field(default_factory=list)
     arrival_time: float = field(default_factory=time.monotonic)

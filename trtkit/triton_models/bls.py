@@ -108,6 +108,9 @@ class Bls:
                 if not stream:
                     calls.send(run.outputs(run.text, True), True)
                 return
+        if run.last is None:  # the engine ended the request without one token or a reason: not a success
+            raise RuntimeError("the engine ended this request without an answer (it was stopped or failed); "
+                               "retry it")
         delta = run.finish()
         calls.send(run.outputs(delta if stream else run.text, True), True)
 

@@ -77,6 +77,7 @@ class StreamSink:
     send_response: Callable[[dict[str, np.ndarray] | None, bool], None]
     cancelled: Callable[[], bool]
     on_final: Callable[[dict[str, np.ndarray]], None]
+    send_error: Callable[[str], None] = lambda message: None
 
     def send(self, outputs: dict[str, np.ndarray], final: bool) -> None:
         self.send_response(outputs, final)
@@ -85,6 +86,9 @@ class StreamSink:
 
     def close(self) -> None:
         self.send_response(None, True)
+
+    def fail(self, message: str) -> None:
+        self.send_error(message)  # an error response that carries the final flag
 
     def is_cancelled(self) -> bool:
         return self.cancelled()
@@ -97,6 +101,7 @@ class WaitingSink:
     on_final: Callable[[dict[str, np.ndarray]], None]
     done: threading.Event = field(default_factory=threading.Event)
     outputs: dict[str, np.ndarray] | None = None
+    error: str | None = None
 
     def send(self, outputs: dict[str, np.ndarray], final: bool) -> None:
         if final:
@@ -106,6 +111,19 @@ class WaitingSink:
 
     def close(self) -> None:
         self.done.set()
+
+    def fail(self, message: str) -> None:
+        self.error = message
+        self.done.set()
+
+    def wait(self, timeout_s: float) -> str | None:
+        """None once the answer is in; else why there is none (failed, cancelled, or no answer in time)."""
+        if not self.done.wait(timeout_s):
+            return (f"no answer within {timeout_s:.0f} s; the request was cancelled. Lower max_tokens, or raise "
+                    "the tensorrt_llm model's cpu_request_timeout_s parameter")
+        if self.error is not None:
+            return self.error
+        return None if self.outputs is not None else "the request was cancelled before it finished"
 
     def is_cancelled(self) -> bool:
         return False

@@ -40,6 +40,9 @@ class ResponseSink(Protocol):
 
     def close(self) -> None: ...
 
+    def fail(self, message: str) -> None:
+        """End the request with an error response (never an empty success, never a bare final flag)."""
+
     def is_cancelled(self) -> bool: ...
 
 
@@ -68,6 +71,7 @@ class RequestStream:
     sent_ids: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
     done: bool = False
+    answered: bool = False  # the final response went out
     triton_id: str = ""
 
 
@@ -157,6 +161,9 @@ class EngineModel:
                 self.live.pop(stream.triton_id, None)
 
     def _on_output(self, stream: RequestStream, out, holder: dict[str, str]) -> None:
+        if out.finish_reason == "error":
+            self._fail(stream, out.error or "the engine failed this request")
+            return
         if stream.done:
             return
         rid = holder.get("rid", out.request_id)
@@ -198,6 +205,16 @@ class EngineModel:
             self._forget(stream)
         stream.sink.send(engine_outputs(out, chunk, lp, stream.generated, reason if final else None,
                                         self.tokens_per_block, _now_ns), final)
+        stream.answered = final
+
+    def _fail(self, stream: RequestStream, reason: str) -> None:
+        """An engine-side failure of this request: its client gets an error, whatever was sent before."""
+        if stream.answered:
+            return
+        stream.done = stream.answered = True
+        self._forget(stream)
+        log.error("request failed in the engine: %s", reason)
+        stream.sink.fail(f"the engine failed this request: {reason}; the server keeps serving, retry it")
 
 
 def _words(inputs: Tensors, name: str) -> list[list[int]]:

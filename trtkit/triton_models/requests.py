@@ -6,16 +6,18 @@ for that one request, and the model keeps serving the others.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from trtkit.errors import InvalidInputError
+from trtkit.sampling_ranges import SAMPLING_RANGES, check_sampling_value
+
 Tensors = Mapping[str, np.ndarray]
 
 
-class InvalidRequest(ValueError):
+class InvalidRequest(InvalidInputError):
     """A request that cannot be served as sent; the message tells the client what to change."""
 
 
@@ -76,24 +78,12 @@ class Sampling:
     return_log_probs: bool = False
 
 
-def _finite(name: str, value: float, *, minimum: float | None = None, maximum: float | None = None,
-            strict_min: bool = False) -> float:
-    value = float(value)
-    if math.isnan(value) or math.isinf(value):
-        raise InvalidRequest(f"{name}: {value} is not a finite number; send a real value")
-    if minimum is not None and (value < minimum or (strict_min and value == minimum)):
-        bound = f"> {minimum}" if strict_min else f">= {minimum}"
-        raise InvalidRequest(f"{name}: {value} must be {bound}")
-    if maximum is not None and value > maximum:
-        raise InvalidRequest(f"{name}: {value} must be <= {maximum}")
-    return value
-
-
-def _count(name: str, value: object, *, minimum: int) -> int:
-    number = int(value)  # type: ignore[call-overload]
-    if number < minimum:
-        raise InvalidRequest(f"{name}: {number} must be >= {minimum}")
-    return number
+def _checked(name: str, value: object, label: str | None = None):  # type: ignore[no-untyped-def]
+    """The one range check (trtkit.sampling_ranges), raised as this layer's InvalidRequest."""
+    try:
+        return check_sampling_value(name, value, label)
+    except InvalidInputError as exc:
+        raise InvalidRequest(str(exc)) from exc
 
 
 def min_tokens_of(inputs: Tensors, min_name: str = "min_tokens", old_name: str = "min_length") -> int:
@@ -102,33 +92,21 @@ def min_tokens_of(inputs: Tensors, min_name: str = "min_tokens", old_name: str =
     if new is not None and old is not None and int(new) != int(old):
         raise InvalidRequest(f"{min_name} ({new}) and {old_name} ({old}) disagree; send only one of them")
     value = new if new is not None else old
-    return 0 if value is None else _count(min_name, value, minimum=0)
+    return 0 if value is None else int(_checked("min_tokens", value, min_name if new is not None else old_name))
 
 
 def sampling_from(inputs: Tensors, names: Mapping[str, str] | None = None) -> Sampling:
-    """Check the sampling inputs. ``names`` maps our field to the tensor name when a model renames it
-    (the tensorrt_llm model says ``runtime_top_k`` where the ensemble says ``top_k``)."""
+    """Check the sampling inputs against trtkit.sampling_ranges. ``names`` maps our field to the tensor name
+    when a model renames it (the tensorrt_llm model says ``runtime_top_k`` where the ensemble says ``top_k``)."""
     n = {"top_k": "top_k", "top_p": "top_p", "length_penalty": "length_penalty", **(names or {})}
     s = Sampling()
-    if (v := scalar(inputs, "temperature")) is not None:
-        s.temperature = _finite("temperature", v, minimum=0.0)
-    if (v := scalar(inputs, n["top_k"])) is not None:
-        s.top_k = _count(n["top_k"], v, minimum=0)
-    if (v := scalar(inputs, n["top_p"])) is not None:
-        s.top_p = _finite(n["top_p"], v, minimum=0.0, maximum=1.0, strict_min=True)
-    if (v := scalar(inputs, "repetition_penalty")) is not None:
-        s.repetition_penalty = _finite("repetition_penalty", v, minimum=0.0, strict_min=True)
-    if (v := scalar(inputs, "presence_penalty")) is not None:
-        s.presence_penalty = _finite("presence_penalty", v, minimum=-2.0, maximum=2.0)
-    if (v := scalar(inputs, "frequency_penalty")) is not None:
-        s.frequency_penalty = _finite("frequency_penalty", v, minimum=-2.0, maximum=2.0)
-    if (v := scalar(inputs, n["length_penalty"])) is not None:
-        s.length_penalty = _finite(n["length_penalty"], v)
+    for field in ("temperature", "top_k", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+                  "length_penalty", "seed", "beam_width"):
+        label = n.get(field, field)
+        if (v := scalar(inputs, label)) is not None:
+            number = _checked(field, v, label)
+            setattr(s, field, float(number) if SAMPLING_RANGES[field].kind == "float" else int(number))
     s.min_tokens = min_tokens_of(inputs)
-    if (v := scalar(inputs, "seed")) is not None:
-        s.seed = _count("seed", v, minimum=0)
-    if (v := scalar(inputs, "beam_width")) is not None:
-        s.beam_width = _count("beam_width", v, minimum=1)
     s.return_log_probs = bool(scalar(inputs, "return_log_probs", False))
     return s
 
@@ -137,10 +115,7 @@ def max_tokens_of(inputs: Tensors, name: str, label: str = "max_tokens") -> int:
     value = scalar(inputs, name)
     if value is None:
         raise InvalidRequest(f"{label} is required: send the number of tokens to generate")
-    number = int(value)
-    if number <= 0:
-        raise InvalidRequest(f"{label}: {number} must be > 0")
-    return number
+    return int(_checked("max_tokens", value, label))
 
 
 UNSUPPORTED_ON_CPU = ("prompt_embedding_table", "lora_task_id", "lora_weights", "lora_config", "draft_input_ids",

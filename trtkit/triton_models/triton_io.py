@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from trtkit.errors import InvalidInputError
 from trtkit.triton_models.requests import InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ INTERNAL_PREFIX = "internal error: "
 
 
 def error_response(pb: Any, exc: BaseException) -> Any:
-    if isinstance(exc, InvalidRequest):
+    if isinstance(exc, InvalidInputError):  # InvalidRequest and every range check
         return pb.InferenceResponse(error=pb.TritonError(str(exc), pb.TritonError.INVALID_ARG))
     log.exception("request failed")
     return pb.InferenceResponse(error=pb.TritonError(f"{INTERNAL_PREFIX}{type(exc).__name__}: {exc}"))

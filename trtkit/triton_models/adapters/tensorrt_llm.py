@@ -3,6 +3,8 @@
 It runs trtkit's reference engine behind the tensors of TensorRT-LLM's C++ backend. All logic lives
 in trtkit.triton_models.engine_model / engine_host / metrics; this file only talks to Triton."""
 
+import time
+
 import triton_python_backend_utils as pb_utils
 
 from trtkit.triton_models import triton_io
@@ -43,6 +45,8 @@ class TritonPythonModel:
         period = int(params.get("stats_check_period_ms") or 100) / 1000
         self.publisher = StatsPublisher(self.loop.stats, self.metrics.publish, period)
         self.publisher.start()
+        # a non-decoupled request waits for its one answer at most this long (never forever)
+        self.request_timeout_s = float(params.get("cpu_request_timeout_s") or 600)
 
     def _observe(self, outputs):
         self.metrics.observe_request(int(outputs["num_input_tokens"].item()), int(outputs["num_output_tokens"].item()))
@@ -56,18 +60,20 @@ class TritonPythonModel:
         for request in requests:
             sink = WaitingSink(self._observe)
             try:
-                self.model.submit(triton_io.inputs_of(request), sink, None)
-                waiting.append((sink, None))
+                rid = self.model.submit(triton_io.inputs_of(request), sink, None)
+                waiting.append((sink, rid, None))
             except Exception as exc:
-                waiting.append((None, triton_io.error_response(pb_utils, exc)))
-        responses = []
-        for sink, error in waiting:
-            if error is not None:
-                responses.append(error)
-                continue
-            sink.done.wait()
-            responses.append(triton_io.response(pb_utils, sink.outputs or {}))
-        return responses
+                waiting.append((None, "", triton_io.error_response(pb_utils, exc)))
+        deadline = time.monotonic() + self.request_timeout_s
+        return [error if error is not None else self._answer(sink, rid, deadline) for sink, rid, error in waiting]
+
+    def _answer(self, sink, rid, deadline):
+        failure = sink.wait(max(0.0, deadline - time.monotonic()))
+        if failure is None:
+            return triton_io.response(pb_utils, sink.outputs)
+        if rid:
+            self.loop.cancel(rid)  # a request nobody waits for any more frees its blocks
+        return triton_io.error_response(pb_utils, RuntimeError(failure))
 
     def _submit_streaming(self, request):
         sender = request.get_response_sender()
@@ -79,7 +85,10 @@ class TritonPythonModel:
             else:
                 sender.send(triton_io.response(pb_utils, outputs), flags=flags)
 
-        sink = StreamSink(send, sender.is_cancelled, self._observe)
+        def send_error(message):
+            sender.send(triton_io.error_response(pb_utils, RuntimeError(message)), flags=FINAL)
+
+        sink = StreamSink(send, sender.is_cancelled, self._observe, send_error)
         try:
             self.model.submit(triton_io.inputs_of(request), sink, None, request.request_id())
         except Exception as exc:  # answers this request only

@@ -65,7 +65,9 @@ class TritonPythonModel:
                          lambda: False)
         try:
             self.bls.run(triton_io.inputs_of(request), calls)
-            return triton_io.response(pb_utils, box.get("outputs", {}))
+            if "outputs" not in box:  # never an empty success
+                raise RuntimeError("the request ended without an answer; retry it")
+            return triton_io.response(pb_utils, box["outputs"])
         except Exception as exc:
             return triton_io.error_response(pb_utils, exc)
 
