@@ -83,3 +83,47 @@ def test_typer_exit_code_is_returned() -> None:
         assert main_module.main(["other"]) == 0
     finally:
         main_module.app = original
+
+
+def test_exit_codes_are_the_ones_the_readme_states(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """README "Exit codes": 0 ok, 1 known error, 2 usage error, 70 unexpected error (a bug), 130 interrupted."""
+    import re
+
+    import typer
+
+    from trtkit.cli import main as main_module
+    from trtkit.errors import ConfigError
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = dict(re.findall(r"^\| `(\d+)` \| ([^|]+) \|", readme, flags=re.M))
+    probe = typer.Typer()
+
+    @probe.command()
+    def ok() -> None:
+        pass
+
+    @probe.command()
+    def known() -> None:
+        raise ConfigError("build.max_batch_size: must be >= 1; fix it")
+
+    @probe.command()
+    def bug() -> None:
+        raise KeyError("oops")
+
+    @probe.command()
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(main_module, "app", probe)
+    monkeypatch.delenv("TRTKIT_DEBUG", raising=False)
+    codes = {name: main_module.main([name]) for name in ("ok", "known", "bug", "interrupted")}
+    codes["usage"] = main_module.main(["ok", "--no-such-option"])
+    err = capsys.readouterr().err
+    assert codes == {"ok": 0, "known": 1, "bug": 70, "interrupted": 130, "usage": 2}
+    assert {int(code) for code in table} == set(codes.values())
+    assert "known error" in table["1"] and "usage" in table["2"] and "unexpected" in table["70"]
+    assert "internal error: KeyError: 'oops'" in err and "TRTKIT_DEBUG=1" in err and "Traceback" not in err
+    monkeypatch.setenv("TRTKIT_DEBUG", "1")
+    with pytest.raises(KeyError):
+        main_module.main(["bug"])

@@ -86,3 +86,18 @@ def test_serve_refuses_an_inconsistent_repository(tmp_path: Path, capsys: pytest
 def test_serve_stop_with_nothing_running(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--stop"]) == 0
     assert "no running trtkit server" in capsys.readouterr().err
+
+
+def test_serve_reports_the_servers_death_with_the_log_tail(tmp_path: Path,
+                                                           started: list[subprocess.Popen[str]]) -> None:
+    import json
+
+    home = tmp_path / "home"
+    process, urls = _start(echo_repository(tmp_path / "repo"), home, started)
+    (record,) = [json.loads(p.read_text()) for p in (home / "serve").glob("server-*.json")]
+    os.kill(record["pid"], signal.SIGKILL)  # tritonserver dies under `trtkit serve`
+    assert process.wait(timeout=60) == 1
+    err = process.stderr.read() if process.stderr else ""
+    assert "tritonserver died unexpectedly (killed by SIGKILL)" in err, err
+    assert "--- log tail ---" in err and urls["log"] in err
+    assert leftovers(_shm_prefix(urls["log"])) == ([], [])

@@ -1,7 +1,8 @@
 """The `trtkit` app and its single error boundary.
 
-Known errors (TrtkitError) print one line on stderr and exit 1; ``TRTKIT_DEBUG=1`` shows the
-traceback. Unexpected errors also print one line, pointing at TRTKIT_DEBUG, and exit 2.
+Exit codes (README "Exit codes" states the same): 0 success; 1 a known error (TrtkitError: one line
+on stderr naming the fix); 2 a usage error (unknown command or option, bad argument); 70 an unexpected
+error (a bug: one line pointing at TRTKIT_DEBUG=1, which shows the traceback); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ import typer
 from trtkit import __version__
 from trtkit.cli import build_cmd, client_cmd, config_cmd, convert_cmd, deploy_cmd, serve_cmd
 from trtkit.errors import TrtkitError
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # a known error: the message names the fix
+EXIT_USAGE = 2  # click's code for a usage error
+EXIT_INTERNAL = 70  # sysexits' EX_SOFTWARE: an unexpected error, i.e. a bug in trtkit
+EXIT_INTERRUPTED = 130
 
 app = typer.Typer(
     name="trtkit",
@@ -57,26 +64,27 @@ def main(argv: list[str] | None = None) -> int:
         if debug_enabled():
             raise
         typer.echo(f"error: {exc}", err=True)
-        return 1
+        return EXIT_ERROR
     except typer.Abort:
         typer.echo("aborted", err=True)
-        return 130
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
-        return 130
+        return EXIT_INTERRUPTED
     except typer.Exit as exc:
         return exc.exit_code
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 1
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     except Exception as exc:  # the one place that catches everything: show one line, not a traceback
         if debug_enabled():
             raise
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):  # click usage errors (typer vendors click)
             exc.show()
             return int(exc.exit_code)
-        typer.echo(f"internal error: {type(exc).__name__}: {exc} (set TRTKIT_DEBUG=1 for the traceback)", err=True)
-        return 2
-    return result if isinstance(result, int) else 0
+        typer.echo(f"internal error: {type(exc).__name__}: {exc} (a bug in trtkit; set TRTKIT_DEBUG=1 for the "
+                   "traceback and report it)", err=True)
+        return EXIT_INTERNAL
+    return result if isinstance(result, int) else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from trtkit.cli.options import ConfigArg, JsonOpt
-from trtkit.errors import RepositoryError
+from trtkit.errors import RepositoryError, ServerError
 
 if TYPE_CHECKING:  # the CLI imports the heavy packages only when a command runs
     from trtkit.config.schema import ModelConfig
@@ -115,7 +115,11 @@ def serve_until_interrupted(server: TritonServer) -> None:
         typer.echo("serving; press Ctrl-C to stop", err=True)
         while server.is_running():
             time.sleep(0.5)
-        typer.echo(f"tritonserver exited; see {server.log_path}", err=True)
+        if server.exit_description() == "exit code 0":  # a clean shutdown, e.g. `trtkit serve --stop`
+            typer.echo(f"tritonserver stopped; see {server.log_path}", err=True)
+            return
+        raise ServerError(f"tritonserver died unexpectedly ({server.exit_description()}); full log: "
+                          f"{server.log_path}\n--- log tail ---\n{server.log_tail()}")
     except KeyboardInterrupt:
         typer.echo("stopping tritonserver ...", err=True)
     finally:

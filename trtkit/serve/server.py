@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 import secrets
+import signal
 import subprocess
 import time
 import urllib.error
@@ -87,6 +88,18 @@ class TritonServer:
 
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    def exit_description(self) -> str:
+        """How the process ended: 'exit code N' or 'killed by SIGNAME'; 'running' while it runs."""
+        code = self._process.poll() if self._process is not None else None
+        if code is None:
+            return "running" if self._process is not None else "never started"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code}"
 
     def log_tail(self, num_lines: int = 40) -> str:
         return read_tail(self.log_path, num_lines, self._log_start)
