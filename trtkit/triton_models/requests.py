@@ -101,8 +101,8 @@ def min_tokens_of(inputs: Tensors, min_name: str = "min_tokens", old_name: str =
     new, old = scalar(inputs, min_name), scalar(inputs, old_name)
     if new is not None and old is not None and int(new) != int(old):
         raise InvalidRequest(f"{min_name} ({new}) and {old_name} ({old}) disagree; send only one of them")
-    value = new if new is not None else old
-    return 0 if value is None else _count(min_name, value, minimum=0)
+    value, sent = (new, min_name) if new is not None else (old, old_name)
+    return 0 if value is None else _count(sent, value, minimum=0)
 
 
 def sampling_from(inputs: Tensors, names: Mapping[str, str] | None = None) -> Sampling:
