@@ -13,7 +13,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
-from trtkit.triton_models.detokenizer import decode_continuation, find_anchor
+from trtkit.triton_models.detokenizer import decode_continuation, find_anchor, without_broken_tail
 
 DTYPES = {np.object_: "BYTES", np.int32: "INT32", np.bool_: "BOOL", np.float32: "FP32", np.uint64: "UINT64"}
 
@@ -63,10 +63,11 @@ class Live:
         return FastTokenizer(self.model_dir)
 
     def expected(self, num_tokens: int) -> str:
-        """What the echo model writes after a prompt that ends a cycle."""
+        """What the echo model writes after a prompt that ends a cycle (a character cut by the length
+        limit is dropped, never sent as U+FFFD)."""
         cycle = json.loads((self.model_dir / "cycle.json").read_text())
         ids = (cycle * (num_tokens // len(cycle) + 1))[:num_tokens]
-        return decode_continuation(self.tokenizer, find_anchor(self.tokenizer), ids)
+        return without_broken_tail(decode_continuation(self.tokenizer, find_anchor(self.tokenizer), ids))
 
     def client(self) -> grpcclient.InferenceServerClient:
         return grpcclient.InferenceServerClient(self.server.grpc_url)  # type: ignore[attr-defined]

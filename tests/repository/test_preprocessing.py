@@ -63,11 +63,47 @@ def test_good_request(pre: Preprocessor) -> None:
     (_req(max_tokens=31), "does not fit"),
     (_req(STOP_WORDS_DICT=np.array([[b"\xff\xfe"]], dtype=object)), "not valid UTF-8"),
     (_req(BAD_WORDS_DICT=np.array([[b"ok", b"\xc3"]], dtype=object)), "not valid UTF-8"),
-    (_req(END_ID=np.array([[10 ** 7]], dtype=np.int32)), "not a token id"),
+    (_req(END_ID=np.array([[10 ** 7]], dtype=np.int32)), "end_id: 10000000 is not a token id"),
+    # errors name the input the client sent (text_input), never the preprocessing tensor (QUERY)
+    ({"QUERY": np.array([[b"\xff"]], dtype=object), "REQUEST_OUTPUT_LEN": np.array([[4]], dtype=np.int32)},
+     "^text_input: not valid UTF-8"),
+    ({"REQUEST_OUTPUT_LEN": np.array([[4]], dtype=np.int32)}, "^text_input is required"),
+    ({"QUERY": np.array([[b"hi"]], dtype=object)}, "^max_tokens is required"),
+    ({"QUERY": np.array([[b"a"], [b"b"]], dtype=object), "REQUEST_OUTPUT_LEN": np.array([[4]], dtype=np.int32)},
+     "^text_input: batch of 2"),
+    (_req(REQUEST_OUTPUT_LEN=np.array([[1, 2]], dtype=np.int32)), "^max_tokens: expected one value"),
+    (_req(MIN_LENGTH=np.array([[-1]], dtype=np.int32)), "^min_length: -1 must be >= 0"),
+    (_req(DECODER_QUERY=np.array([[b"x"]], dtype=object)), "^decoder_text_input is not supported"),
+    (_req("word " * 40), r"^text_input: the prompt has \d+ tokens, over max_input_len 16"),
 ])
 def test_bad_requests_are_named(pre: Preprocessor, inputs: dict, message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         pre.run(inputs)
+
+
+def test_huge_prompt_is_refused_before_tokenizing(pre: Preprocessor) -> None:
+    """A prompt too long in bytes to fit max_input_len tokens never reaches the tokenizer (seconds for 1 MB)."""
+    assert pre.max_prompt_bytes is not None and pre.max_prompt_bytes < 2**20
+
+    class CountingTokenizer:
+        def __init__(self, inner) -> None:
+            self.inner, self.calls = inner, 0
+
+        def encode(self, text: str, **kwargs: object) -> list[int]:
+            self.calls += 1
+            return self.inner.encode(text, **kwargs)
+
+    counting = CountingTokenizer(pre.tokenizer)
+    pre.tokenizer = counting
+    try:
+        with pytest.raises(InvalidRequest, match="^text_input: 1048576 bytes cannot fit in max_input_len 16"):
+            pre.run(_req("a" * 2**20))
+        assert counting.calls == 0
+        with pytest.raises(InvalidRequest, match="over max_input_len 16"):  # under the byte bound: tokenized
+            pre.run(_req("word " * 40))
+        assert counting.calls == 1
+    finally:
+        pre.tokenizer = counting.inner
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [

@@ -56,6 +56,7 @@ def ensemble(s: RepoSettings) -> mc.ModelConfig:
     extras = s.target == "cpu"
     config = mc.ModelConfig(name="ensemble", platform="ensemble", max_batch_size=s.max_batch_size)
     pbtxt.add_inputs(config, pbtxt.tensors("ensemble", "inputs") + EXTRA_FRONT_INPUTS)
+    pbtxt.mark_optional(config, ("text_input", "max_tokens"))  # preprocessing refuses their absence by name
     pbtxt.add_outputs(config, pbtxt.tensors("ensemble", "outputs") + (EXTRA_OUTPUTS if extras else []))
     _step(config, "preprocessing", PRE_INPUTS, PRE_OUTPUTS)
     engine_out = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}

@@ -15,6 +15,8 @@ EXTRA_OUTPUTS = [spec("num_cached_tokens", "TYPE_INT32", [1]), spec("finish_reas
 PRE_EXTRA_INPUTS = [spec("MIN_TOKENS", "TYPE_INT32", [1], optional=True),
                     spec("MIN_LENGTH", "TYPE_INT32", [1], optional=True)]
 PRE_EXTRA_OUTPUTS = [spec("OUT_MIN_TOKENS", "TYPE_INT32", [1])]
+# required by the template, but checked by the preprocessing model itself (see pbtxt.mark_optional)
+PRE_CHECKED_INPUTS = ("QUERY", "REQUEST_OUTPUT_LEN")
 
 
 def _base(name: str, max_batch_size: int, *, backend: str | None = None, platform: str | None = None) -> mc.ModelConfig:
@@ -34,6 +36,7 @@ def preprocessing(s: RepoSettings) -> mc.ModelConfig:
     config = _base("preprocessing", s.max_batch_size, backend="python")
     pbtxt.dynamic_batching(config, max_queue_delay_us=0, max_queue_size=0)
     pbtxt.add_inputs(config, pbtxt.tensors("preprocessing", "inputs") + PRE_EXTRA_INPUTS)
+    pbtxt.mark_optional(config, PRE_CHECKED_INPUTS)
     pbtxt.add_outputs(config, pbtxt.tensors("preprocessing", "outputs") + PRE_EXTRA_OUTPUTS)
     pbtxt.set_parameters(config, {"tokenizer_dir": s.tokenizer_dir, "add_special_tokens": True,
                                   "gpt_model_path": s.engine_dir, "max_input_len": s.max_input_len,

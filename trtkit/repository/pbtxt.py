@@ -40,6 +40,15 @@ def add_inputs(config: mc.ModelConfig, specs: list[TensorSpec]) -> None:
             item.reshape.SetInParent()  # reshape: { shape: [ ] }
 
 
+def mark_optional(config: mc.ModelConfig, names: tuple[str, ...]) -> None:
+    """Triton checks only how many inputs a request has, not which: an ensemble request without a required
+    input answers an empty success (the first step never runs). Optional there, the step runs and the
+    model refuses the request naming the input."""
+    for item in config.input:
+        if item.name in names:
+            item.optional = True
+
+
 def add_outputs(config: mc.ModelConfig, specs: list[TensorSpec]) -> None:
     for s in specs:
         config.output.add(name=s["name"], data_type=mc.DataType.Value(s["data_type"]), dims=s["dims"])

@@ -9,6 +9,11 @@ the window re-decoded for context) and ``read`` (end of the text already sent). 
 only when the window decodes cleanly, i.e. does not end in U+FFFD from a half-finished UTF-8
 sequence (a CJK character or emoji split over byte tokens). Each step decodes a window of a few
 tokens, so the cost per token stays flat however long the output grows.
+
+A text never ends on a broken character: when the sequence stops (say on the length limit) in the
+middle of a character, :meth:`IncrementalDetokenizer.flush` drops the held-back bytes instead of
+releasing them as U+FFFD, and :func:`without_broken_tail` does the same for a whole decoded text, so
+streamed and non-streamed answers stay equal. Token counts are not touched: those tokens were generated.
 """
 
 from __future__ import annotations
@@ -48,6 +53,12 @@ def find_anchor(tokenizer: Tokenizer) -> list[int]:
         if head and tokenizer.decode(anchor * 2, clean_up_tokenization_spaces=False).startswith(head):
             return anchor
     raise ValueError("the tokenizer has no plain token to anchor continuation decoding on")
+
+
+def without_broken_tail(text: str) -> str:
+    """``text`` as it may end an answer: without the U+FFFD of an unfinished character (or of stray
+    bytes) at its very end. Inside the text, U+FFFD stays: there it stands for bytes that are invalid."""
+    return text.rstrip(REPLACEMENT)
 
 
 def decode_continuation(tokenizer: Tokenizer, anchor: list[int], ids: list[int],
@@ -91,8 +102,8 @@ class IncrementalDetokenizer:
         return self._release(final=False)
 
     def flush(self) -> str:
-        """At the end of the sequence: release whatever is left, even an unfinished character."""
-        return self._release(final=True)
+        """At the end of the sequence: release what is left, except the bytes of an unfinished character."""
+        return without_broken_tail(self._release(final=True))
 
     def _release(self, *, final: bool) -> str:
         if self.read_offset >= len(self.tokens):

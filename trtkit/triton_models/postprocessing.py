@@ -1,14 +1,22 @@
 """Detokenization of the ``postprocessing`` model: each chunk decoded as a continuation.
 
 The CPU engine model only hands over chunks that end where the text is final (see ``token_gate``),
-so decoding them one by one and concatenating gives exactly the text of the whole sequence.
+so decoding them one by one and concatenating gives exactly the text of the whole sequence. Only the
+last chunk can end inside a character (the length limit cut it): those bytes are dropped, as the
+streaming detokenizer drops them (``without_broken_tail`` is a no-op on every other chunk).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from trtkit.triton_models.detokenizer import DEFAULT_OPTIONS, DecodeOptions, Tokenizer, decode_continuation
+from trtkit.triton_models.detokenizer import (
+    DEFAULT_OPTIONS,
+    DecodeOptions,
+    Tokenizer,
+    decode_continuation,
+    without_broken_tail,
+)
 from trtkit.triton_models.requests import Tensors
 
 
@@ -32,5 +40,6 @@ class Postprocessor:
         for b in range(tokens.shape[0]):
             for beam in range(tokens.shape[1]):
                 ids = tokens[b, beam, :int(lens[b, beam])].tolist()
-                out[b, beam] = decode_continuation(self.tokenizer, self.anchor, ids, self.options).encode("utf-8")
+                text = without_broken_tail(decode_continuation(self.tokenizer, self.anchor, ids, self.options))
+                out[b, beam] = text.encode("utf-8")
         return {"OUTPUT": out}

@@ -1,7 +1,8 @@
 """Tokenization of requests: prompt (optionally through the chat template), stop and bad words.
 
 Limits are enforced here, before the engine sees the request: an empty prompt, a prompt over
-``max_input_len`` and a ``max_tokens`` that does not fit in ``max_seq_len`` are refused.
+``max_input_len`` and a ``max_tokens`` that does not fit in ``max_seq_len`` are refused. Errors name
+the input as the client sent it to the ensemble or the BLS (``text_input``, not ``QUERY``).
 """
 
 from __future__ import annotations
@@ -12,9 +13,27 @@ from pathlib import Path
 
 import numpy as np
 
-from trtkit.triton_models.requests import InvalidRequest, Tensors, max_tokens_of, scalar, text, word_list
+from trtkit.triton_models.requests import (
+    InvalidRequest,
+    Tensors,
+    max_tokens_of,
+    min_tokens_of,
+    reject_unsupported,
+    scalar,
+    text,
+    word_list,
+)
 
 log = logging.getLogger(__name__)
+# preprocessing tensor -> the ensemble / BLS input it comes from: what error messages name
+CLIENT_NAMES = {"QUERY": "text_input", "DECODER_QUERY": "decoder_text_input", "REQUEST_OUTPUT_LEN": "max_tokens",
+                "STOP_WORDS_DICT": "stop_words", "BAD_WORDS_DICT": "bad_words", "END_ID": "end_id", "PAD_ID": "pad_id",
+                "MIN_TOKENS": "min_tokens", "MIN_LENGTH": "min_length", "EMBEDDING_BIAS_WORDS": "embedding_bias_words",
+                "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights", "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id"}
+UNSUPPORTED = ("decoder_text_input", "embedding_bias_words", "embedding_bias_weights", "prompt_table_extra_id")
+# a prompt this many times longer in bytes than max_input_len tokens could hold is refused before it is
+# tokenized (a 1 MB prompt costs the tokenizer seconds); the factor covers normalizers that shrink text
+SAFETY_FACTOR = 2
 
 
 def load_tokenizer(tokenizer_dir: str | Path):
@@ -62,6 +81,20 @@ class Preprocessed:
     bad_words: np.ndarray
     end_id: int
     pad_id: int
+    min_tokens: int = 0
+
+
+def client_view(inputs: Tensors) -> dict[str, np.ndarray]:
+    """The request under the names the client used."""
+    return {CLIENT_NAMES.get(name, name): array for name, array in inputs.items()}
+
+
+def _max_token_bytes(tokenizer) -> int | None:
+    """The longest token's text in UTF-8 bytes (its vocabulary form, never shorter than the bytes it stands for)."""
+    get_vocab = getattr(tokenizer, "get_vocab", None) or getattr(getattr(tokenizer, "backend", None), "get_vocab", None)
+    if get_vocab is None:
+        return None
+    return max((len(token.encode("utf-8")) for token in get_vocab()), default=None)
 
 
 class Preprocessor:
@@ -72,10 +105,16 @@ class Preprocessor:
         self.add_special_tokens = add_special_tokens
         self.end_id = _end_id(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
+        longest = _max_token_bytes(tokenizer)
+        self.max_prompt_bytes = None if longest is None else SAFETY_FACTOR * longest * limits.max_input_len
 
     def encode_prompt(self, prompt: str) -> list[int]:
         if not prompt.strip():
             raise InvalidRequest("text_input is empty; send a non-empty prompt")
+        size = len(prompt.encode("utf-8"))
+        if self.max_prompt_bytes is not None and size > self.max_prompt_bytes:
+            raise InvalidRequest(f"text_input: {size} bytes cannot fit in max_input_len {self.limits.max_input_len} "
+                                 f"tokens; shorten the prompt")
         if self.use_chat_template:
             messages = [{"role": "user", "content": prompt}]
             rendered = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -94,29 +133,32 @@ class Preprocessor:
     def check_fit(self, num_input: int, max_tokens: int) -> None:
         lim = self.limits
         if num_input > lim.max_input_len:
-            raise InvalidRequest(f"prompt has {num_input} tokens, over max_input_len {lim.max_input_len}; "
-                                 f"shorten it")
+            raise InvalidRequest(f"text_input: the prompt has {num_input} tokens, over max_input_len "
+                                 f"{lim.max_input_len}; shorten it")
         room = lim.max_seq_len - num_input
         if max_tokens > room:
             raise InvalidRequest(f"max_tokens {max_tokens} does not fit: prompt {num_input} + max_tokens must be "
                                  f"<= max_seq_len {lim.max_seq_len}; send max_tokens <= {room}")
 
-    def run(self, inputs: Tensors, *, names: dict[str, str] | None = None) -> Preprocessed:
-        """``names`` maps our field names to the tensor names of the caller (the template's upper-case
-        preprocessing names, or the ensemble's lower-case ones)."""
-        n = {"query": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN", "stop": "STOP_WORDS_DICT",
-             "bad": "BAD_WORDS_DICT", "end_id": "END_ID", "pad_id": "PAD_ID", **(names or {})}
-        prompt = text(inputs, n["query"])
+    def run(self, inputs: Tensors) -> Preprocessed:
+        """``inputs`` under the preprocessing model's tensor names (``QUERY``, ...) or the client's."""
+        inputs = client_view(inputs)
+        prompt_rows = inputs["text_input"].shape[0] if "text_input" in inputs and inputs["text_input"].ndim else 1
+        if prompt_rows > 1:
+            raise InvalidRequest(f"text_input: batch of {prompt_rows}; send one prompt per request")
+        reject_unsupported(inputs, UNSUPPORTED, "trtkit's text-only preprocessing; leave it out")
+        prompt = text(inputs, "text_input")
         if prompt is None:
             raise InvalidRequest("text_input is required")
-        max_tokens = max_tokens_of(inputs, n["max_tokens"])
+        max_tokens = max_tokens_of(inputs, "max_tokens")
         ids = self.encode_prompt(prompt)
         self.check_fit(len(ids), max_tokens)
         vocab = len(self.tokenizer)
-        end_id = _token_id(scalar(inputs, n["end_id"]), "end_id", vocab, self.end_id)
-        pad_id = _token_id(scalar(inputs, n["pad_id"]), "pad_id", vocab, self.pad_id)
-        return Preprocessed(ids, max_tokens, self.encode_words(word_list(inputs, n["stop"], "stop_words"), "stop_words"),
-                            self.encode_words(word_list(inputs, n["bad"], "bad_words"), "bad_words"), end_id, pad_id)
+        end_id = _token_id(scalar(inputs, "end_id"), "end_id", vocab, self.end_id)
+        pad_id = _token_id(scalar(inputs, "pad_id"), "pad_id", vocab, self.pad_id)
+        return Preprocessed(ids, max_tokens, self.encode_words(word_list(inputs, "stop_words"), "stop_words"),
+                            self.encode_words(word_list(inputs, "bad_words"), "bad_words"), end_id, pad_id,
+                            min_tokens_of(inputs))
 
 
 def _token_id(value: object, name: str, vocab: int, default: int) -> int:

@@ -7,9 +7,6 @@ import triton_python_backend_utils as pb_utils
 
 from trtkit.triton_models import triton_io
 from trtkit.triton_models.preprocessing import Limits, Preprocessor, load_tokenizer
-from trtkit.triton_models.requests import InvalidRequest, min_tokens_of, reject_unsupported
-
-UNSUPPORTED = ("DECODER_QUERY", "EMBEDDING_BIAS_WORDS", "EMBEDDING_BIAS_WEIGHTS", "PROMPT_TABLE_EXTRA_ID")
 
 
 class TritonPythonModel:
@@ -25,13 +22,7 @@ class TritonPythonModel:
 
     def _one(self, request):
         try:
-            inputs = triton_io.inputs_of(request)
-            rows = inputs["QUERY"].shape[0]
-            if rows != 1:
-                raise InvalidRequest(f"text_input: batch of {rows}; send one prompt per request")
-            reject_unsupported(inputs, UNSUPPORTED, "trtkit's text-only preprocessing; leave it out")
-            done = self.pre.run(inputs)
-            min_tokens = min_tokens_of(inputs, "MIN_TOKENS", "MIN_LENGTH")
+            done = self.pre.run(triton_io.inputs_of(request))
             outputs = {
                 "INPUT_ID": np.array([done.input_ids], dtype=np.int32),
                 "REQUEST_INPUT_LEN": np.array([[len(done.input_ids)]], dtype=np.int32),
@@ -39,7 +30,7 @@ class TritonPythonModel:
                 "STOP_WORDS_IDS": done.stop_words[np.newaxis], "BAD_WORDS_IDS": done.bad_words[np.newaxis],
                 "OUT_END_ID": np.array([[done.end_id]], dtype=np.int32),
                 "OUT_PAD_ID": np.array([[done.pad_id]], dtype=np.int32),
-                "OUT_MIN_TOKENS": np.array([[min_tokens]], dtype=np.int32),
+                "OUT_MIN_TOKENS": np.array([[done.min_tokens]], dtype=np.int32),
             }
             return triton_io.response(pb_utils, outputs)
         except Exception as exc:  # every failure answers this request only

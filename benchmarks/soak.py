@@ -1,0 +1,166 @@
+"""Soak: 64 concurrent streaming clients for M minutes through a real tritonserver with the CPU reference
+engine on the tiny test model (model_configs/tiny-llama.yaml: a random 2-layer Llama with SmolLM2's
+tokenizer), mixing ``ensemble`` and ``tensorrt_llm_bls``, random prompt lengths (1-120 words) and
+max_tokens (1-64), 10% of requests cancelled after their first 1-3 responses.
+
+    python benchmarks/soak.py [--minutes 5] [--clients 64] [--cancel-fraction 0.1] [--seed 0]
+
+Reports completed, cancelled, failed and lost requests (lost: no answer and no error within the
+deadline); the KV blocks in use after the load (``nv_trt_llm_kv_cache_block_metrics``, polled until it
+settles); the RSS of tritonserver and of every stub at start (after a warm-up of 2 requests per client
+at full concurrency) and at end, and once a minute in between, from /proc; p50/p99 latency of completed requests per minute; health events (process, readiness,
+stub pids polled every 0.5 s). Targets: 0 failed, 0 lost, 0 KV blocks in use after, RSS growth < 5%
+per process, server healthy throughout.
+
+Only Triton over gRPC is a target today: trtkit has no gateway on this branch, so there is no
+``--gateway`` mode yet. A gateway target plugs in beside ``TritonStreamTarget``
+(``send_inputs(model, inputs, deadline_s, cancel_after)``).
+
+Real run time: --minutes plus about 30 s (server start, warm-up, draining). Ends with ``BENCH {json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from robustness.server import HealthWatch, kv_blocks, memory_snapshot, tiny_repository  # noqa: E402
+from robustness.soak_run import SoakTally, percentile, run_clients  # noqa: E402
+from robustness.triton_target import TritonStreamTarget  # noqa: E402
+
+MODELS = ("ensemble", "tensorrt_llm_bls")
+DEADLINE_S = 180.0
+
+
+class RssSampler:
+    """RSS of every process once a minute during the load, to tell a trend from a one-off step."""
+
+    def __init__(self, server_pid: int, period_s: float = 60.0) -> None:
+        self.server_pid, self.period_s = server_pid, period_s
+        self.samples: list[dict[str, int]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def start(self) -> RssSampler:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.period_s):
+            self.samples.append(memory_snapshot(self.server_pid))
+
+    def close(self) -> list[dict[str, int]]:
+        self.stop.set()
+        self.thread.join(timeout=10)
+        return self.samples
+
+
+def settled_kv_blocks(metrics_url: str, timeout_s: float = 30.0) -> dict[str, float]:
+    """The KV block gauges once no block is used, or as they stand after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    blocks = kv_blocks(metrics_url)
+    while blocks.get("used", 1) > 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        blocks = kv_blocks(metrics_url)
+    return blocks
+
+
+def soak(server, args: argparse.Namespace) -> dict:
+    make_target = lambda: TritonStreamTarget(server.grpc_url)  # noqa: E731
+    # warm-up at full concurrency: buffers, threads and arenas sized by the peak load are there before the
+    # start RSS is taken, so growth measures what the load leaves behind, not what it needs
+    warm = run_clients(make_target, clients=args.clients, seconds=0.0, seed=args.seed + 1, models=MODELS,
+                       cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S, requests_per_client=2)
+    rss_start = memory_snapshot(server.pid)
+    kv_start = settled_kv_blocks(server.metrics_url)
+    watch = HealthWatch(server).start()
+    samples = RssSampler(server.pid).start()
+    started = time.monotonic()
+    tally = run_clients(make_target, clients=args.clients, seconds=args.minutes * 60, seed=args.seed, models=MODELS,
+                        cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S)
+    seconds = time.monotonic() - started
+    events = watch.close() + watch.check()
+    tally.rss_by_minute = samples.close()
+    kv_end = settled_kv_blocks(server.metrics_url)
+    rss_end = memory_snapshot(server.pid)
+    tally.counts.update({f"warm_up_{k}": v for k, v in warm.counts.items() if ":" not in k})
+    return report(tally, seconds, events, kv_start, kv_end, rss_start, rss_end, args)
+
+
+def rss_growth(start: dict[str, int], end: dict[str, int]) -> dict[str, dict]:
+    rows = {}
+    for name in sorted(set(start) | set(end)):
+        before, after = start.get(name), end.get(name)
+        growth = round(100.0 * (after - before) / before, 2) if before and after else None
+        rows[name] = {"start_kb": before, "end_kb": after, "growth_pct": growth}
+    return rows
+
+
+def report(tally: SoakTally, seconds: float, events: list[str], kv_start: dict, kv_end: dict,
+           rss_start: dict, rss_end: dict, args: argparse.Namespace) -> dict:
+    c = tally.counts
+    minutes = [{"minute": m + 1, "completed": len(v), "p50_s": round(percentile(v, 50), 3),
+                "p99_s": round(percentile(v, 99), 3)} for m, v in sorted(tally.latency_by_minute.items())]
+    rss = rss_growth(rss_start, rss_end)
+    growths = [row["growth_pct"] for row in rss.values() if row["growth_pct"] is not None]
+    figures = {"minutes": args.minutes, "clients": args.clients, "seconds": round(seconds, 1),
+               "completed": c["completed"], "cancelled": c["cancelled"], "failed": c["failed"], "lost": c["lost"],
+               "by_model": {k: v for k, v in c.items() if ":" in k},
+               "warm_up": {k: v for k, v in c.items() if k.startswith("warm_up_")}, "kv_blocks_before": kv_start,
+               "kv_blocks_after": kv_end, "kv_blocks_used_after": kv_end.get("used"),
+               "max_rss_growth_pct": max(growths) if growths else None,
+               "processes_gone": sorted(set(rss_start) - set(rss_end)), "rss": rss,
+               "rss_kb_by_minute": tally.rss_by_minute, "latency_by_minute": minutes,
+               "health_events": events[:20], "failures": tally.failures}
+    met = {"failed": c["failed"] == 0, "lost": c["lost"] == 0, "kv_blocks_used_after": kv_end.get("used") == 0,
+           "rss_growth_lt_5pct": bool(growths) and max(growths) < 5.0 and not figures["processes_gone"],
+           "healthy": not events}
+    targets = {"failed": 0, "lost": 0, "kv_blocks_used_after": 0, "max_rss_growth_pct": "< 5", "health_events": 0}
+    return {"benchmark": "soak", "figures": figures, "targets": targets, "met": met}
+
+
+def print_tables(result: dict) -> None:
+    f = result["figures"]
+    print(f"{f['clients']} streaming clients for {f['seconds']:.0f} s: completed {f['completed']}, cancelled "
+          f"{f['cancelled']}, failed {f['failed']}, lost {f['lost']}; by model {f['by_model']}")
+    print(f"KV blocks before {f['kv_blocks_before']}, after {f['kv_blocks_after']}")
+    print(f"\n{'minute':>6}{'completed':>11}{'p50 s':>9}{'p99 s':>9}")
+    for row in f["latency_by_minute"]:
+        print(f"{row['minute']:>6}{row['completed']:>11}{row['p50_s']:>9.3f}{row['p99_s']:>9.3f}")
+    print(f"\n{'process':<40}{'RSS start kB':>14}{'RSS end kB':>12}{'growth %':>10}")
+    for name, row in f["rss"].items():
+        print(f"{name:<40}{row['start_kb'] or 0:>14}{row['end_kb'] or 0:>12}{row['growth_pct']!s:>10}")
+    for minute, sample in enumerate(f["rss_kb_by_minute"], start=1):
+        print(f"RSS after minute {minute}: {sample}")
+    for line in f["failures"] + f["health_events"]:
+        print(f"  {line}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--cancel-fraction", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from trtkit.serve import TritonServer
+
+    with tempfile.TemporaryDirectory(prefix="trtkit-soak-") as tmp:
+        repo = tiny_repository(Path(tmp))
+        with TritonServer(repo, start_timeout_s=180, log_path=Path(tmp) / "tritonserver.log") as server:
+            result = soak(server, args)
+    print_tables(result)
+    print("BENCH " + json.dumps(result))
+    return 0 if all(result["met"].values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
