@@ -72,7 +72,7 @@ def test_good_request(pre: Preprocessor) -> None:
     ({"QUERY": np.array([[b"a"], [b"b"]], dtype=object), "REQUEST_OUTPUT_LEN": np.array([[4]], dtype=np.int32)},
      "^text_input: batch of 2"),
     (_req(REQUEST_OUTPUT_LEN=np.array([[1, 2]], dtype=np.int32)), "^max_tokens: expected one value"),
-    (_req(MIN_LENGTH=np.array([[-1]], dtype=np.int32)), "^min_length: -1 must be >= 0"),
+    (_req(MIN_LENGTH=np.array([[-1]], dtype=np.int32)), r"^min_length: -1 is out of range; send a value in \[0, "),
     (_req(DECODER_QUERY=np.array([[b"x"]], dtype=object)), "^decoder_text_input is not supported"),
     (_req("word " * 40), r"^text_input: the prompt has \d+ tokens, over max_input_len 16"),
 ])
