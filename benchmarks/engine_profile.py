@@ -70,17 +70,17 @@ def instrument(engine: LLMEngine, clock: Clock) -> None:
     model._attention = clock.wrap("attention+qkv", model._attention)  # type: ignore[method-assign]
     model._lm_head = clock.wrap("lm_head", model._lm_head)  # type: ignore[method-assign]
     model.forward = clock.wrap("forward", model.forward)  # type: ignore[method-assign]
-    engine.runner.run = clock.wrap("runner", engine.runner.run)  # type: ignore[method-assign]
+    engine.runner.prepare = clock.wrap("prep", engine.runner.prepare)  # type: ignore[method-assign]
     llm_engine_module.choose_tokens = clock.wrap("sampling", llm_engine_module.choose_tokens)  # type: ignore[attr-defined]
 
 
 def buckets_of(raw: dict[str, float], qkv: float, step: float) -> dict[str, float]:
     gemm, attention_qkv = raw["gemm"], raw["attention+qkv"]
-    forward, runner, sampling, lm_head = raw["forward"], raw["runner"], raw["sampling"], raw["lm_head"]
+    forward, prep, sampling, lm_head = raw["forward"], raw["prep"], raw["sampling"], raw["lm_head"]
     attention = attention_qkv - qkv
     return {"layer GEMMs": gemm, "attention": attention, "other layer ops": forward - gemm - attention - lm_head,
-            "lm_head": lm_head, "runner prep": runner - forward, "sampling": sampling,
-            "scheduling": step - runner - sampling}
+            "lm_head": lm_head, "runner prep": prep, "sampling": sampling,
+            "scheduling": step - prep - forward - sampling}
 
 
 def engine_for(model_dir: Path, dtype: str, max_batch: int, max_context: int) -> LLMEngine:

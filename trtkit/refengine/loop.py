@@ -22,7 +22,7 @@ OutputCallback = Callable[[RequestOutput], None]
 class EngineLoop:
     def __init__(self, engine: LLMEngine, *, name: str = "trtkit-engine-loop") -> None:
         self.engine = engine
-        self._lock = threading.Lock()  # guards the engine: step() and add/cancel never interleave
+        self._lock = threading.Lock()  # guards engine state; the forward pass (engine.compute) runs outside it
         self._wake = threading.Event()
         self._callbacks: dict[str, OutputCallback] = {}
         self._stopping = False
@@ -65,7 +65,7 @@ class EngineLoop:
                 busy = self.engine.has_unfinished()
                 if not busy and self._stopping:
                     return
-                outputs = self._step() if busy else []
+            outputs = self._step() if busy else []
             if not busy:
                 self._wake.wait()
                 self._wake.clear()
@@ -74,11 +74,16 @@ class EngineLoop:
 
     def _step(self) -> list[RequestOutput]:
         try:
-            return self.engine.step()
+            with self._lock:
+                plan = self.engine.begin_step()
+            logits = self.engine.compute(plan)  # without the lock: submit, cancel and stats do not wait for it
+            with self._lock:
+                return self.engine.finish_step(plan, logits)
         except Exception:  # a broken step must not hang every caller: fail the batch, keep serving
             log.exception("engine step failed; cancelling the requests in flight")
-            for request_id in list(self.engine.sequences):
-                self.engine.cancel(request_id)
+            with self._lock:
+                for request_id in list(self.engine.sequences):
+                    self.engine.cancel(request_id)
             return []
 
     def _deliver(self, outputs: list[RequestOutput]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from trtkit.refengine.model import AttentionBatch, DecodeGroup, KVCache, LlamaModel, PrefillChunk
@@ -27,6 +29,15 @@ def group_sizes(sorted_lengths: list[int], max_padding: float = MAX_GROUP_PADDIN
     return sizes
 
 
+@dataclass(slots=True)
+class PreparedStep:
+    """A step's model input, built from the sequences' state so the forward pass no longer reads it."""
+
+    sampled: list[ScheduledChunk]  # the chunks whose next token is sampled, in logits row order
+    input_ids: torch.Tensor
+    batch: AttentionBatch
+
+
 class ModelRunner:
     def __init__(self, weights: ModelWeights, *, num_blocks: int, block_size: int, max_seq_len: int,
                  dtype: torch.dtype) -> None:
@@ -35,13 +46,21 @@ class ModelRunner:
         self.model = LlamaModel(weights, max_seq_len, dtype, block_size)
         self.cache = KVCache(spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim, dtype)
 
-    @torch.inference_mode()
     def run(self, chunks: list[ScheduledChunk], *, all_positions: bool = False,
             ) -> tuple[list[ScheduledChunk], torch.Tensor]:
         """Computes every chunk; returns the chunks that complete their sequence and their logits [S, vocab].
 
         With all_positions, the logits of every computed position come back instead (for scoring).
         """
+        prepared = self.prepare(chunks, all_positions=all_positions)
+        return prepared.sampled, self.forward(prepared)
+
+    @torch.inference_mode()
+    def forward(self, prepared: PreparedStep) -> torch.Tensor:
+        """Logits [S, vocab] float32 of the prepared step (writes the step's K/V into its cache slots)."""
+        return self.model.forward(prepared.input_ids, prepared.batch, self.cache).float()
+
+    def prepare(self, chunks: list[ScheduledChunk], *, all_positions: bool = False) -> PreparedStep:
         size = self.block_size
         # Decode chunks first, shortest context first, so that each length group is a contiguous block of rows.
         decodes = sorted((c for c in chunks if c.num_tokens == 1), key=lambda c: c.start)
@@ -70,8 +89,7 @@ class ModelRunner:
             positions=torch.tensor(positions, dtype=torch.long), slot_mapping=torch.tensor(slots, dtype=torch.long),
             decode_groups=self._decode_groups(decodes), prefills=prefills,
             logit_rows=torch.tensor(logit_rows, dtype=torch.long))
-        logits = self.model.forward(torch.tensor(input_ids, dtype=torch.long), batch, self.cache)
-        return sampled, logits.float()
+        return PreparedStep(sampled, torch.tensor(input_ids, dtype=torch.long), batch)
 
     def _decode_groups(self, decodes: list[ScheduledChunk]) -> list[DecodeGroup]:
         """Decodes (sorted by context) in groups of similar length; each reads only its members' blocks."""
