@@ -36,7 +36,8 @@ def tiny_weights(tiny_llama_dir: Path) -> ModelWeights:
 def make_engine(tiny_weights: ModelWeights) -> EngineFactory:
     def make(**overrides: object) -> LLMEngine:
         settings: dict[str, object] = dict(max_batch_size=4, max_num_tokens=256, max_input_len=128, max_seq_len=192,
-                                           tokens_per_block=8, kv_cache_bytes=4 << 20)
+                                           tokens_per_block=8, kv_cache_bytes=4 << 20,
+                                           num_threads=torch.get_num_threads())
         settings.update(overrides)
         return LLMEngine(tiny_weights, EngineConfig(**settings))  # type: ignore[arg-type]
     return make

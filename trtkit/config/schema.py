@@ -19,6 +19,7 @@ KvCacheDtype = Literal["auto", "fp8", "int8"]
 PluginSwitch = Literal["auto", "disable", "float16", "bfloat16", "float32", "fp8"]
 SchedulerPolicy = Literal["guaranteed_no_evict", "max_utilization"]
 Profile = Literal["latency", "throughput"]
+CpuDtype = Literal["fp32", "bf16"]
 
 
 @dataclass(slots=True)
@@ -94,6 +95,8 @@ class ServeSection:
     kv_cache_free_gpu_mem_fraction: float = bounded(0.9, gt=0.0, le=1.0)
     max_tokens_in_paged_kv_cache: int | None = bounded(None, ge=1)
     cpu_kv_cache_mb: int = bounded(256, ge=1, doc="KV budget of the CPU reference engine")
+    cpu_dtype: CpuDtype = described("fp32", doc="CPU engine compute and KV dtype; bf16 needs AVX512-BF16 or AMX")
+    cpu_threads: int = bounded(0, ge=0, doc="CPU engine intra-op threads; 0: every core this process may use")
     enable_kv_cache_reuse: bool = described(True)
     enable_chunked_context: bool | None = described(None, doc="None: from the profile")
     max_queue_delay_microseconds: int | None = bounded(None, ge=0, doc="None: from the profile")

@@ -28,6 +28,7 @@ class EngineConfig:
     scheduler_policy: SchedulerPolicyName = "guaranteed_no_evict"
     max_queue_size: int = DEFAULT_CPU_QUEUE_SIZE
     dtype: Literal["float32", "bfloat16"] = "float32"  # compute and KV dtype on CPU
+    num_threads: int = 0  # torch intra-op threads for the forward pass; 0: every core this process may use
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_num_tokens", "max_input_len", "max_seq_len", "tokens_per_block",
@@ -48,6 +49,8 @@ class EngineConfig:
         if self.scheduler_policy not in ("guaranteed_no_evict", "max_utilization"):
             raise EngineError(f"engine.scheduler_policy: {self.scheduler_policy!r} is not one of "
                               "guaranteed_no_evict, max_utilization")
+        if self.num_threads < 0:
+            raise EngineError(f"engine.num_threads: must be >= 0 (0: all usable cores), got {self.num_threads}")
         if self.dtype not in ("float32", "bfloat16"):
             raise EngineError(f"engine.dtype: {self.dtype!r} is not one of float32, bfloat16")
 
@@ -70,6 +73,8 @@ class EngineConfig:
             enable_chunked_context=bool(serve.enable_chunked_context),
             scheduler_policy=serve.batch_scheduler_policy or "guaranteed_no_evict",
             max_queue_size=serve.max_queue_size or DEFAULT_CPU_QUEUE_SIZE,
+            dtype="bfloat16" if serve.cpu_dtype == "bf16" else "float32",
+            num_threads=serve.cpu_threads,
         )
 
     def num_blocks_for(self, bytes_per_token: int) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -14,8 +15,9 @@ import torch
 from trtkit.errors import EngineError, InvalidInputError
 from trtkit.refengine.block_manager import BlockManager
 from trtkit.refengine.config import EngineConfig
+from trtkit.refengine.cpu_features import native_bf16_flags, usable_cores
 from trtkit.refengine.model import KVCache
-from trtkit.refengine.model_runner import ModelRunner
+from trtkit.refengine.model_runner import ModelRunner, PreparedStep
 from trtkit.refengine.outputs import EngineStats, FinishReason, RequestOutput, SamplingParams
 from trtkit.refengine.sampling import choose_tokens
 from trtkit.refengine.scheduler import ScheduledChunk, Scheduler
@@ -40,11 +42,31 @@ class _Counters:
     last_context: int = 0
 
 
+def _compute_dtype(config: EngineConfig) -> torch.dtype:
+    if config.dtype == "float32":
+        return torch.float32
+    if not native_bf16_flags():
+        raise EngineError("serve.cpu_dtype: bf16 needs a CPU with native bf16 arithmetic (AVX512-BF16 or AMX); "
+                          "this one has neither, so bf16 would run slower than fp32: set serve.cpu_dtype: fp32")
+    return torch.bfloat16
+
+
+@dataclass(slots=True)
+class StepPlan:
+    chunks: list[ScheduledChunk]
+    outputs: list[RequestOutput]  # deltas already due (cancellations since the last step)
+    prepared: PreparedStep | None  # None when nothing was scheduled
+
+
 class LLMEngine:
     def __init__(self, weights: ModelWeights, config: EngineConfig | None = None) -> None:
         self.config = config = config or EngineConfig()
         self.spec = spec = weights.spec
-        dtype = torch.float32 if config.dtype == "float32" else torch.bfloat16
+        dtype = _compute_dtype(config)
+        if weights.embed.dtype != dtype:
+            raise EngineError(f"the weights are {weights.embed.dtype} but engine.dtype is {config.dtype}; load them "
+                              "with load_model(path, dtype) in the engine's dtype, or use LLMEngine.from_pretrained")
+        torch.set_num_threads(config.num_threads or usable_cores())
         num_blocks = config.num_blocks_for(KVCache.bytes_per_token(spec.num_layers, spec.num_kv_heads,
                                                                    spec.head_dim, dtype))
         blocks_per_seq = -(-config.max_seq_len // config.tokens_per_block)
@@ -60,16 +82,16 @@ class LLMEngine:
         self._finished_outputs: list[RequestOutput] = []  # cancellations, delivered by the next step()
         self._counters = _Counters()
         self._rng = random.Random()
-        log.info("CPU engine ready: %d KV blocks x %d tokens, policy %s, reuse %s, chunked context %s", num_blocks,
-                 config.tokens_per_block, config.scheduler_policy, config.enable_kv_cache_reuse,
-                 config.enable_chunked_context)
+        self._forward_lock = threading.Lock()  # one forward pass at a time over the shared KV pool
+        log.info("CPU engine ready: %d KV blocks x %d tokens, policy %s, reuse %s, chunked context %s, %s on %d "
+                 "threads", num_blocks, config.tokens_per_block, config.scheduler_policy, config.enable_kv_cache_reuse,
+                 config.enable_chunked_context, config.dtype, torch.get_num_threads())
 
     @classmethod
     def from_pretrained(cls, path: str | Path, config: EngineConfig | None = None) -> LLMEngine:
         """Load a Hugging Face folder or a TensorRT-LLM checkpoint folder (config.json + rank0.safetensors)."""
         config = config or EngineConfig()
-        dtype = torch.float32 if config.dtype == "float32" else torch.bfloat16
-        return cls(load_model(path, dtype), config)
+        return cls(load_model(path, _compute_dtype(config)), config)
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None,
                     request_id: str | None = None) -> str:
@@ -123,30 +145,63 @@ class LLMEngine:
         A failure that belongs to one request (its sampling, or its share of the model run) finishes only
         that request, with finish_reason "error". Should the step fail as a whole, the final outputs of
         earlier cancellations stay queued for the next call (``drain_finished`` hands them out)."""
-        pending, self._finished_outputs = self._finished_outputs, []
+        plan = self.begin_step()
         try:
-            return pending + self._step()
+            return self.finish_step(plan, self.compute(plan))
         except BaseException:
-            self._finished_outputs[:0] = pending
+            self.requeue_outputs(plan)
             raise
 
-    def _step(self) -> list[RequestOutput]:
-        outputs: list[RequestOutput] = []
+    def begin_step(self) -> StepPlan:
+        """Schedule and build the model input. With compute() and finish_step() this is step() in three parts,
+        so that a caller serializing access (EngineLoop) can run compute() without holding its lock."""
         chunks = self.scheduler.schedule()
         counters = self._counters
         counters.iteration += 1
         counters.last_scheduled = len(chunks)
         counters.last_context = sum(1 for c in chunks if c.num_tokens > 1 or c.start == 0)
-        if not chunks:
-            return outputs
         now = time.monotonic()
         for chunk in chunks:
             self._mark_scheduled(chunk, now)
-        chunks, sampled, logits = self._run_isolated(chunks, outputs)
+        prepared = self.runner.prepare(chunks) if chunks else None
+        # taken last, so that a failure above leaves the finals of earlier cancellations queued
+        outputs, self._finished_outputs = self._finished_outputs, []
+        return StepPlan(chunks, outputs, prepared)
+
+    def requeue_outputs(self, plan: StepPlan) -> None:
+        """Give a failed step's pending final outputs (earlier cancellations) back, so none is lost."""
+        self._finished_outputs[:0] = plan.outputs
+
+    def compute(self, plan: StepPlan) -> torch.Tensor | None:
+        """The forward pass of a plan: reads only the plan and the KV slots its chunks were given. Requests
+        may be added or cancelled meanwhile (a cancelled one's slots stay unused until the next begin_step).
+        None when nothing was scheduled, or when the batched run failed: finish_step then runs each request
+        alone, so that only a request at fault fails."""
+        if plan.prepared is None:
+            return None
+        try:
+            with self._forward_lock:
+                return self.runner.forward(plan.prepared)
+        except Exception:
+            log.exception("the batched model run failed; running its %d requests one by one", len(plan.chunks))
+            return None
+
+    def finish_step(self, plan: StepPlan, logits: torch.Tensor | None) -> list[RequestOutput]:
+        """Advance the plan's requests and sample their next tokens; those cancelled since begin_step are skipped."""
+        outputs = list(plan.outputs)
+        if plan.prepared is None:
+            return outputs
+        chunks, sampled = plan.chunks, plan.prepared.sampled
+        if logits is None:
+            chunks, sampled, logits = self._run_one_by_one(plan.chunks, outputs)
         for chunk in chunks:
-            chunk.seq.num_computed_tokens += chunk.num_tokens
-            self.block_manager.commit_full_blocks(chunk.seq)
-        seqs = [chunk.seq for chunk in sampled]
+            if chunk.seq.finish_reason is None:
+                chunk.seq.num_computed_tokens += chunk.num_tokens
+                self.block_manager.commit_full_blocks(chunk.seq)
+        live = [row for row, chunk in enumerate(sampled) if chunk.seq.finish_reason is None]
+        seqs = [sampled[row].seq for row in live]
+        if logits is not None and len(live) < len(sampled):
+            logits = logits[live]
         choices = self._choose_isolated(seqs, logits)
         now = time.monotonic()
         for seq, choice in zip(seqs, choices, strict=True):
@@ -159,18 +214,16 @@ class LLMEngine:
                 self._finish(seq)
         return outputs
 
-    def _run_isolated(self, chunks: list[ScheduledChunk], outputs: list[RequestOutput],
-                      ) -> tuple[list[ScheduledChunk], list[ScheduledChunk], torch.Tensor | None]:
-        """The model run of this step; if the batch fails, each chunk alone, failing only those that fail."""
-        try:
-            sampled, logits = self.runner.run(chunks)
-            return chunks, sampled, logits
-        except Exception:
-            log.exception("the batched model run failed; running its %d requests one by one", len(chunks))
+    def _run_one_by_one(self, chunks: list[ScheduledChunk], outputs: list[RequestOutput],
+                        ) -> tuple[list[ScheduledChunk], list[ScheduledChunk], torch.Tensor | None]:
+        """After a failed batched run: each live chunk alone, failing only those whose own run fails."""
         kept, all_sampled, rows = [], [], []
         for chunk in chunks:
+            if chunk.seq.finish_reason is not None:  # cancelled since begin_step
+                continue
             try:
-                sampled, logits = self.runner.run([chunk])
+                with self._forward_lock:
+                    sampled, logits = self.runner.run([chunk])
             except Exception as exc:
                 outputs.append(self._fail_now(chunk.seq, f"model run failed: {type(exc).__name__}: {exc}"))
                 continue
@@ -295,7 +348,8 @@ class LLMEngine:
             raise EngineError("not enough free KV blocks to score this text now; retry when the engine is idle")
         self.block_manager.append_slots(seq, seq.num_tokens)
         try:
-            _, logits = self.runner.run([ScheduledChunk(seq, 0, seq.num_tokens)], all_positions=True)
+            with self._forward_lock:
+                _, logits = self.runner.run([ScheduledChunk(seq, 0, seq.num_tokens)], all_positions=True)
         finally:
             self.block_manager.free(seq)
         return logits

@@ -23,7 +23,7 @@ OutputCallback = Callable[[RequestOutput], None]
 class EngineLoop:
     def __init__(self, engine: LLMEngine, *, name: str = "trtkit-engine-loop") -> None:
         self.engine = engine
-        self._lock = threading.Lock()  # guards the engine: step() and add/cancel never interleave
+        self._lock = threading.Lock()  # guards engine state; the forward pass (engine.compute) runs outside it
         self._wake = threading.Event()
         self._callbacks: dict[str, OutputCallback] = {}
         self._stopping = False
@@ -66,7 +66,7 @@ class EngineLoop:
                 busy = self.engine.has_unfinished()
                 if not busy and self._stopping:
                     return
-                outputs = self._step() if busy else []
+            outputs = self._step() if busy else []
             if not busy:
                 self._wake.wait()
                 self._wake.clear()
@@ -74,13 +74,21 @@ class EngineLoop:
             self._deliver(outputs)
 
     def _step(self) -> list[RequestOutput]:
+        plan = None
         try:
-            return self.engine.step()
+            with self._lock:
+                plan = self.engine.begin_step()
+            logits = self.engine.compute(plan)  # without the lock: submit, cancel and stats do not wait for it
+            with self._lock:
+                return self.engine.finish_step(plan, logits)
         except Exception as exc:  # the engine isolates per-request faults; this is a fault of the step itself
             log.exception("engine step failed; failing the requests in flight")
-            for request_id in list(self.engine.sequences):
-                self.engine.fail(request_id, f"engine step failed: {type(exc).__name__}: {exc}")
-            return self.engine.drain_finished()  # with the finals of earlier cancellations
+            with self._lock:
+                if plan is not None:
+                    self.engine.requeue_outputs(plan)
+                for request_id in list(self.engine.sequences):
+                    self.engine.fail(request_id, f"engine step failed: {type(exc).__name__}: {exc}")
+                return self.engine.drain_finished()  # with the finals of earlier cancellations
 
     def _deliver(self, outputs: list[RequestOutput]) -> None:
         for output in outputs:

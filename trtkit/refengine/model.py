@@ -1,9 +1,13 @@
 """The Llama decoder forward over a flattened batch of chunks, reading and writing the paged KV cache.
 
 All scheduled tokens of all requests go through the projections as one [num_tokens, hidden] matrix
-(no padding). Attention differs by chunk kind: single-token chunks (decodes) are attended together
-against their cached K/V gathered into [batch, max_context]; a prompt chunk starting at position 0
-attends to its own fresh K/V (causal); a chunk continuing a cached prefix attends to the cache.
+(no padding). Each token's K/V is written straight into its cache slot (slot = block * block_size +
+offset). Attention differs by chunk kind:
+- single-token chunks (decodes) are attended in groups of similar context length: a group gathers
+  whole blocks of its members' own block tables (one memcpy per block, not per token) and pads only
+  to the longest member of the group, so a step costs what its sequences hold, not batch x longest;
+- a prompt chunk starting at position 0 attends to its own fresh K/V (causal);
+- a chunk continuing a cached prefix attends to its blocks in the cache.
 """
 
 from __future__ import annotations
@@ -22,17 +26,24 @@ class PrefillChunk:
     row_start: int  # first row in the flattened batch
     num_tokens: int
     context_start: int  # tokens already in the cache before this chunk
-    gather: torch.Tensor | None  # cache slots of positions [0, context_start + num_tokens) when context_start > 0
+    blocks: torch.Tensor | None  # block ids holding positions [0, context) when context_start > 0
     mask: torch.Tensor | None  # [num_tokens, context] causal mask for the cached case
+
+
+@dataclass(slots=True)
+class DecodeGroup:
+    """Decode rows [row_start, row_start + n) whose contexts are close in length, attended together."""
+
+    row_start: int
+    blocks: torch.Tensor  # [n, max_blocks] block ids of each member's context (padding repeats a real block)
+    mask: torch.Tensor | None  # [n, 1, 1, max_blocks * block_size] True where a key is real; None when all are
 
 
 @dataclass(slots=True)
 class AttentionBatch:
     positions: torch.Tensor  # [T]
     slot_mapping: torch.Tensor  # [T] where each token's K/V is written
-    num_decode: int  # decode rows are rows [0, num_decode)
-    decode_gather: torch.Tensor | None  # [B, max_context] cache slots (padding points at slot 0)
-    decode_mask: torch.Tensor | None  # [B, 1, 1, max_context] True where a key is real
+    decode_groups: list[DecodeGroup]  # decode rows come first, grouped by context length
     prefills: list[PrefillChunk]
     logit_rows: torch.Tensor  # [S] rows whose next-token logits are needed
 
@@ -40,8 +51,10 @@ class AttentionBatch:
 class KVCache:
     """Keys and values of every layer, addressed by slot = block_id * tokens_per_block + offset."""
 
-    def __init__(self, num_layers: int, num_slots: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype):
-        shape = (num_layers, num_slots, num_kv_heads, head_dim)
+    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype):
+        shape = (num_layers, num_blocks * block_size, num_kv_heads, head_dim)
+        self.block_size = block_size
         self.key = torch.zeros(shape, dtype=dtype)
         self.value = torch.zeros(shape, dtype=dtype)
 
@@ -51,8 +64,9 @@ class KVCache:
 
 
 class LlamaModel:
-    def __init__(self, weights: ModelWeights, max_positions: int, dtype: torch.dtype) -> None:
+    def __init__(self, weights: ModelWeights, max_positions: int, dtype: torch.dtype, block_size: int) -> None:
         self.weights = weights
+        self.block_size = block_size
         spec = weights.spec
         self.cos, self.sin = rope_tables(spec.head_dim, max_positions, spec.rope_theta, dtype)
         self.q_size = spec.num_heads * spec.head_dim
@@ -72,7 +86,10 @@ class LlamaModel:
             gate, up = layer.gate_up(h).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
         x = rms_norm(x.index_select(0, batch.logit_rows), w.final_norm, w.spec.rms_norm_eps)
-        return F.linear(x, w.lm_head)
+        return self._lm_head(x)
+
+    def _lm_head(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weights.lm_head)
 
     def _attention(self, layer: LayerWeights, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    batch: AttentionBatch, key_cache: torch.Tensor, value_cache: torch.Tensor) -> torch.Tensor:
@@ -90,32 +107,38 @@ class LlamaModel:
         key_cache.index_copy_(0, batch.slot_mapping, k)
         value_cache.index_copy_(0, batch.slot_mapping, v)
         out = torch.empty_like(q)
-        if batch.num_decode:
-            out[:batch.num_decode] = self._decode_attention(q[:batch.num_decode], batch, key_cache, value_cache)
+        for group in batch.decode_groups:
+            rows = slice(group.row_start, group.row_start + group.blocks.shape[0])
+            out[rows] = self._decode_attention(q[rows], group, key_cache, value_cache)
         for chunk in batch.prefills:
             rows = slice(chunk.row_start, chunk.row_start + chunk.num_tokens)
             out[rows] = self._prefill_attention(q[rows], k[rows], v[rows], chunk, key_cache, value_cache)
         return out.view(num_tokens, self.q_size)
 
-    def _decode_attention(self, q: torch.Tensor, batch: AttentionBatch, key_cache: torch.Tensor,
+    def _gather_blocks(self, cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+        """[*blocks.shape[:-1], num_blocks * block_size, kv_heads, head_dim]: whole blocks, one copy each."""
+        spec = self.weights.spec
+        per_block = cache.view(-1, self.block_size * spec.num_kv_heads * spec.head_dim)
+        gathered = per_block.index_select(0, blocks.flatten())
+        return gathered.view(*blocks.shape[:-1], -1, spec.num_kv_heads, spec.head_dim)
+
+    def _decode_attention(self, q: torch.Tensor, group: DecodeGroup, key_cache: torch.Tensor,
                           value_cache: torch.Tensor) -> torch.Tensor:
         spec = self.weights.spec
-        assert batch.decode_gather is not None
         num_seqs = q.shape[0]
-        group = spec.num_heads // spec.num_kv_heads
         # GQA without repeating K/V: the query heads of one KV head act as that head's query rows.
-        q = q.view(num_seqs, spec.num_kv_heads, group, spec.head_dim)
-        gather = batch.decode_gather
-        shape = (num_seqs, gather.shape[1], spec.num_kv_heads, spec.head_dim)
-        keys = key_cache.index_select(0, gather.flatten()).view(shape).transpose(1, 2)  # [B, kv, ctx, hd]
-        values = value_cache.index_select(0, gather.flatten()).view(shape).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=batch.decode_mask)
+        q = q.view(num_seqs, spec.num_kv_heads, spec.num_heads // spec.num_kv_heads, spec.head_dim)
+        keys = self._gather_blocks(key_cache, group.blocks).transpose(1, 2)  # [n, kv, context, head_dim]
+        values = self._gather_blocks(value_cache, group.blocks).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=group.mask)
         return out.reshape(num_seqs, spec.num_heads, spec.head_dim)
 
     def _prefill_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: PrefillChunk,
                            key_cache: torch.Tensor, value_cache: torch.Tensor) -> torch.Tensor:
-        if chunk.gather is not None:
-            k, v = key_cache.index_select(0, chunk.gather), value_cache.index_select(0, chunk.gather)
+        if chunk.blocks is not None:
+            context = chunk.context_start + chunk.num_tokens
+            k = self._gather_blocks(key_cache, chunk.blocks.unsqueeze(0))[0, :context]
+            v = self._gather_blocks(value_cache, chunk.blocks.unsqueeze(0))[0, :context]
         out = F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0),
             attn_mask=chunk.mask, is_causal=chunk.mask is None, enable_gqa=True)

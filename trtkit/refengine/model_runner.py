@@ -2,11 +2,40 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from trtkit.refengine.model import AttentionBatch, KVCache, LlamaModel, PrefillChunk
+from trtkit.refengine.model import AttentionBatch, DecodeGroup, KVCache, LlamaModel, PrefillChunk
 from trtkit.refengine.scheduler import ScheduledChunk
 from trtkit.refengine.weights import ModelWeights
+
+# A decode group pads its members to its longest; a member joins while the padding stays within this share.
+MAX_GROUP_PADDING = 0.25
+
+
+def group_sizes(sorted_lengths: list[int], max_padding: float = MAX_GROUP_PADDING) -> list[int]:
+    """Split ascending lengths into runs whose padded size (count x longest) stays within 1 + max_padding of
+    their real size, so no step pays for the longest sequence on behalf of the short ones."""
+    sizes: list[int] = []
+    start, real = 0, 0
+    for index, length in enumerate(sorted_lengths):
+        if index > start and length * (index - start + 1) > (1 + max_padding) * (real + length):
+            sizes.append(index - start)
+            start, real = index, 0
+        real += length
+    if sorted_lengths:
+        sizes.append(len(sorted_lengths) - start)
+    return sizes
+
+
+@dataclass(slots=True)
+class PreparedStep:
+    """A step's model input, built from the sequences' state so the forward pass no longer reads it."""
+
+    sampled: list[ScheduledChunk]  # the chunks whose next token is sampled, in logits row order
+    input_ids: torch.Tensor
+    batch: AttentionBatch
 
 
 class ModelRunner:
@@ -14,68 +43,78 @@ class ModelRunner:
                  dtype: torch.dtype) -> None:
         spec = weights.spec
         self.block_size = block_size
-        self.model = LlamaModel(weights, max_seq_len, dtype)
-        self.cache = KVCache(spec.num_layers, num_blocks * block_size, spec.num_kv_heads, spec.head_dim, dtype)
-        self.block_offsets = torch.arange(block_size)
+        self.model = LlamaModel(weights, max_seq_len, dtype, block_size)
+        self.cache = KVCache(spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim, dtype)
 
-    @torch.inference_mode()
     def run(self, chunks: list[ScheduledChunk], *, all_positions: bool = False,
             ) -> tuple[list[ScheduledChunk], torch.Tensor]:
         """Computes every chunk; returns the chunks that complete their sequence and their logits [S, vocab].
 
         With all_positions, the logits of every computed position come back instead (for scoring).
         """
-        # Decode chunks first so that they form one contiguous block of rows.
-        ordered = sorted(chunks, key=lambda c: c.num_tokens != 1)
+        prepared = self.prepare(chunks, all_positions=all_positions)
+        return prepared.sampled, self.forward(prepared)
+
+    @torch.inference_mode()
+    def forward(self, prepared: PreparedStep) -> torch.Tensor:
+        """Logits [S, vocab] float32 of the prepared step (writes the step's K/V into its cache slots)."""
+        return self.model.forward(prepared.input_ids, prepared.batch, self.cache).float()
+
+    def prepare(self, chunks: list[ScheduledChunk], *, all_positions: bool = False) -> PreparedStep:
+        size = self.block_size
+        # Decode chunks first, shortest context first, so that each length group is a contiguous block of rows.
+        decodes = sorted((c for c in chunks if c.num_tokens == 1), key=lambda c: c.start)
+        ordered = decodes + [c for c in chunks if c.num_tokens != 1]
         input_ids: list[int] = []
-        positions: list[torch.Tensor] = []
-        slots: list[torch.Tensor] = []
+        positions: list[int] = []
+        slots: list[int] = []
         logit_rows: list[int] = []
         sampled: list[ScheduledChunk] = []
         prefills: list[PrefillChunk] = []
-        decode_slots: list[torch.Tensor] = []
         for chunk in ordered:
             row = len(input_ids)
             end = chunk.start + chunk.num_tokens
+            table = chunk.seq.block_table
             input_ids.extend(chunk.seq.token_ids[chunk.start:end])
-            context_slots = self._slots(chunk.seq.block_table, end)
-            positions.append(torch.arange(chunk.start, end))
-            slots.append(context_slots[chunk.start:end])
-            if chunk.num_tokens == 1:
-                decode_slots.append(context_slots)
-            else:
-                prefills.append(self._prefill_chunk(row, chunk, context_slots))
+            positions.extend(range(chunk.start, end))
+            slots.extend(table[p // size] * size + p % size for p in range(chunk.start, end))
+            if chunk.num_tokens != 1:
+                prefills.append(self._prefill_chunk(row, chunk))
             if all_positions:
                 logit_rows.extend(range(row, row + chunk.num_tokens))
             elif chunk.completes_sequence:
                 logit_rows.append(row + chunk.num_tokens - 1)
                 sampled.append(chunk)
-        gather, mask = self._decode_gather(decode_slots)
         batch = AttentionBatch(
-            positions=torch.cat(positions), slot_mapping=torch.cat(slots), num_decode=len(decode_slots),
-            decode_gather=gather, decode_mask=mask, prefills=prefills,
+            positions=torch.tensor(positions, dtype=torch.long), slot_mapping=torch.tensor(slots, dtype=torch.long),
+            decode_groups=self._decode_groups(decodes), prefills=prefills,
             logit_rows=torch.tensor(logit_rows, dtype=torch.long))
-        logits = self.model.forward(torch.tensor(input_ids, dtype=torch.long), batch, self.cache)
-        return sampled, logits.float()
+        return PreparedStep(sampled, torch.tensor(input_ids, dtype=torch.long), batch)
 
-    def _slots(self, block_table: list[int], num_tokens: int) -> torch.Tensor:
-        """Cache slots of positions [0, num_tokens) of a sequence."""
-        blocks = torch.tensor(block_table[:-(-num_tokens // self.block_size)], dtype=torch.long)
-        return (blocks.unsqueeze(1) * self.block_size + self.block_offsets).flatten()[:num_tokens]
+    def _decode_groups(self, decodes: list[ScheduledChunk]) -> list[DecodeGroup]:
+        """Decodes (sorted by context) in groups of similar length; each reads only its members' blocks."""
+        size = self.block_size
+        contexts = [c.start + 1 for c in decodes]
+        groups: list[DecodeGroup] = []
+        row = 0
+        for count in group_sizes([-(-n // size) for n in contexts]):
+            members, lengths = decodes[row:row + count], contexts[row:row + count]
+            num_blocks = -(-lengths[-1] // size)
+            tables = [c.seq.block_table[:num_blocks] for c in members]
+            blocks = torch.tensor([t + [t[0]] * (num_blocks - len(t)) for t in tables], dtype=torch.long)
+            mask = None
+            if lengths[0] != num_blocks * size:
+                real = torch.arange(num_blocks * size).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+                mask = real[:, None, None, :]
+            groups.append(DecodeGroup(row, blocks, mask))
+            row += count
+        return groups
 
-    def _prefill_chunk(self, row: int, chunk: ScheduledChunk, context_slots: torch.Tensor) -> PrefillChunk:
+    def _prefill_chunk(self, row: int, chunk: ScheduledChunk) -> PrefillChunk:
         if chunk.start == 0:
             return PrefillChunk(row, chunk.num_tokens, 0, None, None)
         context = chunk.start + chunk.num_tokens
+        blocks = torch.tensor(chunk.seq.block_table[:-(-context // self.block_size)], dtype=torch.long)
         query_positions = torch.arange(chunk.start, context).unsqueeze(1)
         mask = torch.arange(context).unsqueeze(0) <= query_positions
-        return PrefillChunk(row, chunk.num_tokens, chunk.start, context_slots, mask)
-
-    @staticmethod
-    def _decode_gather(decode_slots: list[torch.Tensor]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        if not decode_slots:
-            return None, None
-        lengths = torch.tensor([len(s) for s in decode_slots])
-        gather = torch.nn.utils.rnn.pad_sequence(decode_slots, batch_first=True)
-        mask = torch.arange(gather.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
-        return gather, mask[:, None, None, :]
+        return PrefillChunk(row, chunk.num_tokens, chunk.start, blocks, mask)

@@ -1,7 +1,8 @@
-"""Per-request logit processing and token choice: gpt-fast style small pure functions.
+"""Logit processing and token choice over the whole batch at once: one tensor operation per control.
 
 Order, as in TensorRT-LLM's sampling layers: bans (bad words, end id before min_tokens), penalties,
-temperature, top-k, top-p, then a draw from the request's own seeded generator.
+temperature, top-k, top-p, then a draw from each request's own seeded generator. Rows that do not
+use a control are left out of its operation, so an all-greedy batch is a single argmax.
 """
 
 from __future__ import annotations
@@ -18,71 +19,101 @@ def choose_tokens(seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[int]
     if all(s.params.is_greedy and not s.params.needs_logit_processing and not s.params.return_log_probs
            for s in seqs):
         return logits.argmax(dim=-1).tolist(), [None] * len(seqs)
-    tokens: list[int] = []
-    log_probs: list[float | None] = []
-    for seq, row in zip(seqs, logits, strict=True):
-        token, log_prob = choose_token(seq, process_logits(seq, row.clone()))
-        tokens.append(token)
-        log_probs.append(log_prob if seq.params.return_log_probs else None)
-    return tokens, log_probs
+    logits = process_logits(seqs, logits.clone())
+    tokens, log_probs = greedy_choice(logits)
+    sampled_rows = [row for row, s in enumerate(seqs) if not s.params.is_greedy]
+    if sampled_rows:
+        sampled, sampled_log_probs = sample_rows([seqs[row] for row in sampled_rows], logits[sampled_rows])
+        tokens[sampled_rows] = sampled
+        log_probs[sampled_rows] = sampled_log_probs
+    wants = [s.params.return_log_probs for s in seqs]
+    return tokens.tolist(), [lp if want else None for lp, want in zip(log_probs.tolist(), wants, strict=True)]
 
 
-def process_logits(seq: Sequence, logits: torch.Tensor) -> torch.Tensor:
-    params = seq.params
-    ban_bad_words(seq, logits)
-    if seq.num_output_tokens < params.min_tokens and seq.end_id is not None and seq.end_id >= 0:
-        logits[seq.end_id] = NEG_INF
-    if params.repetition_penalty != 1.0:
-        apply_repetition_penalty(logits, seq.token_ids, params.repetition_penalty)
-    if params.presence_penalty or params.frequency_penalty:
-        apply_presence_frequency(logits, seq.output_token_ids, params.presence_penalty, params.frequency_penalty)
+def process_logits(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
+    """Bans and penalties, in place on [S, vocab] logits."""
+    ban_tokens(seqs, logits)
+    rows = [row for row, s in enumerate(seqs) if s.params.repetition_penalty != 1.0]
+    if rows:
+        apply_repetition_penalty(logits, rows, [seqs[r].token_ids for r in rows],
+                                 [seqs[r].params.repetition_penalty for r in rows])
+    rows = [row for row, s in enumerate(seqs)
+            if (s.params.presence_penalty or s.params.frequency_penalty) and s.num_output_tokens]
+    if rows:
+        apply_presence_frequency(logits, rows, [seqs[r].output_token_ids for r in rows],
+                                 [seqs[r].params.presence_penalty for r in rows],
+                                 [seqs[r].params.frequency_penalty for r in rows])
     return logits
 
 
-def ban_bad_words(seq: Sequence, logits: torch.Tensor) -> None:
-    """A bad-word sequence is banned by forbidding its last token right after the rest of it."""
-    tokens = seq.token_ids
-    for bad in seq.params.bad_token_ids:
-        prefix = bad[:-1]
-        if not prefix or (len(tokens) >= len(prefix) and tokens[len(tokens) - len(prefix):] == prefix):
-            logits[bad[-1]] = NEG_INF
+def ban_tokens(seqs: list[Sequence], logits: torch.Tensor) -> None:
+    """A bad-word sequence bans its last token right after the rest of it; the end id is banned before
+    min_tokens. All bans of the batch are written by one indexed assignment."""
+    rows: list[int] = []
+    cols: list[int] = []
+    for row, seq in enumerate(seqs):
+        tokens = seq.token_ids
+        for bad in seq.params.bad_token_ids:
+            prefix = bad[:-1]
+            if not prefix or (len(tokens) >= len(prefix) and tokens[len(tokens) - len(prefix):] == prefix):
+                rows.append(row)
+                cols.append(bad[-1])
+        if seq.num_output_tokens < seq.params.min_tokens and seq.end_id is not None and seq.end_id >= 0:
+            rows.append(row)
+            cols.append(seq.end_id)
+    if rows:
+        logits[torch.tensor(rows), torch.tensor(cols)] = NEG_INF
 
 
-def apply_repetition_penalty(logits: torch.Tensor, token_ids: list[int], penalty: float) -> None:
-    ids = torch.tensor(sorted(set(token_ids)), dtype=torch.long)
-    scores = logits[ids]
-    logits[ids] = torch.where(scores > 0, scores / penalty, scores * penalty)
+def _padded(token_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """[R, longest] token ids (padding repeats the row's first id) and a mask of the real entries."""
+    width = max(len(tokens) for tokens in token_lists)
+    ids = torch.tensor([t + [t[0]] * (width - len(t)) for t in token_lists], dtype=torch.long)
+    real = torch.arange(width).unsqueeze(0) < torch.tensor([len(t) for t in token_lists]).unsqueeze(1)
+    return ids, real
 
 
-def apply_presence_frequency(logits: torch.Tensor, output_ids: list[int], presence: float, frequency: float) -> None:
-    if not output_ids:
-        return
-    ids, counts = torch.unique(torch.tensor(output_ids, dtype=torch.long), return_counts=True)
-    logits[ids] -= presence + frequency * counts.to(logits.dtype)
+def apply_repetition_penalty(logits: torch.Tensor, rows: list[int], token_lists: list[list[int]],
+                             penalties: list[float]) -> None:
+    """Every token seen (prompt and output) once: positive logits divided by the penalty, negative multiplied."""
+    ids, _ = _padded(token_lists)  # a repeated id writes the same value again, so padding is harmless
+    penalty = torch.tensor(penalties, dtype=logits.dtype).unsqueeze(1)
+    selected = logits[rows]
+    scores = selected.gather(1, ids)
+    logits[rows] = selected.scatter(1, ids, torch.where(scores > 0, scores / penalty, scores * penalty))
 
 
-def choose_token(seq: Sequence, logits: torch.Tensor) -> tuple[int, float]:
-    """Greedy, or a draw after temperature / top-k / top-p; top-k first so top-p sorts only k candidates."""
-    params = seq.params
-    if params.is_greedy:
-        token = int(torch.argmax(logits))
-        return token, float(torch.log_softmax(logits, dim=-1)[token])
-    logits = logits / params.temperature
-    candidate_ids: torch.Tensor | None = None
-    if params.top_k > 0:
-        logits, candidate_ids = torch.topk(logits, min(params.top_k, logits.shape[-1]))  # sorted, descending
-    elif params.top_p < 1.0:
-        logits, candidate_ids = torch.sort(logits, descending=True)
-    if params.top_p < 1.0:
-        logits = keep_top_p_sorted(logits, params.top_p)
-    probs = torch.softmax(logits, dim=-1)
-    index = int(torch.multinomial(probs, 1, generator=seq.generator))
-    token = int(candidate_ids[index]) if candidate_ids is not None else index
-    return token, float(torch.log(probs[index]))
+def apply_presence_frequency(logits: torch.Tensor, rows: list[int], output_lists: list[list[int]],
+                             presence: list[float], frequency: list[float]) -> None:
+    """Output tokens only: minus presence once per distinct token, minus frequency per occurrence."""
+    ids, real = _padded(output_lists)
+    counts = torch.zeros(len(rows), logits.shape[1], dtype=logits.dtype).scatter_add_(1, ids, real.to(logits.dtype))
+    presence_t = torch.tensor(presence, dtype=logits.dtype).unsqueeze(1)
+    frequency_t = torch.tensor(frequency, dtype=logits.dtype).unsqueeze(1)
+    logits[rows] -= (counts > 0).to(logits.dtype) * presence_t + counts * frequency_t
 
 
-def keep_top_p_sorted(sorted_logits: torch.Tensor, p: float) -> torch.Tensor:
-    """On descending logits: keep the smallest head whose probability reaches p (always at least one)."""
-    probs = torch.softmax(sorted_logits, dim=-1)
-    drop = probs.cumsum(dim=-1) - probs >= p
-    return sorted_logits.masked_fill(drop, NEG_INF)
+def greedy_choice(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = logits.argmax(dim=-1)
+    return tokens, torch.log_softmax(logits, dim=-1).gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+
+def sample_rows(seqs: list[Sequence], logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Temperature, top-k and top-p over all rows at once; the draw uses each request's own generator (one
+    call per row: a request's seed must give the same tokens whatever else shares its batch)."""
+    vocab = logits.shape[1]
+    temperature = torch.tensor([s.params.temperature for s in seqs], dtype=logits.dtype).unsqueeze(1)
+    top_k = torch.tensor([min(s.params.top_k, vocab) if s.params.top_k > 0 else vocab for s in seqs])
+    top_p = torch.tensor([s.params.top_p for s in seqs], dtype=logits.dtype).unsqueeze(1)
+    width = int(top_k.max())
+    # One sort (or top-k of the widest k) for the batch; each row then keeps its own k and p.
+    values, candidate_ids = torch.topk(logits / temperature, width) if width < vocab else \
+        torch.sort(logits / temperature, descending=True)
+    values = values.masked_fill(torch.arange(width).unsqueeze(0) >= top_k.unsqueeze(1), NEG_INF)
+    probs = torch.softmax(values, dim=-1)
+    values = values.masked_fill(probs.cumsum(dim=-1) - probs >= top_p, NEG_INF)  # top-p keeps at least one
+    probs = torch.softmax(values, dim=-1)
+    picks = torch.stack([torch.multinomial(probs[row], 1, generator=seq.generator)[0]
+                         for row, seq in enumerate(seqs)])
+    tokens = candidate_ids.gather(1, picks.unsqueeze(1)).squeeze(1)
+    return tokens, torch.log(probs.gather(1, picks.unsqueeze(1)).squeeze(1))

@@ -99,7 +99,7 @@ def engine_cpu(s: RepoSettings) -> mc.ModelConfig:
     params.update({"cpu_max_batch_size": s.max_batch_size, "cpu_max_num_tokens": s.max_num_tokens,
                    "cpu_max_input_len": s.max_input_len, "cpu_max_seq_len": s.max_seq_len,
                    "cpu_tokens_per_block": s.tokens_per_block, "cpu_kv_cache_bytes": s.cpu_kv_cache_bytes,
-                   "cpu_max_queue_size": s.max_queue_size})
+                   "cpu_max_queue_size": s.max_queue_size, "cpu_dtype": s.cpu_dtype, "cpu_threads": s.cpu_threads})
     pbtxt.set_parameters(config, params)
     return config
 

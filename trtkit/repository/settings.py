@@ -33,6 +33,8 @@ class RepoSettings:
     kv_cache_free_gpu_mem_fraction: float
     max_tokens_in_paged_kv_cache: int | None
     cpu_kv_cache_bytes: int
+    cpu_dtype: str
+    cpu_threads: int
     enable_kv_cache_reuse: bool
     enable_chunked_context: bool
     exclude_input_in_output: bool
@@ -102,6 +104,7 @@ def resolve_settings(config: ModelConfig, engine_dir: Path, *, profile: str | No
         batch_scheduler_policy=str(s.batch_scheduler_policy), max_queue_delay_us=int(s.max_queue_delay_microseconds or 0),
         max_queue_size=queue, kv_cache_free_gpu_mem_fraction=s.kv_cache_free_gpu_mem_fraction,
         max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache, cpu_kv_cache_bytes=s.cpu_kv_cache_mb << 20,
+        cpu_dtype=s.cpu_dtype, cpu_threads=s.cpu_threads,
         enable_kv_cache_reuse=s.enable_kv_cache_reuse, enable_chunked_context=chunked,
         exclude_input_in_output=s.exclude_input_in_output, decoupled=s.streaming,
         chat_template=resolved.model.chat_template, instances_pre=s.instances.preprocessing,

@@ -33,7 +33,9 @@ def engine_config(params: dict[str, str]):
         enable_kv_cache_reuse=boolean("enable_kv_cache_reuse", True),
         enable_chunked_context=boolean("enable_chunked_context", False),
         scheduler_policy=params.get("batch_scheduler_policy") or "guaranteed_no_evict",  # type: ignore[arg-type]
-        max_queue_size=integer("cpu_max_queue_size") or 1024)
+        max_queue_size=integer("cpu_max_queue_size") or 1024,
+        dtype="bfloat16" if params.get("cpu_dtype") == "bf16" else "float32",
+        num_threads=integer("cpu_threads") or 0)
 
 
 def start_engine(params: dict[str, str]):
