@@ -99,6 +99,18 @@ def test_held_out_split_is_disjoint_seeded_and_covers_every_group() -> None:
     assert {d.source for d in other} != {d.source for d in held}
 
 
+def test_held_out_fraction_sets_the_share_per_group() -> None:
+    docs = load_documents("default")
+    calib, held = split_documents(docs, seed=1, held_out_fraction=0.5)
+    selection, test = split_documents(held, seed=2, held_out_fraction=0.5)
+    sources = [{d.source for d in part} for part in (calib, selection, test)]
+    assert sum(map(len, sources)) == len(docs) and len(set().union(*sources)) == len(docs)
+    for group in ("english", "chinese", "code", "dialogue"):
+        members = [d for d in docs if d.group == group]
+        assert len([d for d in held if d.group == group]) == round(len(members) * 0.5)
+    assert {d.group for d in test} == {"english", "chinese", "code", "dialogue"}
+
+
 def test_blocks_have_the_requested_shape(tokenizer) -> None:
     blocks = build_blocks("default", "text", tokenizer, seq_len=64, calib_size=10, eval_samples=3, seed=0)
     assert len(blocks.calibration) == 10 and len(blocks.evaluation) == 3

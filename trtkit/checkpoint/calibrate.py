@@ -34,6 +34,7 @@ from trtkit.checkpoint.modelio import (
 )
 from trtkit.checkpoint.quality import (
     EvalResult,
+    LayerRange,
     evaluate,
     forward_loop,
     record_activation_ranges,
@@ -109,7 +110,8 @@ def plan_calibration(config: ModelConfig, fmt: str | None = None, kv_cache_dtype
 class CalibrationSession:
     """The model and text loaded once, the baseline measured once, then any number of formats."""
 
-    def __init__(self, config: ModelConfig, *, show_progress: bool = False) -> None:
+    def __init__(self, config: ModelConfig, *, show_progress: bool = False, blocks: TokenBlocks | None = None) -> None:
+        """``blocks`` replaces the text drawn from ``quantization.calib_dataset`` (a benchmark's own splits)."""
         started = time.perf_counter()
         self.config = config
         self.show_progress = show_progress
@@ -119,33 +121,39 @@ class CalibrationSession:
         self.model_dir = resolve_model_dir(config.model.source)
         self.tokenizer = load_tokenizer(resolve_tokenizer_dir(config.model.source, config.model.tokenizer),
                                         trust_remote_code=remote)
-        self.blocks: TokenBlocks = build_blocks(q.calib_dataset, q.calib_text_field, self.tokenizer,
-                                                seq_len=q.calib_max_seq_len, calib_size=q.calib_size,
-                                                eval_samples=q.eval_samples, seed=q.seed)
+        self.blocks: TokenBlocks = blocks or build_blocks(q.calib_dataset, q.calib_text_field, self.tokenizer,
+                                                          seq_len=q.calib_max_seq_len, calib_size=q.calib_size,
+                                                          eval_samples=q.eval_samples, seed=q.seed)
         self.model = load_model(self.model_dir, device=self.device,
                                 dtype=work_dtype(self.device, config.convert.dtype), trust_remote_code=remote)
         self.load_s = time.perf_counter() - started
         started = time.perf_counter()
-        self.baseline: EvalResult = self._evaluate(self.model)
+        self.baseline: EvalResult = self.evaluate(self.model)
         self.baseline_s = time.perf_counter() - started
         log.info("baseline perplexity %.3f on %d held-out tokens", self.baseline.perplexity, self.baseline.num_tokens)
 
-    def _evaluate(self, model: Any) -> EvalResult:
-        return evaluate(model, self.blocks.evaluation, batch_size=self.config.quantization.calib_batch_size,
-                        device=self.device)
+    def evaluate(self, model: Any, blocks: list[list[int]] | None = None) -> EvalResult:
+        """Perplexity of ``model`` on ``blocks`` (default: the held-out blocks)."""
+        return evaluate(model, self.blocks.evaluation if blocks is None else blocks,
+                        batch_size=self.config.quantization.calib_batch_size, device=self.device)
+
+    def quantized_copy(self, plan: CalibrationPlan) -> tuple[Any, list[LayerRange]]:
+        """A calibrated, fake-quantized copy of the loaded model and the input ranges seen while calibrating."""
+        model = copy.deepcopy(self.model)
+        with record_activation_ranges(model) as ranges:
+            model = self._quantize(model, plan)
+        return model, list(ranges.values())
 
     def run(self, plan: CalibrationPlan) -> CalibrationResult:
         total_started = time.perf_counter()
-        model = copy.deepcopy(self.model)
         timings = {"load": self.load_s, "baseline": self.baseline_s}
         started = time.perf_counter()
-        with record_activation_ranges(model) as ranges:
-            model = self._quantize(model, plan)
+        model, ranges = self.quantized_copy(plan)
         timings["calibrate"] = time.perf_counter() - started
         started = time.perf_counter()
-        result = self._evaluate(model)
+        result = self.evaluate(model)
         timings["evaluate"] = time.perf_counter() - started
-        report = self._report(plan, result, list(ranges.values()), timings)
+        report = self._report(plan, result, ranges, timings)
         started = time.perf_counter()
         with atomic_output(plan.out_dir, plan.manifest) as tmp:
             self._export(model, plan, tmp)

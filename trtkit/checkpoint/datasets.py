@@ -108,7 +108,8 @@ def _field(record: Any, text_field: str, where: str) -> str:
     return str(record[text_field])
 
 
-def split_documents(docs: list[Document], seed: int) -> tuple[list[Document], list[Document]]:
+def split_documents(docs: list[Document], seed: int,
+                    held_out_fraction: float = HELD_OUT_FRACTION) -> tuple[list[Document], list[Document]]:
     """(calibration, held-out): a seeded draw per group so every kind of text is scored."""
     rng = random.Random(seed)
     groups: dict[str, list[Document]] = {}
@@ -119,7 +120,7 @@ def split_documents(docs: list[Document], seed: int) -> tuple[list[Document], li
     for name in sorted(groups):
         members = groups[name][:]
         rng.shuffle(members)
-        n_held = round(len(members) * HELD_OUT_FRACTION) if len(members) > 1 else 0
+        n_held = round(len(members) * held_out_fraction) if len(members) > 1 else 0
         held.extend(members[:n_held])
         calib.extend(members[n_held:])
     if not held:  # tiny sets: hold out one document if there is more than one

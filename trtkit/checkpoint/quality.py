@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 ProgressFn = Callable[[int], None]
@@ -17,6 +17,7 @@ class EvalResult:
     mean_nll: float
     num_tokens: int
     top1: list[Any]   # per block: argmax token ids at every position (a tensor), for agreement
+    block_nll: list[float] = field(default_factory=list)  # per block: summed NLL, for bootstrap intervals
 
 
 def _batches(blocks: list[list[int]], batch_size: int) -> Iterator[list[list[int]]]:
@@ -32,17 +33,19 @@ def evaluate(model: Any, blocks: list[list[int]], *, batch_size: int, device: st
     total_nll = 0.0
     total_tokens = 0
     top1: list[Any] = []
+    block_nll: list[float] = []
     with torch.inference_mode():
         for batch in _batches(blocks, batch_size):
             ids = torch.tensor(batch, device=device)
             logits = model(input_ids=ids).logits.float()
             nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
-                                  reduction="sum")
-            total_nll += float(nll)
+                                  reduction="none").view(len(batch), -1).sum(dim=1)
+            block_nll.extend(float(value) for value in nll)
+            total_nll += float(nll.sum())
             total_tokens += ids[:, 1:].numel()
             top1.extend(logits.argmax(dim=-1).cpu())
     mean_nll = total_nll / max(total_tokens, 1)
-    return EvalResult(math.exp(mean_nll), mean_nll, total_tokens, top1)
+    return EvalResult(math.exp(mean_nll), mean_nll, total_tokens, top1, block_nll)
 
 
 def top1_agreement(reference: EvalResult, candidate: EvalResult) -> float:
