@@ -56,7 +56,8 @@ def ensemble(s: RepoSettings) -> mc.ModelConfig:
     extras = s.target == "cpu"
     config = mc.ModelConfig(name="ensemble", platform="ensemble", max_batch_size=s.max_batch_size)
     pbtxt.add_inputs(config, pbtxt.tensors("ensemble", "inputs") + EXTRA_FRONT_INPUTS)
-    pbtxt.add_outputs(config, pbtxt.tensors("ensemble", "outputs") + (EXTRA_OUTPUTS if extras else []))
+    outputs = pbtxt.with_logits_dtype(pbtxt.tensors("ensemble", "outputs"), s.logits_dtype)
+    pbtxt.add_outputs(config, outputs + (EXTRA_OUTPUTS if extras else []))
     _step(config, "preprocessing", PRE_INPUTS, PRE_OUTPUTS)
     engine_out = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
     engine_out.update({name: name for name in ENGINE_PASSED_OUT})

@@ -82,7 +82,7 @@ def engine_gpu_parameters(s: RepoSettings) -> dict[str, object]:
 def engine_gpu(s: RepoSettings) -> mc.ModelConfig:
     config = _base(ENGINE, s.max_batch_size, backend="tensorrtllm")
     _engine_common(config, s)
-    pbtxt.add_outputs(config, pbtxt.tensors(ENGINE, "outputs"))
+    pbtxt.add_outputs(config, pbtxt.with_logits_dtype(pbtxt.tensors(ENGINE, "outputs"), s.logits_dtype))
     pbtxt.set_parameters(config, engine_gpu_parameters(s))
     return config
 
@@ -108,7 +108,8 @@ CPU_SHARED_PARAMETERS = ("gpt_model_type", "gpt_model_path", "max_beam_width", "
 
 
 def _front_outputs(s: RepoSettings, *, with_extras: bool) -> list[dict]:
-    return pbtxt.tensors("ensemble", "outputs") + (EXTRA_OUTPUTS if with_extras else [])
+    outputs = pbtxt.with_logits_dtype(pbtxt.tensors("ensemble", "outputs"), s.logits_dtype)
+    return outputs + (EXTRA_OUTPUTS if with_extras else [])
 
 
 def bls(s: RepoSettings) -> mc.ModelConfig:
