@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -53,10 +53,15 @@ class DeployResult:
 
 def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, profile: str | None = None,
                       target: str = "auto", tokenizer_dir: Path | None = None,
-                      host: HostFacts | None = None) -> DeployResult:
-    """``host``: this host's GPU and TensorRT facts (probed when None), to refuse engines built elsewhere."""
+                      host: HostFacts | None = None, emulate_cpp_backend: bool = False) -> DeployResult:
+    """``host``: this host's GPU and TensorRT facts (probed when None), to refuse engines built elsewhere.
+    ``emulate_cpp_backend`` (tests): the CPU engine answers exactly as the C++ backend does."""
     settings, implied = resolve_settings(config, Path(engine_dir), profile=profile, target=target,
                                          tokenizer_dir=tokenizer_dir)
+    if emulate_cpp_backend:
+        if settings.target != "cpu":
+            raise RepositoryError("emulate_cpp_backend is a CPU test switch; the GPU target runs the C++ backend itself")
+        settings = replace(settings, emulate_cpp_backend=True)
     if settings.target == "gpu":
         _guard_engines(settings.engine_dir, host)
     out_dir = Path(out_dir).resolve()

@@ -43,6 +43,13 @@ class RepoSettings:
     instances_post: int
     instances_bls: int
     logits_dtype: str = "float32"
+    # test switch: the CPU engine answers exactly as the C++ backend does (per-response counts, no extras)
+    emulate_cpp_backend: bool = False
+
+    @property
+    def engine_extras(self) -> bool:
+        """The engine answers trtkit's num_cached_tokens / finish_reason (the CPU engine, unless emulating)."""
+        return self.target == "cpu" and not self.emulate_cpp_backend
 
 
 def is_trt_engine_dir(path: Path) -> bool:
