@@ -40,7 +40,7 @@ BAD_CASES = [
     (with_section("quantization", format="int8sq"), "quantization.format: 'int8sq' is not one of"),
     (with_section("quantization", format="int8sq"), "did you mean 'int8_sq'?"),
     (with_section("convert", dtype="fp16"), "convert.dtype: 'fp16' is not one of"),
-    (with_section("serve", kv_cache_free_gpu_mem_fraction=1.5), "serve.kv_cache_free_gpu_mem_fraction: must be <= 1.0"),
+    (with_section("serve", kv_cache_free_gpu_mem_fraction=1.5), "serve.kv_cache_free_gpu_mem_fraction: must be < 1.0"),
     (with_section("serve", http_port=9000, grpc_port=9000), "serve.grpc_port (9000) is the same as serve.http_port (9000)"),
     (with_section("build", tokens_per_block=48), "build.tokens_per_block (48) must be a power of two"),
     (with_section("build", max_num_tokens=512, max_input_len=1024),

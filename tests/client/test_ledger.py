@@ -26,7 +26,7 @@ EXPECTED_COLUMNS = [
     ("id", "INTEGER"), ("ts", "REAL"), ("model", "TEXT"), ("user", "TEXT"), ("key_id", "TEXT"),
     ("session", "TEXT"), ("request_id", "TEXT"), ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER"),
     ("cached_tokens", "INTEGER"), ("ttft_ms", "REAL"), ("latency_ms", "REAL"), ("finish_reason", "TEXT"),
-    ("cost", "REAL"), ("cache_hit", "INTEGER"),
+    ("cost", "REAL"), ("cache_hit", "INTEGER"), ("cached_tokens_unit", "TEXT"),
 ]
 
 
@@ -42,9 +42,17 @@ def test_migrations_create_the_exact_columns_and_are_recorded(isolated_home: Pat
     columns = [(r[1], r[2]) for r in db.execute("PRAGMA table_info(requests)")]
     assert columns == EXPECTED_COLUMNS
     applied = [r[0] for r in db.execute("SELECT name FROM _migrations ORDER BY name")]
-    assert applied == [m.__name__ for m in MIGRATIONS] == ["m001_create_requests", "m002_report_indexes"]
+    assert applied == [m.__name__ for m in MIGRATIONS] == ["m001_create_requests", "m002_report_indexes",
+                                                           "m003_cached_tokens_unit"]
     indexes = {r[1] for r in db.execute("PRAGMA index_list(requests)")}
     assert {"requests_ts", "requests_user_ts", "requests_session"} <= indexes
+
+
+def test_cached_tokens_are_marked_block_granular(isolated_home: Path) -> None:
+    """Issue 11 item 4: the cached-token figure is whole KV blocks; every usage row says so."""
+    with Ledger() as ledger:
+        ledger.record(row())
+        assert ledger.query("SELECT cached_tokens_unit FROM requests") == [("block",)]
 
 
 def test_reopening_applies_nothing_twice_and_keeps_rows(isolated_home: Path) -> None:

@@ -32,7 +32,7 @@ def test_a_ready_gpu_host_passes_every_rule() -> None:
     t = target(shipped("llama3-8b-fp8-h100"))
     check_preflight(t, gpu_host("H100-80GB"))
     report = run_preflight(t, gpu_host("H100-80GB"))
-    assert len(report.results) == 11 and report.failures == []
+    assert len(report.results) == 12 and report.failures == []
 
 
 def test_tensorrt_llm_missing_is_one_line_naming_the_container() -> None:

@@ -22,23 +22,26 @@ from trtkit.check.rules import (
     placeholders,
     sequence_lengths,
 )
-from trtkit.check.rules_runtime import end_and_pad_ids, tokenizer_paths, world_size
+from trtkit.check.rules_runtime import end_and_pad_ids, engine_host, tokenizer_paths, world_size
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import RepositoryError
+from trtkit.trtllm_build.preflight import HostFacts
 
 RULES: tuple[Rule, ...] = (placeholders, engine_path, max_batch_size, sequence_lengths, beam_width,
-                           paged_context_fmha, decoupled, tokenizer_paths, end_and_pad_ids, world_size)
+                           paged_context_fmha, decoupled, tokenizer_paths, end_and_pad_ids, world_size, engine_host)
 
 __all__ = ["Finding", "check_repository", "engine_world_size", "load_context"]
 
 
 def load_context(repo_dir: str | Path, *, config: ModelConfig | None = None,
-                 gpu_count: int | None = None) -> CheckContext:
+                 gpu_count: int | None = None, host: HostFacts | None = None) -> CheckContext:
     repo = Path(repo_dir)
     if not repo.is_dir():
         raise RepositoryError(f"model repository {repo} does not exist; create it with `trtkit deploy`")
     models = load_models(repo)
-    ctx = CheckContext(repo, models, config, visible_gpu_count() if gpu_count is None else gpu_count)
+    if gpu_count is None:
+        gpu_count = len(host.gpus) if host is not None else visible_gpu_count()
+    ctx = CheckContext(repo, models, config, gpu_count, host=host)
     ctx.engine_model = _engine_model(models)
     if ctx.engine_model is not None:
         engine_dir = ctx.resolve(ctx.engine_model, ctx.engine_model.param(ENGINE_PARAM) or "")
@@ -58,9 +61,11 @@ def _engine_model(models: dict[str, RepoModel]) -> RepoModel | None:
 
 
 def check_repository(repo_dir: str | Path, *, config: ModelConfig | None = None,
-                     gpu_count: int | None = None) -> list[Finding]:
-    """Every inconsistency between the repository, its engine, tokenizer, config and this host."""
-    ctx = load_context(repo_dir, config=config, gpu_count=gpu_count)
+                     gpu_count: int | None = None, host: HostFacts | None = None) -> list[Finding]:
+    """Every inconsistency between the repository, its engine, tokenizer, config and this host.
+
+    ``host``: this host's GPU/TensorRT facts for the engine manifest check (probed when None)."""
+    ctx = load_context(repo_dir, config=config, gpu_count=gpu_count, host=host)
     findings: list[Finding] = []
     for rule in RULES:
         findings += rule(ctx)

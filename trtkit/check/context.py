@@ -8,6 +8,7 @@ from pathlib import Path
 from trtkit.check.repository import EngineInfo, RepoModel
 from trtkit.check.tokenizers import TokenizerInfo, load_tokenizer_info
 from trtkit.config.schema import ModelConfig
+from trtkit.trtllm_build.preflight import HostFacts
 
 TOKENIZER_PARAM = "tokenizer_dir"
 ENGINE_PARAM = "gpt_model_path"
@@ -21,6 +22,7 @@ class CheckContext:
     gpu_count: int
     engine_model: RepoModel | None = None
     engine: EngineInfo | None = None
+    host: HostFacts | None = None  # GPU and TensorRT facts, for the engine manifest check (probed lazily)
     _tokenizers: dict[Path, TokenizerInfo | None] = field(default_factory=dict)
 
     def resolve(self, model: RepoModel, value: str) -> Path:

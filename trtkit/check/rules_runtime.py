@@ -90,3 +90,22 @@ def world_size(ctx: CheckContext) -> list[Finding]:
                                 "run on a host with enough GPUs (check CUDA_VISIBLE_DEVICES) or rebuild with "
                                 "a smaller tp_size x pp_size"))
     return findings
+
+
+def engine_host(ctx: CheckContext) -> list[Finding]:
+    """TensorRT engines load only on the GPU kind and TensorRT version that built them (the engine manifest)."""
+    from trtkit.errors import BuildError
+    from trtkit.trtllm_build.manifest import MANIFEST_NAME, guard_engine_for_host, host_facts_for_engines
+
+    engine, model = ctx.engine, ctx.engine_model
+    if engine is None or model is None or engine.kind != "engine" or not model.is_cpp_engine:
+        return []
+    if ctx.host is None:
+        ctx.host = host_facts_for_engines(engine.path)
+    try:
+        guard_engine_for_host(engine.path, ctx.host)
+    except BuildError as exc:
+        return [Finding("engine_host", engine.path / MANIFEST_NAME, "the GPU and TensorRT versions recorded at build",
+                        str(exc),
+                        "rebuild the engines on this host with `trtkit build CONFIG --force`, then redeploy")]
+    return []

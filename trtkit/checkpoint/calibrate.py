@@ -96,10 +96,10 @@ def plan_calibration(config: ModelConfig, fmt: str | None = None, kv_cache_dtype
     if spec is not None:
         preflight.check_four_bit_widths(spec, hf_cfg, tp_size=config.convert.tp_size, block_size=q.awq_block_size)
         preflight.check_weight_only_exclusions(spec, q.exclude_modules)
-        warning = preflight.target_gpu_warning(spec, config.build.target_gpu)
-        if warning:
-            log.warning(warning)
-            warnings.append(warning)
+    warning = preflight.target_gpu_warning(spec, config.build.target_gpu, kv_cache_algo(kv))
+    if warning:
+        log.warning(warning)
+        warnings.append(warning)
     out = Path(out_dir) if out_dir else default_out_dir(config, fmt, kv)
     manifest = Manifest("calibrate", config.model.source, model_hash(model_dir), dataset_hash(docs),
                         {"format": fmt, "kv_cache_dtype": kv, "convert": asdict(config.convert),

@@ -17,6 +17,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from trtkit.checkpoint.modelopt_forms import as_entries, in_form_of
 from trtkit.errors import CalibrationError
 
 FP8_BITS = (4, 3)
@@ -82,7 +83,8 @@ class RecipeOptions:
 
 
 def modelopt_config(fmt: str, kv_cache_dtype: str, options: RecipeOptions) -> dict[str, Any]:
-    """The ModelOpt 0.47 quantization config (list form: later entries override earlier ones)."""
+    """The ModelOpt quantization config, edited in list form (later entries override earlier ones) and
+    returned in the installed ModelOpt's own form (0.47: list; the GPU container's ~=0.37: dict)."""
     import modelopt.torch.quantization as mtq
 
     spec = format_spec(fmt)
@@ -92,7 +94,7 @@ def modelopt_config(fmt: str, kv_cache_dtype: str, options: RecipeOptions) -> di
         "w4a8_awq": mtq.W4A8_AWQ_BETA_CFG, "fp8": mtq.FP8_DEFAULT_CFG, "nvfp4": mtq.NVFP4_DEFAULT_CFG,
     }[spec.name]
     config = copy.deepcopy(base)
-    entries: list[dict[str, Any]] = list(config["quant_cfg"])
+    entries = as_entries(config["quant_cfg"])
     if fmt == "int4_wo":
         # TensorRT-LLM's W4A16 is symmetric INT4 per output channel, no groups.
         _set_weight_cfg(entries, {"num_bits": 4, "axis": 0})
@@ -102,7 +104,7 @@ def modelopt_config(fmt: str, kv_cache_dtype: str, options: RecipeOptions) -> di
         config["algorithm"] = {"method": "smoothquant", "alpha": options.smoothquant_alpha}
     entries.extend(_kv_entries(kv_cache_dtype))
     entries.extend({"quantizer_name": f"*{pattern}*", "enable": False} for pattern in options.exclude_modules)
-    config["quant_cfg"] = entries
+    config["quant_cfg"] = in_form_of(base["quant_cfg"], entries)
     return config
 
 
@@ -110,7 +112,9 @@ def kv_only_config(kv_cache_dtype: str) -> dict[str, Any]:
     """Only the KV-cache quantizers (used with 'none' and the weight-only formats' export)."""
     entries: list[dict[str, Any]] = [{"quantizer_name": "*", "enable": False}]
     entries.extend(_kv_entries(kv_cache_dtype))
-    return {"quant_cfg": entries, "algorithm": "max"}
+    import modelopt.torch.quantization as mtq
+
+    return {"quant_cfg": in_form_of(mtq.FP8_DEFAULT_CFG["quant_cfg"], entries), "algorithm": "max"}
 
 
 def _kv_entries(kv_cache_dtype: str) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from trtkit.errors import RepositoryError, ServerError
 if TYPE_CHECKING:  # the CLI imports the heavy packages only when a command runs
     from trtkit.config.schema import ModelConfig
     from trtkit.serve import TritonServer
+    from trtkit.trtllm_build.preflight import HostFacts
 
 RepoArg = Annotated[Path | None, typer.Argument(help="Triton model repository, e.g. triton_repo/smollm2-135m",
                                                 show_default=False)]
@@ -33,11 +34,13 @@ def _load(config_path: Path | None) -> ModelConfig | None:
     return load_config(config_path)
 
 
-def run_check(repo_dir: Path, config: ModelConfig | None = None, *, echo: bool = True) -> None:
-    """Run the consistency check; warnings go to stderr, errors raise with every finding listed."""
+def run_check(repo_dir: Path, config: ModelConfig | None = None, *, echo: bool = True,
+              host: HostFacts | None = None) -> None:
+    """Run the consistency check (``serve`` runs it first); warnings go to stderr, errors raise with every
+    finding listed. ``host``: GPU/TensorRT facts for the engine manifest check (probed when None)."""
     from trtkit.check import check_repository
 
-    findings = check_repository(repo_dir, config=config)
+    findings = check_repository(repo_dir, config=config, host=host)
     errors = [f for f in findings if f.severity == "error"]
     for finding in findings:
         if finding.severity != "error" and echo:

@@ -6,13 +6,19 @@ import time
 
 from trtkit.client.governor import Outcome
 from trtkit.client.guard import RunawayGuard
+from trtkit.client.params import SamplingParams
 from trtkit.client.protocol import Delta
 from trtkit.client.tokens import TokenCounter
 from trtkit.client.usage import Usage
 
 
 class StreamAccumulator:
-    def __init__(self, prompt_tokens: int, counter: TokenCounter, guard: RunawayGuard | None) -> None:
+    """``params``: the request's sampling parameters, to name the finish reason when the server sends none
+    (the C++ backend through the GPU ensemble): length at max_tokens, else stop or end_id."""
+
+    def __init__(self, prompt_tokens: int, counter: TokenCounter, guard: RunawayGuard | None,
+                 params: SamplingParams | None = None) -> None:
+        self.params = params
         self.prompt_tokens = prompt_tokens
         self.counter = counter
         self.guard = guard
@@ -34,6 +40,9 @@ class StreamAccumulator:
         for name in ("num_input_tokens", "num_output_tokens", "num_cached_tokens"):
             value = getattr(delta, name)
             if value is not None:
+                previous = getattr(self.server, name)
+                if name == "num_output_tokens" and delta.counts_per_response and previous is not None:
+                    value += previous  # per-response counts (C++ backend) add up to the completion
                 setattr(self.server, name, value)
         if delta.finish_reason:
             self.server.finish_reason = delta.finish_reason
@@ -53,7 +62,18 @@ class StreamAccumulator:
     def outcome(self, finish_reason: str | None = None) -> Outcome:
         """The final outcome; a client-side stop (guard, cancel, deadline) overrides the server's reason."""
         o = self.server
-        return Outcome(text="".join(self.pieces), finish_reason=finish_reason or o.finish_reason or "unknown",
+        finish_reason = finish_reason or o.finish_reason or self._derived_reason()
+        return Outcome(text="".join(self.pieces), finish_reason=finish_reason,
                        num_input_tokens=o.num_input_tokens,
                        num_output_tokens=o.num_output_tokens,  # None: the governor counts the text received
                        num_cached_tokens=o.num_cached_tokens, first_token_at=o.first_token_at)
+
+    def _derived_reason(self) -> str:
+        """A finished stream without a finish_reason tensor (the C++ backend has none) still ended for a
+        reason the counts tell: so the response cache keeps working on GPU."""
+        completion, params = self.server.num_output_tokens, self.params
+        if not self.finished or completion is None or params is None or params.max_tokens is None:
+            return "unknown"
+        if completion >= params.max_tokens:
+            return "length"
+        return "stop" if params.stop_words else "end_id"

@@ -94,7 +94,7 @@ class AsyncTritonLLMClient:
             return
         guard = self.governor.new_guard()
         use_stream = server_stream if server_stream is not None else guard is not None
-        acc = StreamAccumulator(prepared.prompt_tokens, self.governor.counter, guard)
+        acc = StreamAccumulator(prepared.prompt_tokens, self.governor.counter, guard, prepared.params)
         deadline = time.monotonic() + (deadline_s or self.setup.deadline_s)
         stop_reason = None
         try:

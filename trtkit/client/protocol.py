@@ -34,6 +34,9 @@ class Delta:
     num_cached_tokens: int | None
     finish_reason: str
     is_final: bool
+    # the C++ backend (GPU ensemble) counts each response's own tokens and sends no finish_reason tensor;
+    # trtkit's models (the CPU engine, tensorrt_llm_bls) send running totals and a finish_reason tensor
+    counts_per_response: bool = False
 
 
 def request_inputs(prompt: str, params: SamplingParams, *, stream: bool,
@@ -50,6 +53,9 @@ def request_inputs(prompt: str, params: SamplingParams, *, stream: bool,
             values[name] = value
     if params.return_log_probs:
         values["return_log_probs"] = True
+    for name in ("return_num_input_tokens", "return_num_output_tokens"):
+        if name in declared:  # the C++ backend sends the engine's counts only when asked
+            values[name] = True
     inputs = [_tensor(name, value, declared) for name, value in values.items()]
     for name, words in (("stop_words", params.stop_words), ("bad_words", params.bad_words)):
         if words:
@@ -81,11 +87,13 @@ def _require(name: str, declared: dict[str, str]) -> None:
 def parse_response(as_numpy: Callable[[str], np.ndarray | None], is_final: bool) -> Delta:
     """The response that carries a finish reason is the last one with content (the aio client cannot ask
     for Triton's empty final response flag, so the finish reason is what ends a request)."""
-    finish_reason = _text(as_numpy("finish_reason"))
+    reason_tensor = as_numpy("finish_reason")
+    finish_reason = _text(reason_tensor)
     return Delta(text=_text(as_numpy("text_output")), num_input_tokens=_int(as_numpy("num_input_tokens")),
                  num_output_tokens=_int(as_numpy("num_output_tokens")),
                  num_cached_tokens=_int(as_numpy("num_cached_tokens")),
-                 finish_reason=finish_reason, is_final=is_final or bool(finish_reason))
+                 finish_reason=finish_reason, is_final=is_final or bool(finish_reason),
+                 counts_per_response=reason_tensor is None)
 
 
 def is_final_response(result: grpcclient.InferResult) -> bool:

@@ -8,7 +8,11 @@ from typing import Any
 
 @dataclass(slots=True, frozen=True)
 class Usage:
-    """prompt + completion = total; ``cached_tokens`` is the part of the prompt served from the KV cache."""
+    """prompt + completion = total; ``cached_tokens`` is the part of the prompt served from the KV cache.
+
+    ``cached_tokens`` is block-granular: the engines reuse whole KV blocks, and on GPU the figure is
+    ``kv_cache_reused_blocks x tokens_per_block`` clamped to the prompt. The ledger records it with
+    ``cached_tokens_unit = 'block'``."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -2,6 +2,11 @@
 
 ``latency``: small batches, no queue delay, guaranteed_no_evict.
 ``throughput``: full batches, a 50 ms queue-delay window, max_utilization, chunked context.
+The queue delay is a trade-off: on the CPU engine it gathers fuller batches, at the cost of up to
+50 ms more time-to-first-token for a lone request. The GPU backend batches in flight, so there the
+delay would only cost latency: deploy sets it to 0 for GPU engines unless the YAML sets it.
+On GPU the latency profile's batch cap is built into the engine (``--max_batch_size``), because the
+C++ backend's in-flight concurrency follows the engine, not Triton's max_batch_size.
 Explicit values in the YAML always win; ``implied_settings`` says which values came from where.
 """
 
@@ -33,7 +38,8 @@ def _profile_defaults(profile: Profile, build_max_batch: int) -> dict[str, tuple
         }
     return {
         "max_batch_size": (build_max_batch, "throughput: batches as large as the engine allows"),
-        "max_queue_delay_microseconds": (THROUGHPUT_QUEUE_DELAY_US, "throughput: 50 ms window to gather a batch"),
+        "max_queue_delay_microseconds": (THROUGHPUT_QUEUE_DELAY_US, "throughput: 50 ms window to gather a batch "
+                                                                   "(up to 50 ms more time-to-first-token; GPU: 0)"),
         "batch_scheduler_policy": ("max_utilization", "throughput: admit greedily, preempt under pressure"),
         "enable_chunked_context": (True, "throughput: chunked prefill keeps decode steps flowing"),
     }

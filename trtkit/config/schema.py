@@ -64,14 +64,17 @@ class BuildSection:
     max_beam_width: int = bounded(1, ge=1)
     tokens_per_block: int = bounded(32, ge=1, doc="paged KV cache block size; a power of two")
     gpt_attention_plugin: PluginSwitch = described("auto")
-    gemm_plugin: PluginSwitch = described("auto", doc="auto matches the model dtype (fp8 for fp8 checkpoints)")
+    gemm_plugin: PluginSwitch = described("auto", doc="auto matches the model dtype (fp8 for fp8 checkpoints "
+                                                      "only when max_batch_size <= 4)")
     use_fused_mlp: bool = described(True)
     context_fmha: bool = described(True)
     use_paged_context_fmha: bool = described(True, doc="forced on when KV reuse or chunked context is on")
     remove_input_padding: bool = described(True)
     reduce_fusion: bool | None = described(None, doc="None: on when tp_size > 1")
     multiple_profiles: bool = described(False)
-    gather_logits: bool = described(False, doc="build with log-prob outputs (gather_*_logits)")
+    gather_logits: bool = described(False, doc="build with context/generation logits outputs (gather_*_logits); "
+                                               "not needed for log-probs (return_log_probs suffices), and the "
+                                               "executor turns KV-cache reuse off for such engines")
     workers: int = bounded(1, ge=1)
     target_gpu: str | None = described(None, doc="GPU kind for planning and SM checks, e.g. H100-80GB")
 
@@ -92,7 +95,8 @@ class ServeSection:
     profile: Profile = described("latency")
     batch_scheduler_policy: SchedulerPolicy | None = described(None, doc="None: from the profile")
     max_batch_size: int | None = bounded(None, ge=1, doc="None: from the profile, capped by build.max_batch_size")
-    kv_cache_free_gpu_mem_fraction: float = bounded(0.9, gt=0.0, le=1.0)
+    kv_cache_free_gpu_mem_fraction: float = bounded(0.9, gt=0.0, lt=1.0, doc="below 1.0: TensorRT-LLM's "
+                                                    "KvCacheConfig refuses 1.0 and the model fails to load")
     max_tokens_in_paged_kv_cache: int | None = bounded(None, ge=1)
     cpu_kv_cache_mb: int = bounded(256, ge=1, doc="KV budget of the CPU reference engine")
     cpu_dtype: CpuDtype = described("fp32", doc="CPU engine compute and KV dtype; bf16 needs AVX512-BF16 or AMX")

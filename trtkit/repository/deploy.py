@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from trtkit.config import ImpliedSetting, ModelConfig
 from trtkit.errors import RepositoryError
 from trtkit.repository import ensemble, models, pbtxt
 from trtkit.repository.settings import RepoSettings, resolve_settings
+from trtkit.trtllm_build.preflight import HostFacts
 
 log = logging.getLogger(__name__)
 PYTHON_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm_bls")
@@ -51,9 +52,18 @@ class DeployResult:
 
 
 def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, profile: str | None = None,
-                      target: str = "auto", tokenizer_dir: Path | None = None) -> DeployResult:
+                      target: str = "auto", tokenizer_dir: Path | None = None,
+                      host: HostFacts | None = None, emulate_cpp_backend: bool = False) -> DeployResult:
+    """``host``: this host's GPU and TensorRT facts (probed when None), to refuse engines built elsewhere.
+    ``emulate_cpp_backend`` (tests): the CPU engine answers exactly as the C++ backend does."""
     settings, implied = resolve_settings(config, Path(engine_dir), profile=profile, target=target,
                                          tokenizer_dir=tokenizer_dir)
+    if emulate_cpp_backend:
+        if settings.target != "cpu":
+            raise RepositoryError("emulate_cpp_backend is a CPU test switch; the GPU target runs the C++ backend itself")
+        settings = replace(settings, emulate_cpp_backend=True)
+    if settings.target == "gpu":
+        _guard_engines(settings.engine_dir, host)
     out_dir = Path(out_dir).resolve()
     _prepare(out_dir)
     configs = {
@@ -74,6 +84,18 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, p
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     log.info("wrote %s repository for %s to %s", settings.target, config.name, out_dir)
     return DeployResult(out_dir, settings.target, settings, implied, list(configs))
+
+
+def _guard_engines(engine_dir: Path, host: HostFacts | None) -> None:
+    from trtkit.errors import BuildError
+    from trtkit.trtllm_build.manifest import guard_engine_for_host, host_facts_for_engines
+
+    try:
+        note = guard_engine_for_host(engine_dir, host or host_facts_for_engines(engine_dir))
+    except BuildError as exc:
+        raise RepositoryError(str(exc)) from exc
+    if note:
+        log.warning("%s", note)
 
 
 def implied_profile(implied: list[ImpliedSetting], config: ModelConfig) -> str:

@@ -53,11 +53,12 @@ def _step(config: mc.ModelConfig, model: str, inputs: dict[str, str], outputs: d
 def ensemble(s: RepoSettings) -> mc.ModelConfig:
     """On CPU the engine also answers ``num_cached_tokens`` and ``finish_reason``; the C++ backend does
     not, so the GPU ensemble leaves them out (``tensorrt_llm_bls`` derives them on both)."""
-    extras = s.target == "cpu"
+    extras = s.engine_extras
     config = mc.ModelConfig(name="ensemble", platform="ensemble", max_batch_size=s.max_batch_size)
     pbtxt.add_inputs(config, pbtxt.tensors("ensemble", "inputs") + EXTRA_FRONT_INPUTS)
     pbtxt.mark_optional(config, ("text_input", "max_tokens"))  # preprocessing refuses their absence by name
-    pbtxt.add_outputs(config, pbtxt.tensors("ensemble", "outputs") + (EXTRA_OUTPUTS if extras else []))
+    outputs = pbtxt.with_logits_dtype(pbtxt.tensors("ensemble", "outputs"), s.logits_dtype)
+    pbtxt.add_outputs(config, outputs + (EXTRA_OUTPUTS if extras else []))
     _step(config, "preprocessing", PRE_INPUTS, PRE_OUTPUTS)
     engine_out = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
     engine_out.update({name: name for name in ENGINE_PASSED_OUT})

@@ -85,7 +85,7 @@ def engine_gpu_parameters(s: RepoSettings) -> dict[str, object]:
 def engine_gpu(s: RepoSettings) -> mc.ModelConfig:
     config = _base(ENGINE, s.max_batch_size, backend="tensorrtllm")
     _engine_common(config, s)
-    pbtxt.add_outputs(config, pbtxt.tensors(ENGINE, "outputs"))
+    pbtxt.add_outputs(config, pbtxt.with_logits_dtype(pbtxt.tensors(ENGINE, "outputs"), s.logits_dtype))
     pbtxt.set_parameters(config, engine_gpu_parameters(s))
     return config
 
@@ -99,7 +99,8 @@ def engine_cpu(s: RepoSettings) -> mc.ModelConfig:
     params.update({"cpu_max_batch_size": s.max_batch_size, "cpu_max_num_tokens": s.max_num_tokens,
                    "cpu_max_input_len": s.max_input_len, "cpu_max_seq_len": s.max_seq_len,
                    "cpu_tokens_per_block": s.tokens_per_block, "cpu_kv_cache_bytes": s.cpu_kv_cache_bytes,
-                   "cpu_max_queue_size": s.max_queue_size, "cpu_dtype": s.cpu_dtype, "cpu_threads": s.cpu_threads})
+                   "cpu_max_queue_size": s.max_queue_size, "cpu_dtype": s.cpu_dtype, "cpu_threads": s.cpu_threads,
+                   "cpu_cpp_responses": s.emulate_cpp_backend})
     pbtxt.set_parameters(config, params)
     return config
 
@@ -111,18 +112,20 @@ CPU_SHARED_PARAMETERS = ("gpt_model_type", "gpt_model_path", "max_beam_width", "
 
 
 def _front_outputs(s: RepoSettings, *, with_extras: bool) -> list[dict]:
-    return pbtxt.tensors("ensemble", "outputs") + (EXTRA_OUTPUTS if with_extras else [])
+    outputs = pbtxt.with_logits_dtype(pbtxt.tensors("ensemble", "outputs"), s.logits_dtype)
+    return outputs + (EXTRA_OUTPUTS if with_extras else [])
 
 
 def bls(s: RepoSettings) -> mc.ModelConfig:
     config = _base("tensorrt_llm_bls", s.max_batch_size, backend="python")
     _decoupled(config, s.decoupled)
     pbtxt.add_inputs(config, pbtxt.tensors("tensorrt_llm_bls", "inputs") + EXTRA_FRONT_INPUTS)
-    pbtxt.add_outputs(config, _front_outputs(s, with_extras=True))
+    pbtxt.add_outputs(config, _front_outputs(s, with_extras=True))  # the BLS derives both on every target
     pbtxt.set_parameters(config, {"accumulate_tokens": False, "tensorrt_llm_model_name": ENGINE,
                                   "tensorrt_llm_draft_model_name": "", "multimodal_encoders_name": "",
                                   "tokenizer_dir": s.tokenizer_dir, "tokens_per_block": s.tokens_per_block,
-                                  "skip_special_tokens": True, "engine_extras": s.target == "cpu",
+                                  "skip_special_tokens": True, "engine_extras": s.engine_extras,
+                                  "engine_per_response_counts": not s.engine_extras,
                                   "engine_decoupled": s.decoupled})
     pbtxt.instances(config, s.instances_bls)
     return config

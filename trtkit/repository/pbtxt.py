@@ -27,6 +27,22 @@ def tensors(model: str, kind: str) -> list[TensorSpec]:
     return list(contract()["models"][model][kind])
 
 
+LOGITS_OUTPUTS = ("context_logits", "generation_logits")
+LOGITS_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16"}
+
+
+def with_logits_dtype(specs: list[TensorSpec], logits_dtype: str) -> list[TensorSpec]:
+    """The logits outputs declared in the engine's logits dtype: the C++ backend refuses a mismatch at load,
+    and an ensemble refuses steps whose tensor types differ (the template's ``${logits_datatype}``)."""
+    wanted = LOGITS_TYPES.get(logits_dtype)
+    if wanted is None:
+        from trtkit.errors import RepositoryError
+
+        raise RepositoryError(f"the engine's logits_dtype {logits_dtype!r} is not one of {', '.join(LOGITS_TYPES)}; "
+                              f"rebuild with --logits_dtype float32")
+    return [{**s, "data_type": wanted} if s["name"] in LOGITS_OUTPUTS else s for s in specs]
+
+
 def spec(name: str, data_type: str, dims: list[int], *, optional: bool = False) -> TensorSpec:
     return {"name": name, "data_type": data_type, "dims": dims, "optional": optional}
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from trtkit.config import ImpliedSetting, ModelConfig, apply_profile
 from trtkit.errors import RepositoryError
+from trtkit.trtllm_build.upstream_rules import engine_logits_dtype
 
 log = logging.getLogger(__name__)
 Target = Literal["cpu", "gpu"]
@@ -43,6 +44,14 @@ class RepoSettings:
     instances_pre: int
     instances_post: int
     instances_bls: int
+    logits_dtype: str = "float32"
+    # test switch: the CPU engine answers exactly as the C++ backend does (per-response counts, no extras)
+    emulate_cpp_backend: bool = False
+
+    @property
+    def engine_extras(self) -> bool:
+        """The engine answers trtkit's num_cached_tokens / finish_reason (the CPU engine, unless emulating)."""
+        return self.target == "cpu" and not self.emulate_cpp_backend
 
 
 def is_trt_engine_dir(path: Path) -> bool:
@@ -69,14 +78,8 @@ def pick_target(engine_dir: Path, target: str) -> Target:
 
 def engine_build_config(engine_dir: Path) -> dict:
     """``build_config`` of a trtllm-build output (empty for checkpoints and HF folders)."""
-    path = engine_dir / "config.json"
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RepositoryError(f"{path} is not valid JSON ({exc}); rebuild the engine") from exc
-    return data.get("build_config", {}) if isinstance(data, dict) else {}
+    built = _engine_config(engine_dir).get("build_config", {})
+    return built if isinstance(built, dict) else {}
 
 
 def resolve_settings(config: ModelConfig, engine_dir: Path, *, profile: str | None, target: str,
@@ -91,9 +94,14 @@ def resolve_settings(config: ModelConfig, engine_dir: Path, *, profile: str | No
     engine_batch = int(built.get("max_batch_size", b.max_batch_size))
     max_batch = min(int(s.max_batch_size or b.max_batch_size), engine_batch)
     chunked = bool(s.enable_chunked_context)
+    reuse = s.enable_kv_cache_reuse
+    queue_delay = int(s.max_queue_delay_microseconds or 0)
     queue = s.max_queue_size or (CPU_DEFAULT_QUEUE if chosen == "cpu" else 0)
     if chosen == "cpu":
         implied.append(ImpliedSetting("serve.max_queue_size", queue, "CPU engine: 0 means 1024"))
+    else:
+        reuse, chunked = _paged_fmha_users(built, reuse, chunked, implied)
+        queue_delay = _gpu_queue_delay(queue_delay, implied)
     settings = RepoSettings(
         target=chosen, engine_dir=engine_dir, tokenizer_dir=(tokenizer_dir or _tokenizer_dir(config, engine_dir)),
         max_batch_size=max_batch, max_input_len=int(built.get("max_input_len", b.max_input_len)),
@@ -101,15 +109,52 @@ def resolve_settings(config: ModelConfig, engine_dir: Path, *, profile: str | No
         max_num_tokens=int(built.get("max_num_tokens", b.max_num_tokens)),
         max_beam_width=int(built.get("max_beam_width", b.max_beam_width)),
         tokens_per_block=int(built.get("plugin_config", {}).get("tokens_per_block", b.tokens_per_block)),
-        batch_scheduler_policy=str(s.batch_scheduler_policy), max_queue_delay_us=int(s.max_queue_delay_microseconds or 0),
+        batch_scheduler_policy=str(s.batch_scheduler_policy), max_queue_delay_us=queue_delay,
         max_queue_size=queue, kv_cache_free_gpu_mem_fraction=s.kv_cache_free_gpu_mem_fraction,
         max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache, cpu_kv_cache_bytes=s.cpu_kv_cache_mb << 20,
         cpu_dtype=s.cpu_dtype, cpu_threads=s.cpu_threads,
-        enable_kv_cache_reuse=s.enable_kv_cache_reuse, enable_chunked_context=chunked,
+        enable_kv_cache_reuse=reuse, enable_chunked_context=chunked,
         exclude_input_in_output=s.exclude_input_in_output, decoupled=s.streaming,
         chat_template=resolved.model.chat_template, instances_pre=s.instances.preprocessing,
-        instances_post=s.instances.postprocessing, instances_bls=s.instances.bls)
+        instances_post=s.instances.postprocessing, instances_bls=s.instances.bls,
+        logits_dtype=engine_logits_dtype(_engine_config(engine_dir)) if chosen == "gpu" else "float32")
     return settings, implied
+
+
+def _paged_fmha_users(built: dict, reuse: bool, chunked: bool,
+                      implied: list[ImpliedSetting]) -> tuple[bool, bool]:
+    """KV-cache reuse and chunked context need paged context FMHA; trtllm-build turns it off silently for
+    some checkpoints (int8 KV cache, fp8 KV cache without fp8 weights), so read what the engine holds."""
+    paged = built.get("plugin_config", {}).get("use_paged_context_fmha")
+    if paged is not False:
+        return reuse, chunked
+    for name, on in (("serve.enable_kv_cache_reuse", reuse), ("serve.enable_chunked_context", chunked)):
+        if on:
+            reason = ("gpu: the engine was built with use_paged_context_fmha false (trtllm-build turns it off for "
+                      "int8 KV caches and fp8 KV caches without fp8 weights), which this needs: turned off")
+            log.warning("%s: %s", name, reason)
+            implied.append(ImpliedSetting(name, False, reason))
+    return False, False
+
+
+def _gpu_queue_delay(delay_us: int, implied: list[ImpliedSetting]) -> int:
+    """The throughput profile's queue delay helps the CPU engine gather batches; the C++ backend batches
+    in flight, so on GPU a queue delay would only add up to that much to every time-to-first-token."""
+    for index, item in enumerate(implied):
+        if item.field == "serve.max_queue_delay_microseconds" and item.reason != "set in the config" and delay_us:
+            implied[index] = ImpliedSetting(item.field, 0, "gpu: the C++ backend batches in flight; a Triton queue "
+                                                           f"delay ({delay_us} us) would only add to time-to-first-token")
+            return 0
+    return delay_us
+
+
+def _engine_config(engine_dir: Path) -> dict:
+    path = engine_dir / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except json.JSONDecodeError as exc:
+        raise RepositoryError(f"{path} is not valid JSON ({exc}); rebuild the engine") from exc
+    return data if isinstance(data, dict) else {}
 
 
 def _unresolve(config: ModelConfig, profile: str | None) -> ModelConfig:

@@ -4,6 +4,12 @@ It takes the same inputs as the ensemble and answers with the same outputs. Stre
 from one :class:`IncrementalDetokenizer` per request and pass through a :class:`StopFilter`, so they
 are right for every language and stop strings that span tokens never leak, whatever engine answers
 (the C++ backend on GPU hands over one token at a time).
+
+Token counts (TensorRT-LLM 1.2 backend contract, see trtkit/contracts/trtllm_1.2_rules.json): the C++
+backend's ``num_output_tokens`` counts that response's tokens only, so with ``per_response_counts`` (the
+GPU target) the BLS adds them up; the CPU engine sends running totals. When the BLS's own stop-string
+filter fires, it cancels the engine request and counts the tokens up to the one that completed the stop.
+Cached tokens from ``kv_cache_reused_blocks`` are whole blocks: clamped to the prompt length.
 """
 
 from __future__ import annotations
@@ -51,7 +57,8 @@ class BlsCalls:
 
 class Bls:
     def __init__(self, tokenizer: Tokenizer, anchor: list[int], *, tokens_per_block: int, decoupled: bool,
-                 options: DecodeOptions = DEFAULT_OPTIONS) -> None:
+                 options: DecodeOptions = DEFAULT_OPTIONS, per_response_counts: bool = False) -> None:
+        self.per_response_counts = per_response_counts
         self.tokenizer = tokenizer
         self.anchor = anchor
         self.tokens_per_block = tokens_per_block
@@ -96,12 +103,15 @@ class Bls:
         echo = "" if bool(scalar(inputs, "exclude_input_in_output", True)) else prompt
         run = _Run(IncrementalDetokenizer(self.tokenizer, self.anchor, self.options),
                    StopFilter(word_list(inputs, "stop_words")), int(np.asarray(pre["REQUEST_INPUT_LEN"]).reshape(-1)[0]),
-                   max_tokens, self.tokens_per_block, echo, keep_text=not stream)
+                   max_tokens, self.tokens_per_block, echo, keep_text=not stream,
+                   per_response_counts=self.per_response_counts)
         for response in calls.engine(request, stream):
             if calls.is_cancelled():
                 calls.cancel_engine()  # the engine's blocks go back now, not when max_tokens runs out
                 return
             delta, final = run.absorb(response)
+            if run.stops.stopped:
+                calls.cancel_engine()  # our stop string, not the engine's: it would generate to max_tokens
             if stream and (delta or final):
                 calls.send(run.outputs(delta, final), final)
             if final:
@@ -126,6 +136,7 @@ class _Run:
     tokens_per_block: int
     echo: str
     keep_text: bool
+    per_response_counts: bool = False
     text: str = ""
     started: bool = False
     num_output: int = 0
@@ -139,15 +150,38 @@ class _Run:
             return "", False
         self.last = response
         new = [int(i) for i in np.asarray(ids).reshape(-1)]
-        self.num_output = _int(response, "num_output_tokens", self.num_output + len(new))
-        self.num_cached = _int(response, "num_cached_tokens",
-                               _int(response, "kv_cache_reused_blocks", 0) * self.tokens_per_block)
+        delta, consumed = self._push_until_stop(new)
+        self._count(response, len(new), consumed)
         self.engine_reason = _str(response, "finish_reason")
-        delta = self.stops.push(self.detok.push(new))
         final = bool(self.engine_reason) or self.stops.stopped
         if final and not self.stops.stopped:
             delta += self.stops.push(self.detok.flush()) + self.stops.flush()
         return self._prefix(delta), final
+
+    def _push_until_stop(self, new: list[int]) -> tuple[str, int]:
+        """Feed tokens one by one so a stop string is found at the token that completes it."""
+        if not self.stops.stops:
+            return self.stops.push(self.detok.push(new)), len(new)
+        delta = ""
+        for index, token in enumerate(new):
+            delta += self.stops.push(self.detok.push([token]))
+            if self.stops.stopped:
+                return delta, index + 1
+        return delta, len(new)
+
+    def _count(self, response: Outputs, received: int, consumed: int) -> None:
+        before = self.num_output
+        if self.stops.stopped:
+            self.num_output = before + consumed  # only the tokens up to the stop are the answer
+        elif self.per_response_counts:
+            self.num_output = before + _int(response, "num_output_tokens", received)
+        else:
+            self.num_output = _int(response, "num_output_tokens", before + received)
+        if "num_cached_tokens" in response:
+            self.num_cached = _int(response, "num_cached_tokens", 0)
+        elif "kv_cache_reused_blocks" in response:
+            blocks = _int(response, "kv_cache_reused_blocks", 0)
+            self.num_cached = min(blocks * self.tokens_per_block, self.num_input)  # block-granular: clamp
 
     def finish(self) -> str:
         return self._prefix(self.stops.push(self.detok.flush()) + self.stops.flush())

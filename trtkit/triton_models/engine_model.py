@@ -4,6 +4,12 @@ One :class:`EngineModel` per model instance owns an ``EngineLoop``. Each request
 into ``SamplingParams`` and submitted; the loop thread calls back once per step and the request's
 :class:`RequestStream` decides what to send (see ``token_gate``). Streaming requests get one response
 per released chunk, the last one flagged final; other requests get exactly one response.
+
+``cpp_responses`` (a test switch, parameter ``cpu_cpp_responses``) makes the responses look exactly like
+the C++ tensorrtllm backend's: raw new tokens per response (nothing held back), ``num_output_tokens``
+counting that response's tokens only, ``num_input_tokens`` / ``num_output_tokens`` only when the request
+sets ``return_num_input_tokens`` / ``return_num_output_tokens``, and no ``finish_reason`` or
+``num_cached_tokens``. The GPU token accounting in the BLS and the client then runs for real on CPU.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ class ParsedRequest:
     bad_ids: list[list[int]]
     stream: bool
     exclude_input: bool
+    return_counts: tuple[bool, bool] = (True, True)  # return_num_input_tokens, return_num_output_tokens
 
 
 @dataclass(slots=True)
@@ -77,7 +84,8 @@ class RequestStream:
 
 class EngineModel:
     def __init__(self, loop, tokenizer, anchor: list[int], *, tokens_per_block: int, exclude_input_default: bool,
-                 decoupled: bool, options: DecodeOptions = DEFAULT_OPTIONS) -> None:
+                 decoupled: bool, options: DecodeOptions = DEFAULT_OPTIONS, cpp_responses: bool = False) -> None:
+        self.cpp_responses = cpp_responses
         self.loop = loop
         self.tokenizer = tokenizer
         self.anchor = anchor
@@ -110,7 +118,9 @@ class EngineModel:
             None if end_id is None or int(end_id) < 0 else int(end_id),
             None if pad_id is None else int(pad_id),
             _words(inputs, "stop_words_list"), _words(inputs, "bad_words_list"), stream,
-            bool(scalar(inputs, "exclude_input_in_output", self.exclude_input_default)))
+            bool(scalar(inputs, "exclude_input_in_output", self.exclude_input_default)),
+            (bool(scalar(inputs, "return_num_input_tokens", False)),
+             bool(scalar(inputs, "return_num_output_tokens", False))))
 
     def submit(self, inputs: Tensors, sink: ResponseSink, request_id: str | None = None, triton_id: str = "") -> str:
         """Check and enqueue one request; bad requests raise :class:`InvalidRequest` before anything is sent.
@@ -176,13 +186,15 @@ class EngineModel:
         stream.generated += len(out.new_token_ids)
         stream.log_probs.extend(out.new_log_probs or [])
         ids = stream.gate.push(list(out.new_token_ids))
+        if self.cpp_responses:
+            ids = list(out.new_token_ids)  # the C++ backend holds nothing back
         reason = out.finish_reason
         final = bool(out.finished)
         if stream.gate.stopped:
             final, reason = True, "stop"
             if not out.finished:
                 self.loop.cancel(rid)
-        elif final:
+        elif final and not self.cpp_responses:
             ids += stream.gate.finish()
             if stream.gate.stopped:
                 reason = "stop"
@@ -203,8 +215,11 @@ class EngineModel:
         if final:
             stream.done = True
             self._forget(stream)
-        stream.sink.send(engine_outputs(out, chunk, lp, stream.generated, reason if final else None,
-                                        self.tokens_per_block, _now_ns), final)
+        outputs = engine_outputs(out, chunk, lp, stream.generated, reason if final else None,
+                                 self.tokens_per_block, _now_ns)
+        generated_here = len(ids) if stream.parsed.stream else len(stream.sent_ids)
+        stream.sink.send(as_cpp_backend(outputs, generated_here, stream.parsed.return_counts)
+                         if self.cpp_responses else outputs, final)
         stream.answered = final
 
     def _fail(self, stream: RequestStream, reason: str) -> None:
@@ -215,6 +230,18 @@ class EngineModel:
         self._forget(stream)
         log.error("request failed in the engine: %s", reason)
         stream.sink.fail(f"the engine failed this request: {reason}; the server keeps serving, retry it")
+
+
+def as_cpp_backend(outputs: dict[str, np.ndarray], num_tokens: int,
+                   return_counts: tuple[bool, bool]) -> dict[str, np.ndarray]:
+    """A response as the C++ backend's fillTritonResponse shapes it (TensorRT-LLM 1.2, model_instance_state.cc)."""
+    shaped = {k: v for k, v in outputs.items()
+              if k not in ("finish_reason", "num_cached_tokens", "num_input_tokens", "num_output_tokens")}
+    if return_counts[0]:
+        shaped["num_input_tokens"] = outputs["num_input_tokens"]
+    if return_counts[1]:
+        shaped["num_output_tokens"] = np.array([[num_tokens]], dtype=np.int32)
+    return shaped
 
 
 def _words(inputs: Tensors, name: str) -> list[list[int]]:

@@ -17,7 +17,7 @@ from trtkit.trtllm_build.checkpoint_info import (
     read_checkpoint_info,
 )
 from trtkit.trtllm_build.contract import load_contract
-from trtkit.trtllm_build.flags import DerivedSwitch, command_line, derive_build_flags
+from trtkit.trtllm_build.flags import DerivedSwitch, command_line, derive_build_flags, paged_fmha_users
 from trtkit.trtllm_build.manifest import decide_cache, hash_checkpoint, identity_for, write_manifest
 from trtkit.trtllm_build.preflight import (
     GIB,
@@ -27,6 +27,7 @@ from trtkit.trtllm_build.preflight import (
     check_preflight,
     run_preflight,
 )
+from trtkit.trtllm_build.upstream_rules import paged_context_fmha_off_reason
 
 log = logging.getLogger(__name__)
 # engines are about the size of the checkpoint; room for the timing cache and TensorRT's scratch files
@@ -91,7 +92,27 @@ def plan_build(config: ModelConfig, *, checkpoint_dir: Path | None = None, out_d
                                gpu_count=len(facts.gpus) if facts and facts.gpus else None)
     command = command_line(flags)
     load_contract().check(command[1:])
+    notes += upstream_notes(config, ckpt)
+    for note in notes[-2:]:
+        if note.startswith("warning:"):
+            log.warning("%s", note)
     return BuildPlan(config.name, ckpt, found, output_dir, command, flags.switches, notes=notes)
+
+
+def upstream_notes(config: ModelConfig, ckpt: CheckpointInfo) -> list[str]:
+    """What TensorRT-LLM will do to this engine at serve time that the config may not expect."""
+    notes = []
+    users = paged_fmha_users(config)
+    off = paged_context_fmha_off_reason(ckpt.quant_algo, ckpt.kv_cache_quant_algo, config.build.context_fmha)
+    if off and users:
+        notes.append(f"warning: use_paged_context_fmha will be off ({off}), so {' and '.join(users)} cannot run "
+                     f"on this engine: trtkit deploy turns them off; to keep KV-cache reuse use an fp8 KV cache with "
+                     f"fp8 weights, or kv_cache_dtype auto")
+    if config.build.gather_logits and config.serve.enable_kv_cache_reuse:
+        notes.append("warning: build.gather_logits and serve.enable_kv_cache_reuse are both on; the executor turns "
+                     "KV-cache reuse off for engines with gathered context logits. Log-probs need only "
+                     "return_log_probs: set build.gather_logits: false to keep reuse")
+    return notes
 
 
 def build_engines(config: ModelConfig, *, facts: HostFacts | None = None, checkpoint_dir: Path | None = None,

@@ -1,9 +1,12 @@
 """Model config + checkpoint -> the exact trtllm-build command line, and why each switch was set.
 
-The rules follow TensorRT-LLM 1.2 semantics (see the contract file for the source):
-gemm_plugin in the model dtype (fp8/nvfp4 for those checkpoints); KV-cache reuse and chunked
-context need use_paged_context_fmha; reduce_fusion only pays off with tp > 1; use_fused_mlp is
-turned off by trtllm-build itself for quantized checkpoints other than FP8, so we say so up front.
+The rules follow TensorRT-LLM 1.2 semantics (sources in trtkit/contracts/trtllm_1.2_rules.json):
+gemm_plugin in the model dtype (fp8 for FP8 checkpoints only up to max_batch_size 4, nvfp4 for
+NVFP4); KV-cache reuse and chunked context need use_paged_context_fmha. The builder's silent
+overrides are modelled here and passed explicitly, so the plan shows what the engine will really
+hold: paged context FMHA off without context FMHA, with an int8 KV cache, or with an fp8 KV cache
+without fp8-class weights; reduce_fusion only for tp > 1 on the architectures that support it;
+use_fused_mlp off for quantized checkpoints other than FP8.
 """
 
 from __future__ import annotations
@@ -13,6 +16,12 @@ from pathlib import Path
 
 from trtkit.config.schema import ModelConfig
 from trtkit.trtllm_build.checkpoint_info import CheckpointInfo
+from trtkit.trtllm_build.upstream_rules import (
+    FP8_GEMM_PLUGIN_MAX_BATCH,
+    fp8_gemm_plugin_pays_off,
+    paged_context_fmha_off_reason,
+    reduce_fusion_kept,
+)
 
 TRTLLM_BUILD = "trtllm-build"
 # QuantAlgo values for which trtllm-build 1.2 keeps use_fused_mlp (build.py main()).
@@ -53,7 +62,13 @@ def gemm_plugin_value(config: ModelConfig, ckpt: CheckpointInfo) -> tuple[str, s
     if chosen != "auto":
         return chosen, "set in build.gemm_plugin"
     if ckpt.quant_algo == "FP8":
-        return "fp8", "auto: FP8 checkpoint, so the cuBLASLt GEMM plugin runs in fp8 (needs the calibrated scales)"
+        batch = engine_max_batch_size(config)
+        if fp8_gemm_plugin_pays_off(batch):
+            return "fp8", (f"auto: FP8 checkpoint and max_batch_size {batch} <= {FP8_GEMM_PLUGIN_MAX_BATCH}, so the "
+                           f"cuBLASLt GEMM plugin runs in fp8 (it only pays off for small batches)")
+        return ckpt.dtype, (f"auto: FP8 checkpoint but max_batch_size {batch} > {FP8_GEMM_PLUGIN_MAX_BATCH}: the fp8 "
+                            f"GEMM plugin only helps small batches (upstream perf guidance), so the plugin runs in "
+                            f"{ckpt.dtype} and TensorRT picks its own fp8 GEMMs")
     if ckpt.quant_algo == "NVFP4":
         return "nvfp4", "auto: NVFP4 checkpoint, so the GEMM plugin runs in nvfp4"
     return ckpt.dtype, f"auto: matches the checkpoint dtype ({ckpt.dtype})"
@@ -68,10 +83,14 @@ def _attention_and_gemm(flags: BuildFlags, config: ModelConfig, ckpt: Checkpoint
     value, reason = gemm_plugin_value(config, ckpt)
     flags.add("--gemm_plugin", value, reason)
     flags.add("--context_fmha", b.context_fmha, "build.context_fmha: one fused kernel for context attention")
-    needs_paged = [name for name, on in (("serve.enable_kv_cache_reuse", config.serve.enable_kv_cache_reuse),
-                                          ("serve.enable_chunked_context", config.serve.enable_chunked_context))
-                   if on]
-    if needs_paged and not b.use_paged_context_fmha:
+    needs_paged = paged_fmha_users(config)
+    off_reason = paged_context_fmha_off_reason(ckpt.quant_algo, ckpt.kv_cache_quant_algo, b.context_fmha)
+    if off_reason:
+        consequence = (f"; {' and '.join(needs_paged)} cannot work with this engine: trtkit deploy turns "
+                       f"{'them' if len(needs_paged) > 1 else 'it'} off" if needs_paged else "")
+        flags.add("--use_paged_context_fmha", False,
+                  f"trtllm-build 1.2 turns it off because {off_reason}; passed explicitly{consequence}")
+    elif needs_paged and not b.use_paged_context_fmha:
         flags.add("--use_paged_context_fmha", True,
                   f"forced on: {' and '.join(needs_paged)} require use_paged_context_fmha "
                   f"(build.use_paged_context_fmha was false)")
@@ -79,6 +98,21 @@ def _attention_and_gemm(flags: BuildFlags, config: ModelConfig, ckpt: Checkpoint
         flags.add("--use_paged_context_fmha", True, f"required by {' and '.join(needs_paged)}")
     else:
         flags.add("--use_paged_context_fmha", b.use_paged_context_fmha, "build.use_paged_context_fmha")
+
+
+def paged_fmha_users(config: ModelConfig) -> list[str]:
+    """The serve settings that need use_paged_context_fmha in the engine."""
+    return [name for name, on in (("serve.enable_kv_cache_reuse", config.serve.enable_kv_cache_reuse),
+                                  ("serve.enable_chunked_context", config.serve.enable_chunked_context)) if on]
+
+
+def engine_max_batch_size(config: ModelConfig) -> int:
+    """The engine's max_batch_size: the serving cap when the profile sets a smaller one.
+
+    The C++ backend builds its executor without a batch-size override, so in-flight concurrency on
+    GPU follows the engine's build-time max_batch_size; Triton's max_batch_size does not cap it."""
+    cap = config.serve.max_batch_size
+    return min(config.build.max_batch_size, cap) if cap else config.build.max_batch_size
 
 
 def _fusions(flags: BuildFlags, config: ModelConfig, ckpt: CheckpointInfo) -> None:
@@ -91,6 +125,10 @@ def _fusions(flags: BuildFlags, config: ModelConfig, ckpt: CheckpointInfo) -> No
     tp = ckpt.tp_size
     if b.reduce_fusion and tp == 1:
         flags.add("--reduce_fusion", False, "tp_size is 1: there is no all-reduce to fuse")
+    elif b.reduce_fusion and not reduce_fusion_kept(ckpt.architecture, tp):
+        flags.add("--reduce_fusion", False, f"trtllm-build 1.2 keeps reduce_fusion only for LlamaForCausalLM, "
+                                            f"Gemma2ForCausalLM and MedusaForCausalLM; {ckpt.architecture} gets it "
+                                            f"turned off, so it is passed as disable")
     elif b.reduce_fusion:
         flags.add("--reduce_fusion", True, f"tp_size {tp} > 1: fuse residual add + norm into the all-reduce")
     else:
@@ -102,7 +140,14 @@ def _limits(flags: BuildFlags, config: ModelConfig) -> None:
     b = config.build
     flags.add("--kv_cache_type", "paged", "paged KV cache: needed for in-flight batching and KV reuse")
     flags.add("--tokens_per_block", b.tokens_per_block, "build.tokens_per_block: KV block size")
-    flags.add("--max_batch_size", b.max_batch_size, "build.max_batch_size")
+    batch = engine_max_batch_size(config)
+    if batch < b.max_batch_size:
+        flags.add("--max_batch_size", batch,
+                  f"serve.max_batch_size {batch} ({config.serve.profile} profile) below build.max_batch_size "
+                  f"{b.max_batch_size}: the C++ backend's in-flight concurrency follows the engine's max_batch_size, "
+                  f"not Triton's, so the cap is built in (serve.profile: throughput builds the full size)")
+    else:
+        flags.add("--max_batch_size", b.max_batch_size, "build.max_batch_size")
     flags.add("--max_input_len", b.max_input_len, "build.max_input_len")
     flags.add("--max_seq_len", b.max_seq_len, "build.max_seq_len (prompt + output)")
     flags.add("--max_num_tokens", b.max_num_tokens, "build.max_num_tokens: tokens per engine step")
@@ -131,9 +176,11 @@ def derive_build_flags(config: ModelConfig, ckpt: CheckpointInfo, *, checkpoint_
     flags.add("--input_timing_cache", timing_cache, "persistent TensorRT timing cache: rebuilds skip tactic timing")
     flags.add("--output_timing_cache", timing_cache, "timing cache written back for the next build")
     if config.build.gather_logits:
-        flags.add("--gather_context_logits", None, "build.gather_logits: prompt log-probs need context logits")
+        flags.add("--gather_context_logits", None,
+                  "build.gather_logits: context_logits outputs (not needed for log-probs: return_log_probs "
+                  "suffices); the executor turns KV-cache reuse off for such engines")
         flags.add("--gather_generation_logits", None,
-                  "build.gather_logits: generation logits for log-probs (1.2 logs this flag as deprecated)")
+                  "build.gather_logits: generation_logits outputs (1.2 logs this flag as deprecated)")
     return flags
 
 

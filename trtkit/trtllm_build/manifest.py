@@ -163,3 +163,22 @@ def verify_engine_for_host(engine_dir: Path, facts: HostFacts) -> EngineManifest
             f"GPU kind and versions that built them (\"Version tag does not match\"): rebuild here with "
             f"trtkit build CONFIG --force")
     return manifest
+
+
+def guard_engine_for_host(engine_dir: Path, facts: HostFacts) -> str | None:
+    """deploy/check/serve: refuse engines made for another GPU kind or TensorRT version (raises BuildError).
+
+    Without a visible GPU there is nothing to compare against: the engines cannot load here either way,
+    and the returned note says the comparison waits for the GPU host."""
+    if not facts.gpus:
+        return (f"engines in {engine_dir} not checked against this host's GPU and TensorRT versions: no GPU is "
+                f"visible here; trtkit check/serve on the GPU host will check them")
+    verify_engine_for_host(engine_dir, facts)
+    return None
+
+
+def host_facts_for_engines(engine_dir: Path) -> HostFacts:
+    """This host's GPUs and TensorRT(-LLM) versions, probed (the build module's probes)."""
+    from trtkit.trtllm_build.runner import collect_host_facts
+
+    return collect_host_facts(engine_dir)

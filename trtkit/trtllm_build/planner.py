@@ -137,8 +137,8 @@ def plan_kv_cache(shape: ModelShape, gpu: GpuSpec, *, quant_format: str = "none"
                   input_len: int = 1024, output_len: int = 1024, max_seq_len: int | None = None,
                   max_tokens_in_paged_kv_cache: int | None = None) -> KvPlan:
     """The KV-cache budget on one GPU of kind ``gpu`` (see the module docstring for the model)."""
-    if not 0.0 < kv_fraction <= 1.0:
-        raise BuildError(f"kv fraction must be in (0, 1], got {kv_fraction}")
+    if not 0.0 < kv_fraction < 1.0:
+        raise BuildError(f"kv fraction must be in (0, 1) (TensorRT-LLM's KvCacheConfig refuses 1.0), got {kv_fraction}")
     max_seq_len = max_seq_len or input_len + output_len
     weights = weight_bytes_per_rank(shape, quant_format=quant_format, dtype=dtype, tp=tp, pp=pp)
     acts = activation_bytes(shape, dtype=dtype, tp=tp, max_num_tokens=max_num_tokens, max_batch_size=max_batch_size)

@@ -14,6 +14,7 @@ from pathlib import Path
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.checkpoint_info import CheckpointInfo
+from trtkit.trtllm_build.upstream_rules import sm100_refusal
 
 CONTAINER = "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3"
 CONTAINER_TRTLLM = "1.2.1"
@@ -129,6 +130,20 @@ def _nvfp4_needs_blackwell(t: BuildTarget, h: HostFacts) -> str | None:
     return None
 
 
+def _blackwell_refusals(t: BuildTarget, h: HostFacts) -> str | None:
+    k = t.checkpoint
+    refused = sm100_refusal(k.quant_algo, k.kv_cache_quant_algo)
+    if refused is None:
+        return None
+    for gpu in _used_gpus(t, h):
+        if gpu.compute_capability >= (10, 0):
+            cc = f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}"
+            return (f"TensorRT-LLM 1.2 refuses {refused} on SM 10.0 and newer; GPU {gpu.index} ({gpu.name}) is {cc}; "
+                    f"use quantization.format fp8 or nvfp4 with kv_cache_dtype fp8 or auto, then re-run trtkit "
+                    f"calibrate, or build on a Hopper or Ada GPU")
+    return None
+
+
 def _disk_space(t: BuildTarget, h: HostFacts) -> str | None:
     if h.free_disk_bytes < t.required_disk_bytes:
         return (f"building needs about {t.required_disk_bytes / GIB:.1f} GiB free in {t.output_dir}, only "
@@ -169,12 +184,13 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("checkpoint_mapping", _checkpoint_mapping),
     ("fp8_needs_sm89", _fp8_needs_sm89),
     ("nvfp4_needs_blackwell", _nvfp4_needs_blackwell),
+    ("blackwell_refusals", _blackwell_refusals),
     ("disk_space", _disk_space),
     ("max_seq_len_within_positions", _seq_len_within_positions),
     ("max_num_tokens_cover_input", _num_tokens_cover_input),
     ("multiple_profiles_without_opt_num_tokens", _profiles_without_opt_tokens),
 )
-GPU_RULES = {"enough_gpus", "fp8_needs_sm89", "nvfp4_needs_blackwell"}
+GPU_RULES = {"enough_gpus", "fp8_needs_sm89", "nvfp4_needs_blackwell", "blackwell_refusals"}
 
 
 @dataclass(slots=True)

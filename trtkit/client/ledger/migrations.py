@@ -40,7 +40,13 @@ def m002_report_indexes(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX requests_session ON requests (session)")
 
 
-MIGRATIONS: list[Migration] = [m001_create_requests, m002_report_indexes]
+def m003_cached_tokens_unit(db: sqlite3.Connection) -> None:
+    # cached_tokens come from whole reused KV blocks (kv_cache_reused_blocks x tokens_per_block on GPU, the
+    # prefix cache's blocks on CPU): a block-granular figure, clamped to the prompt. Every row says so.
+    db.execute("ALTER TABLE requests ADD COLUMN cached_tokens_unit TEXT NOT NULL DEFAULT 'block'")
+
+
+MIGRATIONS: list[Migration] = [m001_create_requests, m002_report_indexes, m003_cached_tokens_unit]
 
 
 def migrate(db: sqlite3.Connection) -> list[str]:

@@ -33,7 +33,8 @@ class TritonPythonModel:
         tokenizer = load_tokenizer(params["tokenizer_dir"])
         options = DecodeOptions(skip_special_tokens=triton_io.flag(params, "skip_special_tokens", True))
         self.bls = Bls(tokenizer, find_anchor(tokenizer), tokens_per_block=int(params["tokens_per_block"]),
-                       decoupled=self.decoupled, options=options)
+                       decoupled=self.decoupled, options=options,
+                       per_response_counts=triton_io.flag(params, "engine_per_response_counts", False))
         self.threads = set()
 
     def _preprocess(self, inputs):

@@ -1,0 +1,207 @@
+"""The checks of scripts/gpu_smoke.sh against a running server: exact usage, no U+FFFD, KV blocks freed.
+
+    python scripts/gpu_smoke_check.py --grpc HOST:PORT --metrics URL --config CONFIG --label fp16 --out R.json
+    python scripts/gpu_smoke_check.py --summarize WORKDIR      # one BENCH {json} line from every R.json
+
+For each of ``ensemble`` and ``tensorrt_llm_bls``, and a CJK and an English prompt, greedy, streamed and
+not: the engine's counts (per-response counts added up, as the C++ backend sends them) equal the trtkit
+client's usage, the prompt count equals the client's own tokenizer count, streamed equals non-streamed,
+and no text holds U+FFFD. Cancelled streams must give every KV block back. Then TTFT (median of 5
+streamed BLS requests) and tokens/s (16 concurrent requests). Exits 1 with every failed check listed.
+Works against the CPU reference engine too (tests/test_gpu_smoke.py runs it there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import re
+import statistics
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+PROMPTS = {"cjk": "请用一句话介绍一下北京。", "english": "Write one sentence about graphics cards."}
+MODELS = ("ensemble", "tensorrt_llm_bls")
+MAX_TOKENS = 32
+USED_BLOCKS = re.compile(r'^nv_trt_llm_kv_cache_block_metrics\{[^}]*kv_cache_block_type="used"[^}]*\} ([0-9.e+-]+)$',
+                         re.M)
+
+
+def tensor(name: str, value: object, dtype: type) -> grpcclient.InferInput:
+    array = np.array([[value]], dtype=dtype)
+    item = grpcclient.InferInput(name, list(array.shape), {np.object_: "BYTES", np.int32: "INT32",
+                                                           np.bool_: "BOOL"}[dtype])
+    item.set_data_from_numpy(array)
+    return item
+
+
+def request(prompt: str, max_tokens: int, stream: bool, min_tokens: int = 0) -> list[grpcclient.InferInput]:
+    items = [tensor("text_input", prompt.encode(), np.object_), tensor("max_tokens", max_tokens, np.int32),
+             tensor("stream", stream, np.bool_), tensor("top_k", 1, np.int32),
+             tensor("return_num_input_tokens", True, np.bool_), tensor("return_num_output_tokens", True, np.bool_)]
+    if min_tokens:
+        items.append(tensor("min_tokens", min_tokens, np.int32))
+    return items
+
+
+def raw_generate(url: str, model: str, items: list, *, cancel_after_first: bool = False) -> dict:
+    """One request over a gRPC stream: text, the engine's counts (added up when sent per response), TTFT."""
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    started, first, pieces = time.perf_counter(), None, []
+    num_input, num_output, per_response = None, 0, True
+    try:
+        client.async_stream_infer(model, items, enable_empty_final_response=True)
+        while True:
+            result, error = results.get(timeout=300)
+            if error is not None:
+                raise RuntimeError(f"{model}: {error}")
+            text = result.as_numpy("text_output")
+            if text is not None and text.size:
+                first = first or time.perf_counter()
+                pieces.append(text.reshape(-1)[0].decode("utf-8", errors="strict"))
+                if cancel_after_first:
+                    break
+            per_response = per_response and result.as_numpy("finish_reason") is None
+            for name, value in (("num_input_tokens", result.as_numpy("num_input_tokens")),
+                                ("num_output_tokens", result.as_numpy("num_output_tokens"))):
+                if value is not None and value.size:
+                    if name == "num_input_tokens":
+                        num_input = int(value.reshape(-1)[0])
+                    else:  # the C++ backend counts each response's own tokens; trtkit's models send totals
+                        num_output = num_output + int(value.reshape(-1)[0]) if per_response else int(value.reshape(-1)[0])
+            final = result.get_response().parameters.get("triton_final_response")
+            if final is not None and final.bool_param:
+                break
+    finally:
+        client.stop_stream(cancel_requests=cancel_after_first)
+        client.close()
+    return {"text": "".join(pieces), "num_input_tokens": num_input, "num_output_tokens": num_output,
+            "ttft_s": None if first is None else first - started}
+
+
+def usage_checks(url: str, config, failures: list[str]) -> None:  # type: ignore[no-untyped-def]
+    from trtkit.client import Caller, SamplingParams, TritonLLMClient
+
+    for model in MODELS:
+        with TritonLLMClient(url, config=config, caller=Caller(user="smoke"), ledger=False, model_name=model) as client:
+            counter = client.governor.counter  # the client's own count, chat template included
+            for label, prompt in PROMPTS.items():
+                runs = {s: raw_generate(url, model, request(prompt, MAX_TOKENS, s)) for s in (True, False)}
+                usage = client.generate(prompt, SamplingParams(max_tokens=MAX_TOKENS, top_k=1)).usage
+                where = f"{model}/{label}"
+                if runs[True]["text"] != runs[False]["text"]:
+                    failures.append(f"{where}: streamed text differs from non-streamed")
+                for stream, run in runs.items():
+                    if "\ufffd" in run["text"]:
+                        failures.append(f"{where} stream={stream}: U+FFFD in {run['text']!r}")
+                    if run["num_output_tokens"] != runs[False]["num_output_tokens"]:
+                        failures.append(f"{where}: streamed count {run['num_output_tokens']} != non-streamed "
+                                        f"{runs[False]['num_output_tokens']}")
+                if usage.completion_tokens != runs[False]["num_output_tokens"]:
+                    failures.append(f"{where}: client billed {usage.completion_tokens} completion tokens, the engine "
+                                    f"counted {runs[False]['num_output_tokens']}")
+                local = counter.count_prompt(prompt)
+                if runs[False]["num_input_tokens"] != local or usage.prompt_tokens != local:
+                    failures.append(f"{where}: prompt tokens engine {runs[False]['num_input_tokens']}, client "
+                                    f"{usage.prompt_tokens}, tokenizer {local}")
+
+
+def used_blocks(metrics_url: str) -> float:
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        found = USED_BLOCKS.findall(response.read().decode())
+    return sum(float(v) for v in found) if found else float("nan")
+
+
+def cancel_checks(url: str, metrics_url: str, long_tokens: int, failures: list[str]) -> None:
+    """Streams that cannot end early (min_tokens), cancelled after their first piece."""
+    for model in MODELS:
+        raw_generate(url, model, request(PROMPTS["english"], long_tokens, True, min_tokens=long_tokens),
+                     cancel_after_first=True)
+        deadline, used = time.monotonic() + 60, float("nan")
+        while time.monotonic() < deadline:
+            used = used_blocks(metrics_url)
+            if used == 0:
+                break
+            time.sleep(0.5)
+        if used != 0:
+            failures.append(f"{model}: {used} KV blocks still used 60 s after a cancelled stream")
+
+
+def bench(url: str, config) -> dict:  # type: ignore[no-untyped-def]
+    from trtkit.client import Caller, SamplingParams, TritonLLMClient
+
+    ttfts = [raw_generate(url, "tensorrt_llm_bls", request(PROMPTS["english"], 16, True))["ttft_s"] for _ in range(5)]
+    prompts = [f"{PROMPTS['english']} Number {i}." for i in range(16)]
+    with TritonLLMClient(url, config=config, caller=Caller(user="smoke"), ledger=False,
+                         model_name="tensorrt_llm_bls") as client:
+        started = time.perf_counter()
+        results = client.generate_batch(prompts, SamplingParams(max_tokens=64, min_tokens=64), max_concurrency=16)
+        wall = time.perf_counter() - started
+    tokens = sum(r.usage.completion_tokens for r in results)
+    return {"ttft_ms_median": round(statistics.median(t for t in ttfts if t is not None) * 1e3, 2),
+            "tokens_per_s_16_concurrent": round(tokens / wall, 1)}
+
+
+def wait_ready(url: str, timeout_s: float = 900) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with grpcclient.InferenceServerClient(url) as client:
+                if client.is_server_ready():
+                    return
+        except Exception:  # not listening yet
+            pass
+        time.sleep(1)
+    raise SystemExit(f"server at {url} not ready after {timeout_s:.0f} s")
+
+
+def check(args: argparse.Namespace) -> int:
+    from trtkit.config import load_config
+
+    config = load_config(args.config)
+    wait_ready(args.grpc)
+    failures: list[str] = []
+    usage_checks(args.grpc, config, failures)
+    long_tokens = min(512, config.build.max_seq_len - config.build.max_input_len)
+    cancel_checks(args.grpc, args.metrics, long_tokens, failures)
+    result = {"label": args.label, "failures": failures, **bench(args.grpc, config)}
+    Path(args.out).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    for failure in failures:
+        print(f"FAIL {args.label}: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def summarize(workdir: Path) -> int:
+    results = [json.loads(p.read_text()) for p in sorted(workdir.glob("result-*.json"))]
+    figures = {r["label"]: {k: v for k, v in r.items() if k not in ("label", "failures")} for r in results}
+    ok = bool(results) and not any(r["failures"] for r in results)
+    print("BENCH " + json.dumps({"gpu_smoke": figures, "checks_passed": ok, "variants": [r["label"] for r in results]}))
+    return 0 if ok else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--grpc")
+    parser.add_argument("--metrics")
+    parser.add_argument("--config")
+    parser.add_argument("--label", default="run")
+    parser.add_argument("--out", default="result-run.json")
+    parser.add_argument("--summarize", type=Path)
+    args = parser.parse_args()
+    if args.summarize:
+        return summarize(args.summarize)
+    if not (args.grpc and args.metrics and args.config):
+        parser.error("--grpc, --metrics and --config are needed (or --summarize DIR)")
+    return check(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Issue 11 items 1-4 through a real tritonserver on CPU, with the engine answering as the C++ backend does.
+
+``deploy_repository(..., emulate_cpp_backend=True)`` turns on the CPU engine's test switch: each response
+carries its own new tokens, ``num_output_tokens`` counts that response only, counts come only when asked
+(return_num_input_tokens / return_num_output_tokens), and there is no finish_reason or num_cached_tokens.
+The BLS and the client must then get exact usage, as they must on GPU."""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from echo_model import CYCLE_TEXT
+from live_client import Live, inputs, tensor
+
+from trtkit.client import Caller, SamplingParams, TritonLLMClient
+
+pytestmark = pytest.mark.slow
+CONFIG = Path(__file__).resolve().parents[2] / "model_configs" / "tiny-llama.yaml"
+
+
+@pytest.fixture(scope="module")
+def cpp_live(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    from trtkit.config import load_config
+    from trtkit.repository import deploy_repository
+    from trtkit.serve import TritonServer
+
+    repo = tmp_path_factory.mktemp("cpp-live") / "repo"
+    deploy_repository(load_config(CONFIG), echo_model_dir, repo, target="cpu", emulate_cpp_backend=True)
+    with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
+        yield Live(server, echo_model_dir)
+
+
+def engine_responses(live: Live, prompt_ids: list[int], max_tokens: int, **flags: bool) -> list[dict]:
+    """Raw responses of the tensorrt_llm model to one streaming request."""
+    items = [tensor("input_ids", prompt_ids, np.int32), tensor("input_lengths", len(prompt_ids), np.int32),
+             tensor("request_output_len", max_tokens, np.int32), tensor("streaming", True, np.bool_)]
+    items += [tensor(name, value, np.bool_) for name, value in flags.items()]
+    results: queue.Queue = queue.Queue()
+    client = live.client()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    out = []
+    try:
+        client.async_stream_infer("tensorrt_llm", items, enable_empty_final_response=True)
+        while True:
+            result, error = results.get(timeout=60)
+            assert error is None, error
+            names = {o.name for o in result.get_response().outputs}
+            out.append({name: result.as_numpy(name) for name in names})
+            final = result.get_response().parameters.get("triton_final_response")
+            if final is not None and final.bool_param:
+                return out
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def test_the_switch_answers_like_the_cpp_backend(cpp_live: Live) -> None:
+    prompt = cpp_live.tokenizer.encode(CYCLE_TEXT)
+    asked = [r for r in engine_responses(cpp_live, prompt, 12, return_num_input_tokens=True,
+                                         return_num_output_tokens=True) if "output_ids" in r]
+    assert len(asked) > 1 and all("finish_reason" not in r and "num_cached_tokens" not in r for r in asked)
+    for response in asked:  # each response counts its own new tokens only
+        assert int(response["num_output_tokens"].item()) == response["output_ids"].size
+        assert int(response["num_input_tokens"].item()) == len(prompt)
+    assert sum(int(r["num_output_tokens"].item()) for r in asked) == 12
+    silent = [r for r in engine_responses(cpp_live, prompt, 6) if "output_ids" in r]
+    assert silent and all("num_output_tokens" not in r and "num_input_tokens" not in r for r in silent)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_bls_accumulates_per_response_counts(cpp_live: Live, stream: bool) -> None:
+    reply = cpp_live.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 40, stream=stream))
+    assert reply.error is None, reply.error
+    assert reply.text == cpp_live.expected(40) and "\ufffd" not in reply.text
+    final = reply.finals[-1]
+    assert final["num_output_tokens"] == 40 and final["finish_reason"] == b"length"
+    assert final["num_input_tokens"] == len(cpp_live.tokenizer.encode(CYCLE_TEXT))
+    assert 0 <= final["num_cached_tokens"] <= final["num_input_tokens"]  # block-granular, clamped to the prompt
+
+
+def test_bls_stop_string_cancels_and_counts_up_to_the_stop(cpp_live: Live) -> None:
+    for stream in (True, False):
+        reply = cpp_live.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 200, stream=stream, stop_words=["世界"]))
+        assert reply.error is None, reply.error
+        assert reply.text == "你好，" and reply.finals[-1]["finish_reason"] == b"stop"
+        tokens_to_stop = len(cpp_live.tokenizer.encode("你好，世界", add_special_tokens=False))
+        assert reply.finals[-1]["num_output_tokens"] == tokens_to_stop
+
+
+def test_client_gets_exact_usage_through_the_ensemble_and_the_cache_works(cpp_live: Live, echo_model_dir: Path) -> None:
+    from trtkit.config import load_config
+
+    base = load_config(CONFIG)
+    config = replace(base, model=replace(base.model, source=str(echo_model_dir), chat_template=False))
+    params = SamplingParams(max_tokens=24)
+    with TritonLLMClient(cpp_live.server.grpc_url, config=config, caller=Caller(user="gpu")) as client:  # type: ignore[attr-defined]
+        streamed = client.generate(CYCLE_TEXT, params)
+        assert streamed.usage.completion_tokens == 24 and streamed.finish_reason == "length"
+        # (the text: through the ensemble the C++ backend streams single tokens to postprocessing, so split
+        # characters need the postprocessing text path of issue 10; usage is what this test is about)
+        assert streamed.usage.prompt_tokens == len(cpp_live.tokenizer.encode(CYCLE_TEXT))
+        again = client.generate(CYCLE_TEXT, params)
+        assert again.cache_hit and again.text == streamed.text

@@ -1,0 +1,101 @@
+"""Issue 11 item 14: scripts/gpu_smoke.sh, the first thing a GPU host runs.
+
+On CPU: the dry run prints every command and runs none, every trtkit command it prints exists with
+those options, and the checker it runs passes for real against the CPU reference engine. On a GPU host
+(marked ``gpu``): the whole script, for real."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_smoke.sh"
+
+
+def dry_run(tmp_path: Path) -> list[list[str]]:
+    work = tmp_path / "smoke"
+    env = {**os.environ, "SMOKE_WORK": str(work)}
+    done = subprocess.run(["bash", str(SCRIPT), "--dry-run"], capture_output=True, text=True, env=env, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert not work.exists(), "a dry run must not run anything"
+    return [shlex.split(line[2:].removesuffix(" &")) for line in done.stdout.splitlines() if line.startswith("+ ")]
+
+
+def test_dry_run_prints_every_step(tmp_path: Path) -> None:
+    commands = [" ".join(c) for c in dry_run(tmp_path)]
+    work = tmp_path / "smoke"
+    summary = f"python scripts/gpu_smoke_check.py --summarize {work}"
+    expected = [
+        f"trtkit convert model_configs/smollm2-135m.yaml --dtype float16 --out {work}/ckpt-fp16",
+        f"trtkit calibrate model_configs/smollm2-135m.yaml --format fp8 --kv-cache-dtype fp8 --out {work}/ckpt-fp8",
+    ]
+    for variant in ("fp16", "fp8"):
+        expected += [
+            f"trtkit build model_configs/smollm2-135m.yaml --checkpoint {work}/ckpt-{variant} --out {work}/engine-{variant}",
+            f"trtkit deploy model_configs/smollm2-135m.yaml --engine {work}/engine-{variant} --out {work}/repo-{variant} "
+            f"--target gpu",
+            f"trtkit check {work}/repo-{variant} --config model_configs/smollm2-135m.yaml",
+        ]
+    for line in expected:
+        assert line in commands, line
+    assert sum(c.startswith("trtkit serve ") and "--stop" not in c for c in commands) == 2
+    assert sum(c.startswith("python scripts/gpu_smoke_check.py --grpc") for c in commands) == 2
+    assert commands[-1] == summary  # the BENCH line comes last
+
+
+def test_every_trtkit_command_of_the_dry_run_exists_with_its_options(tmp_path: Path) -> None:
+    from trtkit.cli.main import app
+
+    group = typer.main.get_command(app)
+    assert hasattr(group, "commands")
+    for argv in dry_run(tmp_path):
+        if argv[0] != "trtkit":
+            continue
+        command = group.commands[argv[1]]
+        known = {opt for p in command.params for opt in getattr(p, "opts", [])}
+        used = {a for a in argv[2:] if a.startswith("--")}
+        assert used <= known, (argv, used - known)
+
+
+@pytest.mark.slow
+def test_the_checker_passes_against_the_cpu_engine(tmp_path: Path, tiny_llama_dir: Path) -> None:
+    from trtkit.config import load_config
+    from trtkit.repository import deploy_repository
+    from trtkit.serve import TritonServer
+
+    config_path = ROOT / "model_configs" / "tiny-llama.yaml"
+    repo = tmp_path / "repo"
+    deploy_repository(load_config(config_path), tiny_llama_dir, repo, target="cpu")
+    out = tmp_path / "result-cpu.json"
+    with TritonServer(repo, start_timeout_s=150, log_path=tmp_path / "tritonserver.log") as server:
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_smoke_check.py"), "--grpc", server.grpc_url,
+                               "--metrics", server.metrics_url, "--config", str(config_path), "--label", "cpu",
+                               "--out", str(out)], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["failures"] == [] and result["tokens_per_s_16_concurrent"] > 0 and result["ttft_ms_median"] > 0
+    summary = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_smoke_check.py"), "--summarize",
+                              str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
+    bench = [line for line in summary.stdout.splitlines() if line.startswith("BENCH ")]
+    assert summary.returncode == 0 and len(bench) == 1
+    assert json.loads(bench[0][6:])["checks_passed"] is True
+
+
+@pytest.mark.gpu
+def test_gpu_smoke_script_on_a_gpu_host() -> None:
+    if not (shutil.which("nvidia-smi") and importlib.util.find_spec("tensorrt_llm")):
+        pytest.skip("needs a GPU host with TensorRT-LLM 1.2.x (run inside the 26.04 trtllm container)")
+    done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=1200, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert any(line.startswith("BENCH ") for line in done.stdout.splitlines())
