@@ -48,3 +48,7 @@ class BudgetExceededError(ClientError):
 
 class InputTooLongError(ClientError):
     """The prompt is longer than the configured hard input limit."""
+
+
+class BenchError(TrtkitError):
+    """A `trtkit bench` run cannot proceed (bad endpoint, load, workload or SLO option, unreadable run folder)."""
