@@ -31,6 +31,7 @@ class RequestRecord:
     local_output_tokens: int | None = None
     finish_reason: str = ""
     error: str | None = None
+    request_id: str = ""
     output_text: str = ""
 
     @property
@@ -67,7 +68,8 @@ def make_record(point: str, index: int, warmup: bool, request: BenchRequest, res
         chunk_offsets_s=[t - start for t in result.chunk_times], chunk_tokens=list(result.chunk_tokens),
         requested_output_tokens=request.max_tokens, forced_output_tokens=request.min_tokens,
         input_tokens=result.input_tokens, output_tokens=result.output_tokens, cached_tokens=result.cached_tokens,
-        finish_reason=result.finish_reason, error=result.error, output_text=result.text)
+        finish_reason=result.finish_reason, error=result.error, request_id=result.request_id,
+        output_text=result.text)
 
 
 def write_jsonl(records: list[RequestRecord], path: Path) -> None:

@@ -14,6 +14,7 @@ from trtkit.bench.workloads import BenchRequest
 @dataclass(slots=True)
 class StreamResult:
     sent_at: float
+    request_id: str = ""  # as the server knows it (Triton request id, or the OpenAI completion id)
     done_at: float = 0.0
     chunk_times: list[float] = field(default_factory=list)  # perf_counter of each response that carried text
     chunk_tokens: list[int] = field(default_factory=list)  # server tokens in each of those responses

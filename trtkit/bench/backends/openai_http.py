@@ -82,6 +82,7 @@ class OpenAIChatBackend:
                 return
             chunk = json.loads(data)
             now = time.perf_counter()
+            result.request_id = result.request_id or str(chunk.get("id") or "")
             if chunk.get("error"):
                 result.error = str(chunk["error"])
                 return

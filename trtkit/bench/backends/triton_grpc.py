@@ -59,12 +59,13 @@ class TritonGrpcBackend:
         assert self._client is not None, "open() first"
         self._counter += 1
         inputs = self._inputs(request)
-        message = {"model_name": self.model, "inputs": inputs, "request_id": f"bench-{self._counter}"}
+        request_id = f"bench-{self._counter}"
+        message = {"model_name": self.model, "inputs": inputs, "request_id": request_id}
 
         async def requests():  # type: ignore[no-untyped-def]
             yield message
 
-        result = StreamResult(sent_at=time.perf_counter())
+        result = StreamResult(sent_at=time.perf_counter(), request_id=request_id)
         call = self._client.stream_infer(requests(), stream_timeout=self.timeout_s)
         try:
             await self._read(call, result)
