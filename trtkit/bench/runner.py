@@ -34,6 +34,7 @@ class PointRun:
 @dataclass(slots=True)
 class SweepRun:
     spec: BenchSpec
+    origin: float = 0.0  # time.perf_counter() at the run's start: the zero of every *_s time
     points: list[PointRun] = field(default_factory=list)
     samples: list[EngineSample] = field(default_factory=list)
     metrics_error: str | None = None
@@ -71,7 +72,7 @@ async def run_sweep(spec: BenchSpec, backend: Backend, workload: list[BenchReque
                     metrics_url: str | None, progress: Progress | None = None,
                     sample_interval_s: float = 0.25) -> SweepRun:
     origin = time.perf_counter()
-    sweep = SweepRun(spec)
+    sweep = SweepRun(spec, origin)
     sampler = MetricsSampler(metrics_url, origin, sample_interval_s) if metrics_url else None
     await backend.open()
     try:

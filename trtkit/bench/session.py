@@ -73,7 +73,7 @@ def _meta(spec: BenchSpec, workload: WorkloadSpec, sweep: SweepRun, started: str
           metrics_url: str | None, entry_model: str) -> dict:
     return {
         "endpoint": spec.endpoint.label, "model": spec.model, "entry_model": entry_model, "started": started,
-        "command": command, "metrics_url": metrics_url, "metrics_error": sweep.metrics_error,
+        "command": command, "origin_perf_counter": sweep.origin, "metrics_url": metrics_url, "metrics_error": sweep.metrics_error,
         "slo": spec.slo.as_dict(), "requests_per_point": spec.requests_per_point, "duration_s": spec.duration_s,
         "warmup_requests": spec.warmup_requests, "seed": spec.seed,
         "workload": _workload_meta(workload),
