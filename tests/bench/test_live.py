@@ -111,7 +111,9 @@ def test_cli_run_then_report_then_compare(live_server, tmp_path: Path, capsys) -
     assert (folder / "report.html").is_file()
     assert json.loads((folder / "points.json").read_text()) == before  # regenerated from the raw rows
     capsys.readouterr()
-    assert main(["bench", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    assert main(["bench", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", "--plot",
+                 str(tmp_path / "ab.png")]) == 0
+    assert (tmp_path / "ab.png").stat().st_size > 10_000
     rows = json.loads(capsys.readouterr().out)
     assert {r["point"] for r in rows} == {"c2"}
     row = next(r for r in rows if r["metric"] == "out tok/s")

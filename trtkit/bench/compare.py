@@ -43,3 +43,14 @@ def compare_runs(a_dir: Path, b_dir: Path) -> list[dict]:
             a, b = _get(a_points[name], key), _get(b_points[name], key)
             rows.append({"point": name, "metric": label, "a": a, "b": b, "ratio": ratio(a, b)})
     return rows
+
+
+def plot_runs(folders: list[Path], path: Path) -> Path:
+    """Both runs' latency-vs-throughput curves on one PNG, each labelled with its run's label."""
+    from trtkit.bench.outputs.plots import compare_latency_throughput
+
+    runs = [read_run(folder) for folder in folders]
+    labelled = [(str(run.meta.get("label") or folder.name), run.summaries) for run, folder in zip(runs, folders,
+                                                                                                   strict=True)]
+    title = "Latency vs throughput: " + " vs ".join(label for label, _ in labelled)
+    return compare_latency_throughput(labelled, path, title)

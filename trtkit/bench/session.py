@@ -30,7 +30,7 @@ def default_metrics_url(spec: BenchSpec) -> str:
 
 def run_bench(spec: BenchSpec, workload_spec: WorkloadSpec, counter: TokenCounter, out: Path, *,
               metrics_url: str | None, entry_model: str | None = None, api_key: str | None = None,
-              progress: Progress | None = None, command: str = "") -> Path:
+              progress: Progress | None = None, command: str = "", label: str | None = None) -> Path:
     """Run the sweep and write the run folder ``out``; returns it. ``entry_model`` names the Triton model whose
     counters the requests land on (the gRPC model itself; for the gateway, the model it forwards to)."""
     per_point = spec.requests_per_point or 256
@@ -40,9 +40,10 @@ def run_bench(spec: BenchSpec, workload_spec: WorkloadSpec, counter: TokenCounte
     sweep = run_sweep_blocking(spec, backend, workload, metrics_url=metrics_url, progress=progress)
     records = [r for point in sweep.points for r in point.records]
     count_locally(records, workload, counter)
-    run = RunData(_meta(spec, workload_spec, sweep, started, command, metrics_url,
-                        entry_model or (spec.model if spec.endpoint.kind == "grpc" else "ensemble")),
-                  records, sweep.samples)
+    meta = _meta(spec, workload_spec, sweep, started, command, metrics_url,
+                 entry_model or (spec.model if spec.endpoint.kind == "grpc" else "ensemble"))
+    meta["label"] = label or spec.model
+    run = RunData(meta, records, sweep.samples)
     run.summaries = summarize(run)
     write_run(run, out)
     build_report(out, run)

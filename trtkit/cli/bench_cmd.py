@@ -54,6 +54,8 @@ def bench(
     max_in_flight: Annotated[int, Opt(help="Bound on requests in flight at a --rate point")] = 256,
     allow_remote: Annotated[bool, Opt("--allow-remote", help="Allow a non-loopback endpoint")] = False,
     seed: Annotated[int, Opt(help="Seed of the workload and the arrival process")] = 0,
+    label: Annotated[str | None, Opt(help="Name of this run in plots and comparisons (default: the config's "
+                                          "name)")] = None,
 ) -> None:
     """Run a benchmark sweep: `trtkit bench --endpoint grpc://127.0.0.1:8001 --config CONFIG --concurrency
     1,2,4 --requests 64 --out runs/a`. Subcommands: `report DIR`, `compare A B`."""
@@ -84,7 +86,8 @@ def bench(
     with ProgressView(console) as view:
         folder = run_bench(spec, workload_spec, TokenCounter.from_config(model_config), out, metrics_url=url,
                            entry_model=entry_model, api_key=api_key or os.environ.get("OPENAI_API_KEY"),
-                           progress=view, command=shlex.join(["trtkit", *sys.argv[1:]]))
+                           progress=view, command=shlex.join(["trtkit", *sys.argv[1:]]),
+                           label=label or model_config.name)
     _print_summary(folder, summary_table)
 
 
@@ -112,6 +115,8 @@ def compare(
     a: Annotated[Path, typer.Argument(help="Run folder A (the baseline)")],
     b: Annotated[Path, typer.Argument(help="Run folder B")],
     as_json: Annotated[bool, Opt("--json", help="Print JSON rows instead of a table")] = False,
+    plot: Annotated[Path | None, Opt("--plot", help="Also draw both runs' latency-vs-throughput curves to this PNG")]
+    = None,
 ) -> None:
     """Two runs side by side, per load point, with the ratio B/A."""
     from rich.console import Console
@@ -120,6 +125,10 @@ def compare(
     from trtkit.bench.compare import compare_runs
 
     rows = compare_runs(a, b)
+    if plot is not None:
+        from trtkit.bench.compare import plot_runs
+
+        plot_runs([a, b], plot)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

@@ -24,7 +24,7 @@ _SLO_STYLE = {"color": "crimson", "linestyle": "--", "linewidth": 1}
 
 def write_plots(run: RunData, out: Path, *, title: str | None = None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    label = title or f"{run.meta.get('model', '')} @ {run.meta.get('endpoint', '')}"
+    label = title or f"{run.meta.get('label') or run.meta.get('model', '')} @ {run.meta.get('endpoint', '')}"
     paths = [latency_vs_throughput(run.summaries, out / PLOT_FILES[0], label),
              distributions(run, out / PLOT_FILES[1], label),
              engine_timeline(run, out / PLOT_FILES[2], label)]
@@ -48,6 +48,27 @@ def latency_vs_throughput(summaries: list[dict], path: Path, title: str) -> Path
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"Latency vs throughput: {title}", fontsize=10)
+    return _save(fig, path)
+
+
+def compare_latency_throughput(runs: list[tuple[str, list[dict]]], path: Path, title: str) -> Path:
+    """Several runs' latency-vs-throughput curves on one figure (e.g. the latency and throughput profiles)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=80)
+    for ax, metric, name in ((axes[0], "ttft_ms", "TTFT p50"), (axes[1], "tpot_ms", "TPOT p50")):
+        for i, (label, summaries) in enumerate(runs):
+            x = [s["output_tok_per_s"] for s in summaries]
+            y = [_nan(s[metric]["p50"]) for s in summaries]
+            ax.plot(x, y, "o-" if i == 0 else "s--", label=label)
+            for s, xi, yi in zip(summaries, x, y, strict=True):
+                ax.annotate(s["point"], (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        slo = runs[0][1][0]["slo"].get(metric.split("_")[0]) if runs and runs[0][1] else None
+        if slo:
+            ax.axhline(slo, label=f"SLO {slo:g} ms", **_SLO_STYLE)
+        ax.set_xlabel("output tokens/s")
+        ax.set_ylabel(f"{name} (ms)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
     return _save(fig, path)
 
 
