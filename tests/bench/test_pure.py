@@ -52,6 +52,8 @@ def test_points_and_slo_parsing() -> None:
     assert parse_slo("ttft=200ms,tpot=0.05s,e2e=3000") == Slo(ttft_s=0.2, tpot_s=0.05, e2e_s=3.0)
     with pytest.raises(BenchError, match="unknown metric"):
         parse_slo("latency=3ms")
+    with pytest.raises(BenchError, match="--max-in-flight"):
+        BenchSpec(parse_endpoint("grpc://127.0.0.1:1"), "ensemble", parse_points("512", None), requests_per_point=3)
     with pytest.raises(BenchError, match="exactly one"):
         BenchSpec(parse_endpoint("grpc://127.0.0.1:1"), "ensemble", points, requests_per_point=3, duration_s=2)
 

@@ -75,6 +75,9 @@ class BenchSpec:
             raise BenchError("--duration must be > 0 seconds")
         if not self.points:
             raise BenchError("no load point: give --concurrency 1,2,4 or --rate 2,4,8")
+        if any(p.mode == "concurrency" and p.value > self.max_in_flight for p in self.points):
+            raise BenchError(f"a --concurrency point exceeds --max-in-flight {self.max_in_flight}; lower it or raise "
+                             f"--max-in-flight deliberately")
 
 
 def parse_endpoint(url: str, *, allow_remote: bool = False) -> Endpoint:
