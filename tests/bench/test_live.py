@@ -126,3 +126,18 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys) -> None:
     assert "--allow-remote" in capsys.readouterr().err
     assert main(["bench", "report", str(tmp_path / "nothing")]) == 1
     assert "not a bench run folder" in capsys.readouterr().err
+
+
+def test_duration_mode_issues_until_the_deadline(live_server, tiny_bench_counter, tmp_path: Path) -> None:
+    from trtkit.bench.session import run_bench
+    from trtkit.bench.spec import BenchSpec, parse_endpoint, parse_points
+
+    spec = BenchSpec(parse_endpoint(f"grpc://{live_server.grpc_url}"), "ensemble", parse_points("2", None),
+                     duration_s=1.5, warmup_requests=1)
+    workload = WorkloadSpec("synthetic", LengthDist("fixed", 8), LengthDist("fixed", 4), force_output_len=True)
+    run = read_run(run_bench(spec, workload, tiny_bench_counter, tmp_path / "run", metrics_url=live_server.metrics_url))
+    (point,) = run.meta["points"]
+    assert len(run.records) >= 2
+    # nothing issued after the deadline (the slack covers building the request after the budget said yes)
+    assert all(r.start_s <= point["started_s"] + 1.5 + 0.25 for r in run.records)
+    assert_matches_server(run.summaries)
