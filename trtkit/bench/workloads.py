@@ -69,6 +69,7 @@ class WorkloadSpec:
     prefix_tokens: int = 256
     prefix_share: float = 0.5
     turns: int = 3
+    max_input_tokens: int | None = None  # the deployment's build.max_input_len: longer corpus prompts are skipped
 
 
 def corpus_texts() -> list[str]:
@@ -119,6 +120,11 @@ def _lengths(spec: WorkloadSpec, rng: random.Random) -> tuple[int, int | None]:
 def _default(spec: WorkloadSpec, cutter: PromptCutter, rng: random.Random, count: int) -> list[BenchRequest]:
     """Paragraphs of the bundled corpus, as they are (mixed languages, code, dialogue)."""
     paragraphs = [p.strip() for text in corpus_texts() for p in text.split("\n\n") if len(p.strip()) > 40]
+    if spec.max_input_tokens is not None:
+        paragraphs = [p for p in paragraphs if cutter.counter.count_prompt(p) <= spec.max_input_tokens]
+    if not paragraphs:
+        raise BenchError(f"no bundled prompt fits in {spec.max_input_tokens} input tokens; use --workload synthetic "
+                         f"with a shorter --input-len")
     requests = []
     for _ in range(count):
         out, forced = _lengths(spec, rng)

@@ -80,7 +80,7 @@ def bench(
                      seed=seed)
     workload_spec = WorkloadSpec(workload, LengthDist.parse(input_len, "--input-len"),
                                  LengthDist.parse(output_len, "--output-len"), force_output_len, prefix_tokens,
-                                 prefix_share, turns)
+                                 prefix_share, turns, max_input_tokens=model_config.build.max_input_len)
     url = None if metrics_url == "none" else (metrics_url or default_metrics_url(spec))
     console = Console(stderr=True)
     with ProgressView(console) as view:
