@@ -46,9 +46,11 @@ def test_shared_prefix_and_multi_turn(tiny_bench_counter) -> None:
 
 
 def test_default_corpus_and_jsonl_errors(tiny_bench_counter, tmp_path: Path) -> None:
-    requests = build_workload(WorkloadSpec(max_input_tokens=60), tiny_bench_counter, 50, seed=0)
+    requests = build_workload(WorkloadSpec(max_input_tokens=200), tiny_bench_counter, 80, seed=0)
     assert any(any("\u4e00" <= ch <= "\u9fff" for ch in r.prompt) for r in requests)  # mixed languages
-    assert all(tiny_bench_counter.count_prompt(r.prompt) <= 60 for r in requests)
+    assert all(tiny_bench_counter.count_prompt(r.prompt) <= 200 for r in requests)
+    with pytest.raises(BenchError, match="no bundled prompt fits in 5 input tokens"):
+        build_workload(WorkloadSpec(max_input_tokens=5), tiny_bench_counter, 3, seed=0)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "no prompt key"}\n', encoding="utf-8")
     with pytest.raises(BenchError, match="bad.jsonl:1"):
