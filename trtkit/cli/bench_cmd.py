@@ -59,9 +59,13 @@ def bench(
 ) -> None:
     """Run a benchmark sweep: `trtkit bench --endpoint grpc://127.0.0.1:8001 --config CONFIG --concurrency
     1,2,4 --requests 64 --out runs/a`. Subcommands: `report DIR`, `compare A B`."""
-    if ctx.invoked_subcommand is not None:
-        return
-    if endpoint is None or config is None or out is None:
+    if ctx.invoked_subcommand is None:
+        _run(ctx.params)
+
+
+def _run(o: dict) -> None:
+    """The sweep itself, from the parsed options (kept apart so the option list stays declarative)."""
+    if o["endpoint"] is None or o["config"] is None or o["out"] is None:
         raise BenchError("`trtkit bench` needs --endpoint URL, --config CONFIG and --out DIR (see --help)")
     from rich.console import Console
 
@@ -72,22 +76,22 @@ def bench(
     from trtkit.client.tokens import TokenCounter
     from trtkit.config import load_config
 
-    model_config = load_config(config)
-    target = parse_endpoint(endpoint, allow_remote=allow_remote)
-    name = model or (model_config.client.model_name if target.kind == "grpc" else model_config.name)
-    spec = BenchSpec(target, name, parse_points(concurrency, rate, burstiness), requests_per_point=requests,
-                     duration_s=duration, warmup_requests=warmup, slo=parse_slo(slo), max_in_flight=max_in_flight,
-                     seed=seed)
-    workload_spec = WorkloadSpec(workload, LengthDist.parse(input_len, "--input-len"),
-                                 LengthDist.parse(output_len, "--output-len"), force_output_len, prefix_tokens,
-                                 prefix_share, turns, max_input_tokens=model_config.build.max_input_len)
-    url = None if metrics_url == "none" else (metrics_url or default_metrics_url(spec))
-    console = Console(stderr=True)
-    with ProgressView(console) as view:
-        folder = run_bench(spec, workload_spec, TokenCounter.from_config(model_config), out, metrics_url=url,
-                           entry_model=entry_model, api_key=api_key or os.environ.get("OPENAI_API_KEY"),
+    model_config = load_config(o["config"])
+    target = parse_endpoint(o["endpoint"], allow_remote=o["allow_remote"])
+    name = o["model"] or (model_config.client.model_name if target.kind == "grpc" else model_config.name)
+    spec = BenchSpec(target, name, parse_points(o["concurrency"], o["rate"], o["burstiness"]),
+                     requests_per_point=o["requests"], duration_s=o["duration"], warmup_requests=o["warmup"],
+                     slo=parse_slo(o["slo"]), max_in_flight=o["max_in_flight"], seed=o["seed"])
+    workload_spec = WorkloadSpec(o["workload"], LengthDist.parse(o["input_len"], "--input-len"),
+                                 LengthDist.parse(o["output_len"], "--output-len"), o["force_output_len"],
+                                 o["prefix_tokens"], o["prefix_share"], o["turns"],
+                                 max_input_tokens=model_config.build.max_input_len)
+    url = None if o["metrics_url"] == "none" else (o["metrics_url"] or default_metrics_url(spec))
+    with ProgressView(Console(stderr=True)) as view:
+        folder = run_bench(spec, workload_spec, TokenCounter.from_config(model_config), o["out"], metrics_url=url,
+                           entry_model=o["entry_model"], api_key=o["api_key"] or os.environ.get("OPENAI_API_KEY"),
                            progress=view, command=shlex.join(["trtkit", *sys.argv[1:]]),
-                           label=label or model_config.name)
+                           label=o["label"] or model_config.name)
     _print_summary(folder, summary_table)
 
 
