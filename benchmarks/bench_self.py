@@ -17,8 +17,8 @@ Part 2 (TTFT accuracy): the same, at concurrency 4, with the model pacing its to
 each request, the engine's first-token time is ``model stamp - bench send time``; the figure is the
 median of (bench TTFT - engine first-token time): what the bench's measurement adds to the truth, i.e.
 the way back from the model through Triton and gRPC to the bench's event loop. Target: <= 2 ms.
-Each part starts its own server (the pacing is a model parameter). Run time: --quick took 37 s on a
-shared 2-core machine at load average 6 (server starts included); the default run about a minute.
+Each part starts its own server (the pacing is a model parameter). Run time (server starts included), on a
+shared 2-core machine: --quick 37 s at load average 6; the default run 60 s at load average 16.
 Ends with one ``BENCH {json}`` line.
 """
 
@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 ECHO_STREAM_MODEL = '''
 import json
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -129,6 +130,9 @@ def run_part(work: Path, name: str, *, pace_ms: float, concurrency: int, request
     (summary,) = run.summaries
     first_by_id = {row["id"]: row["first"] for row in map(json.loads, stamps.read_text().splitlines())}
     measured = [r for r in run.records if not r.warmup and r.ok and r.ttft_s is not None]
+    if not measured:
+        failed = next((r.error for r in run.records if r.error), "no response carried text")
+        raise SystemExit(f"bench_self: no request succeeded ({failed}); see {work}/tritonserver-{name}.log")
     origin = float(run.meta["origin_perf_counter"])  # perf_counter at the run's start
     added_ms = [(r.ttft_s - (first_by_id[r.request_id] - origin - r.start_s)) * 1000 for r in measured]
     responses = sum(len(r.chunk_offsets_s) for r in measured)
