@@ -17,6 +17,17 @@ fi
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
 
+# Headless Chromium renders the `trtkit bench` HTML report in its test (Debian's package; Playwright's
+# own browser download cannot work offline). Installed only as root; otherwise say what to run.
+if command -v chromium >/dev/null 2>&1; then
+  :
+elif [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing chromium (Debian package) for the bench report test" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+else
+  echo "setup: chromium missing and not root: run 'sudo apt-get install -y chromium' (the bench HTML report test is skipped without it)" >&2
+fi
+
 stamp="$VENV/.trtkit-setup-stamp"
 want=$(cat pyproject.toml scripts/setup_env.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

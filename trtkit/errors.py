@@ -52,3 +52,7 @@ class InputTooLongError(ClientError):
 
 class InvalidInputError(TrtkitError, ValueError):
     """A request input is outside its valid range (served models answer INVALID_ARGUMENT)."""
+
+
+class BenchError(TrtkitError):
+    """A `trtkit bench` run cannot proceed (bad endpoint, load, workload or SLO option, unreadable run folder)."""

@@ -14,7 +14,7 @@ import sys
 import typer
 
 from trtkit import __version__
-from trtkit.cli import build_cmd, client_cmd, config_cmd, convert_cmd, deploy_cmd, serve_cmd
+from trtkit.cli import bench_cmd, build_cmd, client_cmd, config_cmd, convert_cmd, deploy_cmd, serve_cmd
 from trtkit.errors import TrtkitError
 
 EXIT_OK = 0
@@ -32,7 +32,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (config_cmd, convert_cmd, build_cmd, deploy_cmd, serve_cmd, client_cmd):
+for module in (config_cmd, convert_cmd, build_cmd, deploy_cmd, serve_cmd, client_cmd, bench_cmd):
     module.register(app)
 
 
