@@ -40,3 +40,58 @@ def tiny_llama_dir(smollm2_dir: Path) -> Path:
     from trtkit.sources.resolve import generated_model_dir
 
     return generated_model_dir("tiny-llama", SHARED_CACHE)
+
+
+TINY_CONFIG = REPO_ROOT / "model_configs" / "tiny-llama.yaml"
+
+
+# The live servers are defined here, once, so that every test folder shares the same session instance
+# (a fixture imported into a second conftest would be a second fixture, and start a second server).
+@pytest.fixture(scope="session")
+def tiny_config(tiny_llama_dir: Path):  # type: ignore[no-untyped-def]
+    from trtkit.config import load_config
+
+    return load_config(TINY_CONFIG)
+
+
+@pytest.fixture(scope="session")
+def tiny_counter(tiny_llama_dir: Path):  # type: ignore[no-untyped-def]
+    from trtkit.client.tokens import TokenCounter
+
+    return TokenCounter(tiny_llama_dir, chat_template=False)
+
+
+@pytest.fixture(scope="session")
+def live_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """ONE tritonserver for every live test on the tiny reference engine: its CPU repository (ensemble + BLS)."""
+    from trtkit.config import load_config
+    from trtkit.repository import deploy_repository
+    from trtkit.serve import TritonServer
+
+    repo = tmp_path_factory.mktemp("client-live") / "repo"
+    deploy_repository(load_config(TINY_CONFIG), tiny_llama_dir, repo, target="cpu")
+    with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def echo_model_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.repository.echo_model import build_echo_model
+
+    out = tmp_path_factory.mktemp("echo-model")
+    build_echo_model(tiny_llama_dir, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def live(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """ONE tritonserver for every live test on the echo model (its output is known token for token)."""
+    from tests.repository.live_client import Live
+    from trtkit.config import load_config
+    from trtkit.repository import deploy_repository
+    from trtkit.serve import TritonServer
+
+    repo = tmp_path_factory.mktemp("live") / "repo"
+    deploy_repository(load_config(TINY_CONFIG), echo_model_dir, repo, target="cpu")
+    with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
+        yield Live(server, echo_model_dir)

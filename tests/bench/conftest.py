@@ -1,13 +1,10 @@
-"""Bench fixtures: the shared live servers of the client tests (tiny reference engine) and of the repository
-tests (the echo model, whose output is known token for token), plus a bench-run helper."""
+"""Bench fixtures: a bench-run helper and the tiny counter; the live servers are the session ones of tests/conftest.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from client.conftest import TINY_CONFIG, live_server, tiny_config  # noqa: F401  (session fixtures reused)
-from repository.conftest import echo_model_dir, live  # noqa: F401
 
 from trtkit.bench.session import run_bench
 from trtkit.bench.spec import BenchSpec, parse_endpoint, parse_points, parse_slo

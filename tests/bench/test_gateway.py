@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TINY_CONFIG
 from trtkit.bench.outputs.files import read_run
 from trtkit.bench.session import run_bench
 from trtkit.bench.spec import BenchSpec, parse_endpoint, parse_points
 from trtkit.bench.workloads import LengthDist, WorkloadSpec
-
-from .conftest import TINY_CONFIG
 
 gateway = pytest.importorskip("trtkit.gateway")
 pytestmark = pytest.mark.slow

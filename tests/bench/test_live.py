@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TINY_CONFIG
+from tests.repository.echo_model import CYCLE_TEXT
 from trtkit.bench.outputs.files import read_run
 from trtkit.bench.workloads import LengthDist, WorkloadSpec
 from trtkit.cli.main import main
 from trtkit.client.tokens import TokenCounter
 
-from .conftest import TINY_CONFIG, bench_once
+from .conftest import bench_once
 
 pytestmark = pytest.mark.slow
 
@@ -80,14 +82,22 @@ def test_multi_turn_and_jsonl_workloads(live_server, tiny_bench_counter, tmp_pat
 
 
 def test_echo_model_output_counts_reconcile_with_tokenizer(live, tmp_path: Path) -> None:
-    """The echo model's text re-tokenizes to exactly the tokens it generated: zero output mismatches."""
+    """The echo model's text re-tokenizes to exactly the tokens it generated when the answer ends on a whole
+    character; an answer cut inside a character (its unfinished bytes are held back, issue 10) is counted as a
+    mismatch, never hidden. Every prompt ends the echo cycle, so every answer starts at its first token."""
+    import json
+
     counter = TokenCounter(live.model_dir, chat_template=False)
-    workload = WorkloadSpec("synthetic", LengthDist("fixed", 16), LengthDist("fixed", 19), force_output_len=True)
+    prompts = tmp_path / "prompts.jsonl"
+    # 12, 19 and 25 tokens of the cycle end on whole characters; 13 ends inside the emoji
+    prompts.write_text("".join(json.dumps({"prompt": f"Repeat: {CYCLE_TEXT}", "max_tokens": n}) + "\n"
+                               for n in (12, 19, 25, 13)))
+    workload = WorkloadSpec(str(prompts), force_output_len=True)
     run = read_run(bench_once(live.server, tmp_path / "run", counter, concurrency="2", requests=6,
-                              workload=workload))
+                              workload=workload, warmup=0))
     (point,) = run.summaries
-    assert point["token_mismatches"] == {"input": 0, "output": 0, "missing_usage": 0}
-    assert all(r.output_tokens == 19 for r in run.records)
+    assert sorted(r.output_tokens for r in run.records) == [12, 12, 13, 19, 19, 25]
+    assert point["token_mismatches"] == {"input": 0, "output": 1, "missing_usage": 0}
     assert_matches_server(run.summaries)
 
 

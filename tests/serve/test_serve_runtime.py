@@ -44,3 +44,22 @@ def test_explicit_binary_must_exist(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     monkeypatch.setenv("TRTKIT_TRITONSERVER", str(tmp_path / "missing"))
     with pytest.raises(ServerError, match="TRTKIT_TRITONSERVER"):
         runtime.resolve_runtime()
+
+
+def test_two_installations_get_their_own_backend_folders(tmp_path: Path) -> None:
+    """Two environments on one machine share TRTKIT_HOME: neither may relink the other's stub (a server of
+    one then finds no stub while it starts)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    roots = []
+    for name in ("env-a", "env-b"):
+        root = tmp_path / name / "tritonserver"
+        (root / "python_backend_stubs" / version).mkdir(parents=True)
+        (root / "python_backend_stubs" / version / runtime.STUB_NAME).write_text("stub")
+        (root / "backends" / "python").mkdir(parents=True)
+        roots.append(root)
+    home = tmp_path / "home"
+    first, second = (runtime.python_backend_dir(root, home) for root in roots)
+    assert first != second
+    assert os.readlink(first / "python" / runtime.STUB_NAME) == str(roots[0] / "python_backend_stubs" / version
+                                                                    / runtime.STUB_NAME)
+    assert runtime.python_backend_dir(roots[0], home) == first  # stable for one installation

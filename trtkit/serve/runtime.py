@@ -10,6 +10,7 @@ environment's ``bin`` first on PATH (the stub takes its Python from PATH).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
@@ -52,7 +53,10 @@ def python_backend_dir(root: Path, home: Path | None = None) -> Path:
     stub = root / "python_backend_stubs" / version / STUB_NAME
     if not stub.is_file():
         raise ServerError(f"the bundled Python backend has no stub for Python {version}; use Python 3.10 to 3.12")
-    backends = (home or trtkit_home()) / "triton-backends" / f"py{version}"
+    # one folder per installation: two environments on one machine (or one TRTKIT_HOME) never relink each
+    # other's stub while a server of the other is starting
+    install = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:10]
+    backends = (home or trtkit_home()) / "triton-backends" / f"py{version}-{install}"
     python_dir = backends / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
     targets = {name: root / "backends" / "python" / name for name in BACKEND_FILES}
@@ -61,9 +65,11 @@ def python_backend_dir(root: Path, home: Path | None = None) -> Path:
         link = python_dir / name
         if link.is_symlink() and Path(os.readlink(link)) == target:
             continue
-        if link.exists() or link.is_symlink():
-            link.unlink()
-        link.symlink_to(target)
+        staged = python_dir / f".{name}.{os.getpid()}"  # replaced in one rename: never a moment without the link
+        if staged.is_symlink() or staged.exists():
+            staged.unlink()
+        staged.symlink_to(target)
+        os.replace(staged, link)
     return backends
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aiogrpc
 
@@ -20,8 +19,6 @@ from trtkit.client.params import SamplingParams
 from trtkit.client.protocol import is_final_response, parse_response, request_inputs
 from trtkit.client.transport import declared_inputs
 from trtkit.errors import BenchError
-
-_ASK_FOR_COUNTS = ("return_num_input_tokens", "return_num_output_tokens")
 
 
 class TritonGrpcBackend:
@@ -47,13 +44,8 @@ class TritonGrpcBackend:
 
     def _inputs(self, request: BenchRequest) -> list[grpcclient.InferInput]:
         params = SamplingParams(max_tokens=request.max_tokens, min_tokens=request.min_tokens)
-        inputs = request_inputs(request.prompt, params, stream=True, declared=self._declared)
-        for name in _ASK_FOR_COUNTS:
-            if name in self._declared:
-                tensor = grpcclient.InferInput(name, [1, 1], "BOOL")
-                tensor.set_data_from_numpy(np.array([[True]], dtype=np.bool_))
-                inputs.append(tensor)
-        return inputs
+        # request_inputs asks for the engine's counts (return_num_*_tokens) wherever the model declares them
+        return request_inputs(request.prompt, params, stream=True, declared=self._declared)
 
     async def send(self, request: BenchRequest) -> StreamResult:
         assert self._client is not None, "open() first"
