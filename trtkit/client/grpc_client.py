@@ -150,7 +150,7 @@ class TritonLLMClient:
         with self._lock:
             self._active[request.request_id] = inbox
         client: grpcclient.InferenceServerClient | None = None
-        attempt, done = 0, False
+        attempt, done, broken = 0, False, False
         try:
             while True:
                 client = self._idle.get() if not self._idle.empty() else grpcclient.InferenceServerClient(self.url)
@@ -164,7 +164,8 @@ class TritonLLMClient:
                     return
                 except ClientError:
                     raise
-                except Exception as exc:  # tritonclient raises InferenceServerException
+                except Exception as raised:  # tritonclient raises InferenceServerException
+                    exc = _reported_error(inbox, raised)
                     if not is_unavailable(exc) or acc.has_output:
                         raise ClientError(f"request {request.request_id} failed: {exc}") from exc
                     if attempt >= self.setup.max_retries:
@@ -177,12 +178,20 @@ class TritonLLMClient:
                     client = None
                     time.sleep(backoff_s(attempt))
                     attempt += 1
+        except GeneratorExit:  # the caller stopped reading (done, cancelled, or a guard stop): still usable
+            raise
+        except BaseException:
+            broken = True
+            raise
         finally:
             with self._lock:
                 self._active.pop(request.request_id, None)
             if client is not None:
                 client.stop_stream(cancel_requests=not done)  # an unfinished request is cancelled server-side
-                self._idle.put(client)
+                if broken:  # a stream that failed leaves its client unusable: never hand it out again
+                    client.close()
+                else:
+                    self._idle.put(client)
 
     def _send(self, client: grpcclient.InferenceServerClient, request: PreparedRequest, stream: bool,
               inbox: queue.SimpleQueue, deadline: float) -> None:
@@ -212,3 +221,17 @@ class TritonLLMClient:
             if error is not None:
                 raise error
             yield parse_response(result.as_numpy, is_final_response(result))
+
+
+def _reported_error(inbox: queue.SimpleQueue, raised: Exception) -> BaseException:
+    """The stream's own error when tritonclient only says that the stream broke: a stream to a server that
+    is down fails in the callback (UNAVAILABLE) and the send then raises "no longer in valid state"."""
+    if "no longer in valid state" not in str(raised):
+        return raised
+    try:
+        item = inbox.get(timeout=1.0)
+    except queue.Empty:
+        return raised
+    if isinstance(item, tuple) and item[1] is not None:
+        return item[1]
+    return raised

@@ -71,11 +71,12 @@ class TritonPythonModel:
         return [error if error is not None else self._answer(sink, rid, deadline) for sink, rid, error in waiting]
 
     def _answer(self, sink, rid, deadline):
+        if not rid:  # a `stop` request: it is answered once the live request is cancelled
+            return triton_io.response(pb_utils, {})
         failure = sink.wait(max(0.0, deadline - time.monotonic()))
         if failure is None:
             return triton_io.response(pb_utils, sink.outputs)
-        if rid:
-            self.loop.cancel(rid)  # a request nobody waits for any more frees its blocks
+        self.loop.cancel(rid)  # a request nobody waits for any more frees its blocks
         return triton_io.error_response(pb_utils, RuntimeError(failure))
 
     def _submit_streaming(self, request):

@@ -1,0 +1,141 @@
+"""Faults through a real tritonserver (its own, not the shared session server: these tests break it).
+
+SIGSTOP of the whole server, SIGKILL of the engine model's stub mid-stream, SIGKILL of tritonserver.
+In each case the in-flight client ends within its deadline with a clear outcome (never a hang),
+retries happen only before the first token, budget reservations are released, and every request
+that completed (or failed after the server worked on it) has its ledger row. The tests run in file
+order on one server: the last one kills it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from trtkit.client import ClientMetrics, Ledger, SamplingParams, TritonLLMClient, budget_scope
+from trtkit.client.transport import ServerUnavailableError
+from trtkit.errors import ClientError
+
+from .conftest import TINY_CONFIG, client_config
+
+pytestmark = pytest.mark.slow
+LONG = 400
+LONG_PARAMS = SamplingParams(max_tokens=LONG, min_tokens=LONG)  # cannot finish early on its own
+
+
+@pytest.fixture(scope="module")
+def fault_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    from trtkit.config import load_config
+    from trtkit.repository import deploy_repository
+    from trtkit.serve import TritonServer
+
+    repo = tmp_path_factory.mktemp("fault-server") / "repo"
+    deploy_repository(load_config(TINY_CONFIG), tiny_llama_dir, repo, target="cpu")
+    with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
+        yield server
+
+
+@pytest.fixture()
+def config(tiny_config):
+    return client_config(tiny_config, cache=replace(tiny_config.client.cache, enabled=False),
+                         guard=replace(tiny_config.client.guard, enabled=False), max_retries=2)
+
+
+def ledger_rows() -> list[tuple]:
+    with Ledger() as ledger:
+        return ledger.query("SELECT finish_reason, completion_tokens FROM requests ORDER BY id")
+
+
+def stub_pid(server, model: str) -> int:
+    """The Python-backend stub process that runs ``model`` for this server."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == server.pid and argv[0].endswith(b"triton_python_backend_stub") and \
+                f"/{model}/".encode() in argv[1]:
+            found.append(int(entry.name))
+    assert len(found) == 1, f"expected one stub of {model}, found {found}"
+    return found[0]
+
+
+def test_a_server_stopped_for_5_s(fault_server, config) -> None:
+    """SIGSTOP: a client with a short deadline ends at its deadline; one with a long deadline completes
+    once the server runs again. Both are in the ledger; the budget holds nothing afterwards."""
+    with TritonLLMClient(fault_server.grpc_url, config=config, model_name="tensorrt_llm_bls") as client, \
+            budget_scope(max_tokens=10_000) as scope:
+        short = client.stream("Stop the world", LONG_PARAMS, deadline_s=2.0)
+        patient = client.stream("Stop the world", SamplingParams(max_tokens=60), deadline_s=120.0)
+        assert next(short).text
+        short_deadline = time.monotonic() + 2.0  # its deadline counts from before that first chunk
+        assert next(patient).text  # both running
+        os.kill(fault_server.pid, signal.SIGSTOP)
+        resume = threading.Timer(5.0, os.kill, args=(fault_server.pid, signal.SIGCONT))
+        resume.start()
+        try:
+            time.sleep(max(0.0, short_deadline - time.monotonic()))  # read on once its deadline has passed
+            short_result = [c for c in short][-1].result
+            patient_result = [c for c in patient][-1].result
+        finally:
+            resume.join()
+    assert short_result is not None and short_result.finish_reason == "deadline"
+    assert short_result.usage.completion_tokens < LONG
+    assert patient_result is not None and patient_result.finish_reason == "length"
+    assert patient_result.usage.completion_tokens == 60
+    assert scope.reserved_tokens == 0
+    assert sorted(r[0] for r in ledger_rows()) == ["deadline", "length"]
+
+
+def test_a_killed_engine_stub_mid_stream_ends_by_the_deadline_and_later_requests_fail_fast(
+        fault_server, config) -> None:
+    """Triton 2.51 does not tell the in-flight request of a decoupled model that its stub died (nothing
+    more arrives), so the client's deadline ends it: a "deadline" row, never a hang. It does not restart
+    the stub of this decoupled model either: each later request fails at once with a clear error (and
+    an "error" row), until `trtkit serve` is restarted. (Where Triton restarts a stub, e.g. a model that is
+    not decoupled, the next request is served again.)"""
+    metrics = ClientMetrics()
+    with TritonLLMClient(fault_server.grpc_url, config=config, metrics=metrics) as client, \
+            budget_scope(max_tokens=10_000) as scope:
+        stream = client.stream("Kill the engine", LONG_PARAMS, deadline_s=5.0)
+        assert next(stream).text
+        os.kill(stub_pid(fault_server, "tensorrt_llm"), signal.SIGKILL)
+        in_flight = [c for c in stream][-1].result
+        with pytest.raises(ClientError, match="Stub process 'tensorrt_llm_0_0' is not healthy"):
+            client.generate("Are you back?", SamplingParams(max_tokens=4))
+        assert scope.reserved_tokens == 0
+        assert metrics.value("trtkit_client_retries_total", model="tiny-llama") == 0  # not retried: an answer
+    assert in_flight is not None and in_flight.finish_reason == "deadline"
+    assert 0 < in_flight.usage.completion_tokens < LONG
+    assert [r[0] for r in ledger_rows()] == ["deadline", "error"]
+
+
+def test_a_killed_server_fails_streams_without_retry_and_new_requests_after_retries(fault_server, config) -> None:
+    fault_server.stop()  # a fresh start: the stub killed by the test before is not coming back
+    fault_server.start()
+    metrics = ClientMetrics()
+    with TritonLLMClient(fault_server.grpc_url, config=config, metrics=metrics) as client, \
+            budget_scope(max_tokens=10_000) as scope:
+        stream = client.stream("Kill the server", LONG_PARAMS, deadline_s=60.0)
+        assert next(stream).text
+        os.kill(fault_server.pid, signal.SIGKILL)
+        with pytest.raises(ClientError):
+            for _ in stream:
+                pass
+        assert metrics.value("trtkit_client_retries_total", model="tiny-llama") == 0  # a token had arrived
+        with pytest.raises(ServerUnavailableError, match="3 attempts"):
+            client.generate("Anyone there?", SamplingParams(max_tokens=4))
+        assert metrics.value("trtkit_client_retries_total", model="tiny-llama") == 2  # before any token only
+        assert scope.reserved_tokens == 0
+    (row,) = ledger_rows()
+    assert row[0] == "error" and 0 < row[1] < LONG
