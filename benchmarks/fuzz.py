@@ -98,7 +98,8 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="trtkit-fuzz-") as tmp:
         repo = tiny_repository(Path(tmp))
-        with TritonServer(repo, start_timeout_s=180, log_path=Path(tmp) / "tritonserver.log") as server:
+        with TritonServer(repo, start_timeout_s=180) as server:  # the log stays under $TRTKIT_HOME for a post-mortem
+            print(f"tritonserver log: {server.log_path}", file=sys.stderr)
             report, events, seconds = fuzz_server(server, requests=args.requests, seed=args.seed,
                                                   workers=args.workers, deadline_s=args.deadline, progress=True)
     print_table(report)

@@ -3,20 +3,23 @@ engine on the tiny test model (model_configs/tiny-llama.yaml: a random 2-layer L
 tokenizer), mixing ``ensemble`` and ``tensorrt_llm_bls``, random prompt lengths (1-120 words) and
 max_tokens (1-64), 10% of requests cancelled after their first 1-3 responses.
 
-    python benchmarks/soak.py [--minutes 5] [--clients 64] [--cancel-fraction 0.1] [--seed 0]
+    python benchmarks/soak.py [--minutes 5] [--clients 64] [--cancel-fraction 0.1] [--seed 0] [--rss-every 60]
 
 Reports completed, cancelled, failed and lost requests (lost: no answer and no error within the
 deadline); the KV blocks in use after the load (``nv_trt_llm_kv_cache_block_metrics``, polled until it
 settles); the RSS of tritonserver and of every stub at start (after a warm-up of 2 requests per client
-at full concurrency) and at end, and once a minute in between, from /proc; p50/p99 latency of completed requests per minute; health events (process, readiness,
-stub pids polled every 0.5 s). Targets: 0 failed, 0 lost, 0 KV blocks in use after, RSS growth < 5%
-per process, server healthy throughout.
+at full concurrency), every --rss-every seconds (60) and at end, from /proc; p50/p99 latency of
+completed requests per minute; health events (process, readiness, stub pids polled every 0.5 s);
+the requests tritonserver still counts in flight when it is stopped after the load (from its log).
+Targets: 0 failed, 0 lost, 0 KV blocks in use after, RSS growth < 5% per process, server healthy
+throughout, nothing in flight at exit.
 
 Only Triton over gRPC is a target today: trtkit has no gateway on this branch, so there is no
 ``--gateway`` mode yet. A gateway target plugs in beside ``TritonStreamTarget``
 (``send_inputs(model, inputs, deadline_s, cancel_after)``).
 
-Real run time: --minutes plus about 30 s (server start, warm-up, draining). Ends with ``BENCH {json}``.
+Real run time: --minutes plus about 60 s (server start, warm-up, draining) on a shared 2-core machine.
+Ends with one ``BENCH {json}`` line.
 """
 
 from __future__ import annotations
@@ -31,7 +34,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from robustness.server import HealthWatch, kv_blocks, memory_snapshot, tiny_repository  # noqa: E402
+from robustness.server import (  # noqa: E402
+    HealthWatch,
+    inflight_at_exit,
+    kv_blocks,
+    memory_breakdown,
+    memory_snapshot,
+    tiny_repository,
+)  # noqa: E402
 from robustness.soak_run import SoakTally, percentile, run_clients  # noqa: E402
 from robustness.triton_target import TritonStreamTarget  # noqa: E402
 
@@ -40,7 +50,7 @@ DEADLINE_S = 180.0
 
 
 class RssSampler:
-    """RSS of every process once a minute during the load, to tell a trend from a one-off step."""
+    """RSS of every process every ``period_s`` during the load, to tell a trend from a one-off step."""
 
     def __init__(self, server_pid: int, period_s: float = 60.0) -> None:
         self.server_pid, self.period_s = server_pid, period_s
@@ -78,18 +88,19 @@ def soak(server, args: argparse.Namespace) -> dict:
     # start RSS is taken, so growth measures what the load leaves behind, not what it needs
     warm = run_clients(make_target, clients=args.clients, seconds=0.0, seed=args.seed + 1, models=MODELS,
                        cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S, requests_per_client=2)
-    rss_start = memory_snapshot(server.pid)
+    rss_start, parts_start = memory_snapshot(server.pid), memory_breakdown(server.pid)
     kv_start = settled_kv_blocks(server.metrics_url)
     watch = HealthWatch(server).start()
-    samples = RssSampler(server.pid).start()
+    samples = RssSampler(server.pid, args.rss_every).start()
     started = time.monotonic()
     tally = run_clients(make_target, clients=args.clients, seconds=args.minutes * 60, seed=args.seed, models=MODELS,
                         cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S)
     seconds = time.monotonic() - started
     events = watch.close() + watch.check()
-    tally.rss_by_minute = samples.close()
+    tally.rss_samples = samples.close()
     kv_end = settled_kv_blocks(server.metrics_url)
-    rss_end = memory_snapshot(server.pid)
+    rss_end, parts_end = memory_snapshot(server.pid), memory_breakdown(server.pid)
+    tally.rss_parts = {"start": parts_start, "end": parts_end}
     tally.counts.update({f"warm_up_{k}": v for k, v in warm.counts.items() if ":" not in k})
     return report(tally, seconds, events, kv_start, kv_end, rss_start, rss_end, args)
 
@@ -117,7 +128,8 @@ def report(tally: SoakTally, seconds: float, events: list[str], kv_start: dict, 
                "kv_blocks_after": kv_end, "kv_blocks_used_after": kv_end.get("used"),
                "max_rss_growth_pct": max(growths) if growths else None,
                "processes_gone": sorted(set(rss_start) - set(rss_end)), "rss": rss,
-               "rss_kb_by_minute": tally.rss_by_minute, "latency_by_minute": minutes,
+               "rss_kb_samples": tally.rss_samples,
+               "rss_parts_kb": tally.rss_parts, "latency_by_minute": minutes,
                "health_events": events[:20], "failures": tally.failures}
     met = {"failed": c["failed"] == 0, "lost": c["lost"] == 0, "kv_blocks_used_after": kv_end.get("used") == 0,
            "rss_growth_lt_5pct": bool(growths) and max(growths) < 5.0 and not figures["processes_gone"],
@@ -131,14 +143,17 @@ def print_tables(result: dict) -> None:
     print(f"{f['clients']} streaming clients for {f['seconds']:.0f} s: completed {f['completed']}, cancelled "
           f"{f['cancelled']}, failed {f['failed']}, lost {f['lost']}; by model {f['by_model']}")
     print(f"KV blocks before {f['kv_blocks_before']}, after {f['kv_blocks_after']}")
+    print(f"requests tritonserver still counted in flight at exit: {f['server_inflight_at_exit'] or 'none'}")
     print(f"\n{'minute':>6}{'completed':>11}{'p50 s':>9}{'p99 s':>9}")
     for row in f["latency_by_minute"]:
         print(f"{row['minute']:>6}{row['completed']:>11}{row['p50_s']:>9.3f}{row['p99_s']:>9.3f}")
     print(f"\n{'process':<40}{'RSS start kB':>14}{'RSS end kB':>12}{'growth %':>10}")
     for name, row in f["rss"].items():
         print(f"{name:<40}{row['start_kb'] or 0:>14}{row['end_kb'] or 0:>12}{row['growth_pct']!s:>10}")
-    for minute, sample in enumerate(f["rss_kb_by_minute"], start=1):
-        print(f"RSS after minute {minute}: {sample}")
+    for moment, parts in f["rss_parts_kb"].items():
+        print(f"heap / shared memory at {moment}: {parts}")
+    for i, sample in enumerate(f["rss_kb_samples"], start=1):
+        print(f"RSS sample {i}: {sample}")
     for line in f["failures"] + f["health_events"]:
         print(f"  {line}")
 
@@ -149,14 +164,20 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--cancel-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rss-every", type=float, default=60.0, help="seconds between RSS samples during the load")
     args = parser.parse_args()
 
     from trtkit.serve import TritonServer
 
     with tempfile.TemporaryDirectory(prefix="trtkit-soak-") as tmp:
         repo = tiny_repository(Path(tmp))
-        with TritonServer(repo, start_timeout_s=180, log_path=Path(tmp) / "tritonserver.log") as server:
+        with TritonServer(repo, start_timeout_s=180) as server:  # the log stays under $TRTKIT_HOME for a post-mortem
+            print(f"tritonserver log: {server.log_path}", file=sys.stderr)
             result = soak(server, args)
+        inflight = inflight_at_exit(server.log_path)
+    result["figures"]["server_inflight_at_exit"] = inflight
+    result["targets"]["server_inflight_at_exit"] = 0
+    result["met"]["server_inflight_at_exit"] = not inflight
     print_tables(result)
     print("BENCH " + json.dumps(result))
     return 0 if all(result["met"].values()) else 1

@@ -29,12 +29,14 @@ def tiny_repository(work: Path, model_dir: Path | None = None) -> Path:
     return deploy_repository(config, source, work / "repo", target="cpu").out_dir
 
 
-def rss_kb(pid: int) -> int | None:
+def rss_kb(pid: int, field: str = "VmRSS") -> int | None:
+    """A memory figure of /proc/PID/status in kB: VmRSS, or its parts RssAnon (heap), RssFile, RssShmem
+    (touched pages of the Python backend's /dev/shm pools count here)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
-    found = re.search(r"^VmRSS:\s+(\d+) kB", status, flags=re.M)
+    found = re.search(rf"^{field}:\s+(\d+) kB", status, flags=re.M)
     return int(found.group(1)) if found else None
 
 
@@ -65,12 +67,18 @@ def stub_processes(server_pid: int) -> dict[int, str]:
     return stubs
 
 
-def memory_snapshot(server_pid: int) -> dict[str, int]:
+def memory_snapshot(server_pid: int, field: str = "VmRSS") -> dict[str, int]:
     """RSS in kB of tritonserver and of every stub, keyed ``tritonserver`` / ``stub:<model>:<pid>``."""
-    snapshot = {"tritonserver": rss_kb(server_pid) or 0}
+    snapshot = {"tritonserver": rss_kb(server_pid, field) or 0}
     for pid, model in sorted(stub_processes(server_pid).items()):
-        snapshot[f"stub:{model}:{pid}"] = rss_kb(pid) or 0
+        snapshot[f"stub:{model}:{pid}"] = rss_kb(pid, field) or 0
     return snapshot
+
+
+def memory_breakdown(server_pid: int) -> dict[str, dict[str, int]]:
+    """Per process: the heap (RssAnon) apart from shared-memory pages (RssShmem), to tell where growth is."""
+    parts = {field: memory_snapshot(server_pid, field) for field in ("RssAnon", "RssShmem")}
+    return {name: {field: parts[field].get(name, 0) for field in parts} for name in parts["RssAnon"]}
 
 
 def kv_blocks(metrics_url: str) -> dict[str, float]:
@@ -79,6 +87,19 @@ def kv_blocks(metrics_url: str) -> dict[str, float]:
         text = response.read().decode()
     pattern = r'^nv_trt_llm_kv_cache_block_metrics\{[^}]*kv_cache_block_type="(\w+)"[^}]*\} ([0-9.e+-]+)$'
     return {kind: float(value) for kind, value in re.findall(pattern, text, flags=re.M)}
+
+
+def inflight_at_exit(log_path: Path) -> dict[str, int]:
+    """Requests tritonserver still counted in flight when it was told to stop (from its log): after the
+    load has drained, anything here is a request the server never completed."""
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return {}
+    found: dict[str, int] = {}
+    for model, count in re.findall(r"Model '([^']+)' \(version \d+\) has (\d+) in-flight inferences", text):
+        found.setdefault(model, int(count))  # the first report, before the exit timeout counts down
+    return found
 
 
 def is_ready(http_url: str) -> bool:

@@ -37,7 +37,8 @@ class SoakTally:
     counts: Counter = field(default_factory=Counter)
     latency_by_minute: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
     failures: list[str] = field(default_factory=list)
-    rss_by_minute: list[dict[str, int]] = field(default_factory=list)
+    rss_samples: list[dict[str, int]] = field(default_factory=list)
+    rss_parts: dict[str, dict] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, request: SoakRequest, outcome: Outcome, minute: int) -> None:
