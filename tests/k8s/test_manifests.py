@@ -232,6 +232,7 @@ def test_impossible_multi_node_layouts_name_the_fix(tp: int, k8s: dict[str, Any]
     ({"namespace": "LLM_prod"}, "k8s.namespace .* must be a Kubernetes name"),
     ({"hpa_min_replicas": 5, "hpa_max_replicas": 2}, "k8s.hpa_min_replicas"),
     ({"model_mount_path": "models"}, "k8s.model_mount_path .* absolute"),
+    ({"store_secret_key": "store url"}, "k8s.store_secret_key .* Secret key"),
     ({"replicas": 3}, "k8s.replicas: unknown key"),
     ({"gateway_replicas": 0}, "k8s.gateway_replicas: must be >= 1"),
 ])

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from trtkit.config.schema import ModelConfig
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 
 
 @dataclass(slots=True)
@@ -61,6 +62,13 @@ def _names_are_dns_labels(c: ModelConfig) -> str | None:
     return None
 
 
+def _secret_key_is_valid(c: ModelConfig) -> str | None:
+    key = c.k8s.store_secret_key
+    if not _SECRET_KEY.match(key):
+        return f"k8s.store_secret_key ({key!r}) must be a Secret key: letters, digits, '-', '_' and '.' only"
+    return None
+
+
 def _paths_are_absolute(c: ModelConfig) -> str | None:
     k = c.k8s
     for path, value in (("k8s.model_mount_path", k.model_mount_path), ("k8s.repository_path", k.repository_path)):
@@ -77,4 +85,4 @@ def _hpa_range(c: ModelConfig) -> str | None:
     return None
 
 
-K8S_RULES = [_names_are_dns_labels, _paths_are_absolute, _hpa_range]
+K8S_RULES = [_names_are_dns_labels, _secret_key_is_valid, _paths_are_absolute, _hpa_range]
