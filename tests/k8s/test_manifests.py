@@ -62,8 +62,9 @@ def validate_all(plan: Any) -> None:
             check_adapter_config(yaml.safe_load(obj["data"]["config.yaml"]))
 
 
-@pytest.mark.parametrize("tp,pp,multi", [(1, 1, False), (2, 2, False), (4, 4, False), (2, 1, True)])
-def test_every_manifest_is_valid(tp: int, pp: int, multi: bool) -> None:
+@pytest.mark.parametrize("tp,pp,multi", [(1, 1, None), (2, 2, None), (4, 4, None), (2, 1, True)])
+def test_every_manifest_is_valid(tp: int, pp: int, multi: bool | None) -> None:
+    """One GPU, one node of 4 ranks, 16 ranks (a LeaderWorkerSet by size), 2 ranks forced onto 2 nodes."""
     overrides = Overrides(multi_node=multi, pod_monitor=True)
     validate_all(plan_for(tp, pp, overrides, gpus_per_node=1 if multi else 8))
 
@@ -226,6 +227,11 @@ def test_rsh_agent_execs_into_the_named_pod(tmp_path: Path) -> None:
 def test_impossible_multi_node_layouts_name_the_fix(tp: int, k8s: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         plan_for(tp, 1, Overrides(multi_node=True), **k8s)
+
+
+def test_single_node_refused_when_the_ranks_do_not_fit() -> None:
+    with pytest.raises(ConfigError, match="does not fit on one node"):
+        plan_for(16, 1, Overrides(multi_node=False), gpus_per_node=8)
 
 
 @pytest.mark.parametrize("k8s,match", [

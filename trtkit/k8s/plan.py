@@ -96,6 +96,10 @@ def make_plan(config: ModelConfig, config_text: str, overrides: Overrides | None
     o = overrides or Overrides()
     k = config.k8s
     world_size = config.convert.tp_size * config.convert.pp_size
+    if o.multi_node is False and world_size > k.gpus_per_node:
+        raise ConfigError(f"--single-node: the world size (convert.tp_size × convert.pp_size = {world_size}) does not "
+                          f"fit on one node of k8s.gpus_per_node = {k.gpus_per_node} GPUs; drop --single-node (a "
+                          f"LeaderWorkerSet spreads it over nodes) or raise k8s.gpus_per_node if the nodes have more")
     multi_node = _pick(o.multi_node, k.multi_node) or world_size > k.gpus_per_node
     if multi_node:
         _check_multi_node_layout(world_size, k.gpus_per_node)
