@@ -10,6 +10,20 @@ PYTHON=${PYTHON:-python3}
 VENV=${TRTKIT_VENV:-.venv}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 
+# >>> postgresql (issue 13): the tests' throwaway PostgreSQL cluster needs initdb + pg_ctl from the
+# distribution package. Installed once when missing; needs root (CI containers run as root).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing the postgresql Debian package (tests marked postgres need it)" >&2
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null
+  else
+    echo "setup: PostgreSQL is missing and this is not root with apt-get; tests marked postgres will be" \
+         "skipped. Install it with: sudo apt-get install -y postgresql" >&2
+  fi
+fi
+# <<< postgresql
+
 if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating $VENV with $($PYTHON --version)" >&2
   "$PYTHON" -m venv "$VENV"

@@ -95,3 +95,44 @@ def live(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # typ
     deploy_repository(load_config(TINY_CONFIG), echo_model_dir, repo, target="cpu")
     with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
         yield Live(server, echo_model_dir)
+
+
+# -- PostgreSQL: one throwaway cluster per session, started only if a test asks for it ------------------
+POSTGRES_FIXTURES = {"postgres_cluster", "postgres_db"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that use the cluster are marked `postgres` (select them with -m postgres, or skip them)."""
+    for item in items:
+        if POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():  # type: ignore[no-untyped-def]
+    """A private PostgreSQL server on 127.0.0.1 (initdb + pg_ctl on a temp folder), stopped at session end."""
+    from trtkit.errors import ServerError
+    from trtkit.testing.postgres import ThrowawayPostgres, find_postgres_bin
+
+    try:
+        find_postgres_bin()
+    except ServerError as exc:
+        pytest.skip(f"PostgreSQL is not installed: {exc}")
+    with ThrowawayPostgres() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def postgres_db(postgres_cluster, request: pytest.FixtureRequest) -> str:  # type: ignore[no-untyped-def]
+    """A fresh, empty database for one test (dropped afterwards); returns its URL."""
+    import re
+    import secrets
+
+    import psycopg
+
+    name = "t_" + re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40] + "_" + secrets.token_hex(3)
+    with psycopg.connect(postgres_cluster.url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield postgres_cluster.url_for(name)
+    with psycopg.connect(postgres_cluster.url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

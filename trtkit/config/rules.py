@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from trtkit.config.k8s_schema import K8S_RULES
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ConfigError
 
@@ -118,6 +119,7 @@ RULES: list[Rule] = [
     _input_below_seq, _num_tokens_cover_input, _opt_tokens_within_max, _tokens_per_block_power_of_two,
     _serve_batch_within_build, _distinct_ports, _client_input_within_engine, _client_max_tokens_fit,
     _summary_fits_context, _budget_has_limit, _kv_quant_needs_quantization_backend, _beam_search_no_streaming_reuse,
+    *K8S_RULES,
 ]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trtkit.config.k8s_schema import K8sSection
 from trtkit.config.loader import bounded, described
 
 Dtype = Literal["float16", "bfloat16", "float32"]
@@ -176,4 +177,5 @@ class ModelConfig:
     quantization: QuantizationSection = described(factory=QuantizationSection)
     build: BuildSection = described(factory=BuildSection)
     serve: ServeSection = described(factory=ServeSection)
+    k8s: K8sSection = described(factory=K8sSection, doc="Kubernetes manifests of `trtkit deploy k8s`")
     client: ClientSection = described(factory=ClientSection)

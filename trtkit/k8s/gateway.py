@@ -1,0 +1,76 @@
+"""The gateway tier: the model config as a ConfigMap, N gateway pods, their Service.
+
+Every replica runs ``trtkit gateway CONFIG --backend <triton service>:8001`` and takes the store URL
+from a Secret the operator creates (the manifests never hold it), as the ``TRTKIT_GATEWAY_STORE``
+environment variable, so all replicas share one store. The model volume is mounted read-only, so
+tokenizer paths in the config resolve in the gateway pods as in the Triton pods.
+"""
+
+from __future__ import annotations
+
+from trtkit.k8s.plan import CONFIG_FILE, CONFIG_MOUNT, GRPC_PORT, STORE_ENV, K8sPlan
+from trtkit.k8s.pods import Manifest, labels, metadata, model_mount, model_volume
+
+COMPONENT = "gateway"
+
+
+def config_map(plan: K8sPlan) -> Manifest:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": metadata(plan, f"{plan.name}-config", COMPONENT),
+            "data": {CONFIG_FILE: plan.config_text}}
+
+
+def gateway_command(plan: K8sPlan) -> list[str]:
+    backend = f"{plan.triton_name}.{plan.namespace}.svc:{GRPC_PORT}"
+    return ["trtkit", "gateway", f"{CONFIG_MOUNT}/{CONFIG_FILE}", "--backend", backend,
+            "--port", str(plan.gateway_port), "--bind", "0.0.0.0"]
+
+
+def _container(plan: K8sPlan) -> Manifest:
+    probe = {"periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 3}
+    return {
+        "name": "gateway", "image": plan.gateway_image, "command": gateway_command(plan),
+        "ports": [{"name": "http", "containerPort": plan.gateway_port, "protocol": "TCP"}],
+        "env": [
+            {"name": STORE_ENV, "valueFrom": {"secretKeyRef": {"name": plan.store_secret,
+                                                                "key": plan.store_secret_key}}},
+            {"name": "TRTKIT_HOME", "value": "/var/lib/trtkit"},
+            {"name": "HF_HUB_OFFLINE", "value": "1"},
+        ],
+        "readinessProbe": {"httpGet": {"path": "/health/ready", "port": "http"}, **probe},
+        "livenessProbe": {"httpGet": {"path": "/health/live", "port": "http"}, **probe, "periodSeconds": 15},
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+                         model_mount(plan, read_only=True),
+                         {"name": "home", "mountPath": "/var/lib/trtkit"}],
+    }
+
+
+def gateway_deployment(plan: K8sPlan) -> Manifest:
+    selector = labels(plan, COMPONENT)
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": metadata(plan, plan.gateway_name, COMPONENT),
+        "spec": {
+            "replicas": plan.gateway_replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {
+                    "containers": [_container(plan)],
+                    "volumes": [{"name": "config", "configMap": {"name": f"{plan.name}-config"}},
+                                model_volume(plan, read_only=True),
+                                {"name": "home", "emptyDir": {}}],
+                },
+            },
+        },
+    }
+
+
+def gateway_service(plan: K8sPlan) -> Manifest:
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": metadata(plan, plan.gateway_name, COMPONENT),
+        "spec": {"selector": labels(plan, COMPONENT), "type": "ClusterIP",
+                 "ports": [{"name": "http", "port": plan.gateway_port, "targetPort": "http", "protocol": "TCP"}]},
+    }
