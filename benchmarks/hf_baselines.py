@@ -11,6 +11,7 @@ import torch
 
 OUTPUT_LENGTHS = (16, 32, 64, 128, 256)
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+PAGE_SIZE = 256  # transformers' default page size of its paged KV cache
 
 
 @dataclass(slots=True)
@@ -76,7 +77,11 @@ def run_hf_continuous(model, workload: list[Request], concurrency: int, note: st
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     gen = GenerationConfig(do_sample=False, max_new_tokens=max(OUTPUT_LENGTHS), eos_token_id=None, pad_token_id=0)
-    cb = ContinuousBatchingConfig(max_requests_per_batch=concurrency)
+    # The KV pool holds every request in flight at its longest, as ours does; left unset, transformers sizes it
+    # from free memory, which on a shared machine gets the process killed.
+    longest = max(len(r.prompt) for r in workload) + max(OUTPUT_LENGTHS)
+    cb = ContinuousBatchingConfig(max_requests_per_batch=concurrency, page_size=PAGE_SIZE,
+                                  num_blocks=concurrency * -(-longest // PAGE_SIZE) + 4)
     model.set_attn_implementation("paged|sdpa")
     generated = 0
     with model.continuous_batching_context_manager(generation_config=gen, continuous_batching_config=cb, block=True,
