@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import trtkit.refengine.llm_engine as llm_engine_module  # noqa: E402
 from trtkit.refengine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from trtkit.refengine.cpu_features import usable_cores  # noqa: E402
 from trtkit.refengine.sequence import Sequence, SequenceStatus  # noqa: E402
 from trtkit.sources.resolve import resolve_model_dir  # noqa: E402
 
@@ -84,10 +85,12 @@ def buckets_of(raw: dict[str, float], qkv: float, step: float) -> dict[str, floa
 
 
 def engine_for(model_dir: Path, dtype: str, max_batch: int, max_context: int) -> LLMEngine:
+    threads = torch.get_num_threads()  # what main() chose; the engine would otherwise take every core
     config = EngineConfig(max_batch_size=max_batch, max_num_tokens=2048, max_input_len=min(max_context, 2048),
                           max_seq_len=max_context + 64, tokens_per_block=16,
                           max_tokens_in_paged_kv_cache=max_batch * (max_context + 64),
-                          enable_kv_cache_reuse=False, scheduler_policy="max_utilization", dtype=dtype)  # type: ignore[arg-type]
+                          enable_kv_cache_reuse=False, scheduler_policy="max_utilization", dtype=dtype,  # type: ignore[arg-type]
+                          num_threads=threads)
     return LLMEngine.from_pretrained(model_dir, config)
 
 
@@ -167,14 +170,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="batch 1 and 16, contexts 128 and 2048 only")
-    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: the engine's default)")
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: every usable core)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per cell (the median is shown)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     warnings.filterwarnings("ignore")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or usable_cores())
     model_dir = resolve_model_dir("bundled:smollm2-135m")
     batches, contexts = ((1, 16), (128, 2048)) if args.quick else ((1, 4, 16), (128, 512, 2048))
     rows = [profile_decode(model_dir, args.dtype, b, c, args.steps) for b in batches for c in contexts]

@@ -100,3 +100,22 @@ def test_bf16_agrees_with_fp32_on_most_next_tokens(make_engine: EngineFactory, t
     agreement = (fp32.argmax(-1) == bf16.argmax(-1)).float().mean().item()
     assert agreement >= 0.9, agreement
     assert torch.isfinite(bf16).all()
+
+
+def test_the_triton_engine_model_gets_the_threads_and_dtype(tmp_path: Path, tiny_llama_dir: Path) -> None:
+    from dataclasses import replace
+
+    from trtkit.config import load_config
+    from trtkit.repository import deploy_repository
+    from trtkit.repository.pbtxt import read
+    from trtkit.triton_models.engine_host import engine_config
+
+    config = load_config(Path(__file__).resolve().parents[2] / "model_configs" / "tiny-llama.yaml")
+    config = replace(config, serve=replace(config.serve, cpu_dtype="bf16", cpu_threads=2))
+    deploy_repository(config, tiny_llama_dir, tmp_path / "repo")
+    engine = read(tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt")
+    params = {k: v.string_value for k, v in engine.parameters.items()}
+    assert (params["cpu_dtype"], params["cpu_threads"]) == ("bf16", "2")
+    started = engine_config(params)
+    assert (started.dtype, started.num_threads) == ("bfloat16", 2)
+    assert (engine_config({}).dtype, engine_config({}).num_threads) == ("float32", 0)

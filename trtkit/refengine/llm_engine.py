@@ -364,6 +364,11 @@ class LLMEngine:
         allocated = self.block_manager.num_used_blocks * size
         return allocated, allocated - unfilled
 
+    def kv_reserved_slots(self) -> int:
+        """Token slots the scheduler holds back for running requests' growth but has not allocated yet
+        (guaranteed_no_evict reserves prompt + max_tokens per request; max_utilization reserves nothing)."""
+        return self.scheduler.reserved_blocks() * self.block_manager.block_size
+
     def stats(self) -> EngineStats:
         manager, scheduler, c = self.block_manager, self.scheduler, self._counters
         return EngineStats(
