@@ -21,8 +21,8 @@ differences over the bare median, with a 95% bootstrap interval over pairs. Targ
 time goes: the time inside the client's own steps (prepare, submit, per-delta accounting, waiting for
 the ledger commit), timed by wrappers that stay on during the judged run (they count against the client).
 
-Run time: about 1.5 minutes with the defaults on 2 cores (server start, 40 pairs, the ledger part);
-``--quick`` about 1 minute. Ends with one ``BENCH {json}`` line.
+Run time: 2 minutes with the defaults (server start, the ledger part, 40 pairs) on the shared 2-core host at
+load average 14; ``--quick`` 35 seconds there. A quiet host is faster. Ends with one ``BENCH {json}`` line.
 """
 
 from __future__ import annotations
