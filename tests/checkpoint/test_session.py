@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from tests.checkpoint.conftest import make_config
 from trtkit.checkpoint.calibrate import CalibrationSession, plan_calibration
 from trtkit.checkpoint.datasets import TokenBlocks, build_blocks
 
@@ -13,8 +14,6 @@ from trtkit.checkpoint.datasets import TokenBlocks, build_blocks
 @pytest.fixture(scope="module")
 def session(tiny_llama_dir, tmp_path_factory):  # type: ignore[no-untyped-def]
     from transformers import AutoTokenizer
-
-    from tests.checkpoint.conftest import make_config
 
     config = make_config(tiny_llama_dir, tmp_path_factory.mktemp("session"))
     tokenizer = AutoTokenizer.from_pretrained(tiny_llama_dir)
