@@ -13,7 +13,7 @@ import sys
 import typer
 
 from trtkit import __version__
-from trtkit.cli import build_cmd, client_cmd, config_cmd, convert_cmd, deploy_cmd, serve_cmd
+from trtkit.cli import build_cmd, client_cmd, config_cmd, convert_cmd, deploy_cmd, gateway_cmd, serve_cmd
 from trtkit.errors import TrtkitError
 
 app = typer.Typer(
@@ -25,7 +25,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (config_cmd, convert_cmd, build_cmd, deploy_cmd, serve_cmd, client_cmd):
+for module in (config_cmd, convert_cmd, build_cmd, deploy_cmd, serve_cmd, client_cmd, gateway_cmd):
     module.register(app)
 
 
