@@ -159,7 +159,11 @@ class CancellingStreamResponse(Response):
 
     def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str],
                  on_disconnect: Callable[[], None]) -> None:
-        super().__init__(headers={"cache-control": "no-cache", **headers}, media_type=self.media_type)
+        # No super().__init__: it would declare a Content-Length for an empty body.
+        self.status_code = 200
+        self.background = None
+        all_headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", **headers}
+        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in all_headers.items()]
         self.events = events
         self.on_disconnect = on_disconnect
 
