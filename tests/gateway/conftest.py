@@ -71,6 +71,10 @@ class RunningGateway:
         found = re.findall(rf"^{re.escape(name)} ([0-9.e+-]+)$", text, flags=re.M)
         return float(found[0]) if found else 0.0
 
+    def local_metric(self, name: str, **labels: str) -> float:
+        """Read a metric in-process (the gateway runs in this process): no HTTP round trip."""
+        return float(self.gateway.client.governor.metrics.registry.get_sample_value(name, labels) or 0.0)
+
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
