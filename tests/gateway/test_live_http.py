@@ -171,3 +171,49 @@ def test_bad_bodies_get_400_naming_the_field_and_big_ones_413_fast(gateway) -> N
     assert out_of_range.status_code == 400 and out_of_range.json()["error"]["param"] == "top_p"
     assert one_mb.status_code == 413 and hundred_mb.startswith(b"HTTP/1.1 413")
     assert elapsed < 30  # refused from the header, not after reading (generous: the machine is shared)
+
+
+def test_nested_calls_draw_on_the_parents_reservation(gateway) -> None:
+    from trtkit.client.caller import Caller
+
+    key, secret = gateway.key()
+    budgets = gateway.gateway.client.governor.budgets
+    need = gateway.gateway.client.governor.counter.count_prompt(PROMPT) + 4
+    # A parent request in flight holds 2.5 children's worth (made directly: an engine call ends too soon to
+    # keep a real one open while the children run).
+    parent = budgets.reserve(Caller(key_id=key.name), int(2.5 * need), 0.0, "parent-1")
+    header = {"x-trtkit-parent-request-id": "chatcmpl-parent-1"}
+    with httpx.Client(base_url=gateway.url, timeout=60) as http:
+        first = http.post("/v1/completions", headers=auth(secret) | header, json=body())
+        second = http.post("/v1/completions", headers=auth(secret) | header, json=body())
+        third = http.post("/v1/completions", headers=auth(secret) | header, json=body())
+        budgets.settle(parent, 0, 0.0)
+        orphan = http.post("/v1/completions", headers=auth(secret) | header, json=body())
+    assert first.status_code == second.status_code == 200
+    assert third.status_code == 429 and "request parent-1" in third.json()["error"]["message"]
+    assert orphan.status_code == 400 and orphan.json()["error"]["param"] == "x-trtkit-parent-request-id"
+
+
+def test_health_models_and_metrics(gateway) -> None:
+    _, secret = gateway.key()
+    with httpx.Client(base_url=gateway.url, timeout=60) as http:
+        assert http.get("/health/live").status_code == 200
+        assert http.get("/health/ready").json() == {"status": "ready"}
+        assert http.get("/v1/models").status_code == 401
+        assert http.get("/v1/models", headers=auth(secret)).json()["data"][0]["id"] == "tiny-llama"
+        http.post("/v1/completions", headers=auth(secret), json=body())
+        text = http.get("/metrics").text
+    for family in ("trtkit_gateway_requests_total", "trtkit_gateway_ttft_seconds_bucket",
+                   "trtkit_gateway_latency_seconds_bucket", "trtkit_gateway_in_flight_requests",
+                   "trtkit_gateway_refusals_total", "trtkit_client_prompt_tokens_total",
+                   "trtkit_client_completion_tokens_total", "trtkit_client_cached_prompt_tokens_total"):
+        assert family in text, family
+    assert secret not in text
+
+
+def test_no_auth_only_on_loopback(gateway, tiny_config) -> None:
+    from trtkit.errors import ConfigError
+    from trtkit.gateway import build_gateway
+
+    with pytest.raises(ConfigError, match="--no-auth"):
+        build_gateway(tiny_config, "127.0.0.1:1", no_auth=True, bind="0.0.0.0")
