@@ -87,3 +87,21 @@ def test_usage_by_key_counts_refusals(tmp_path) -> None:
     rows = {r["key"]: r for r in json.loads(result.stdout)}
     assert rows["team-a"]["requests"] == 2 and rows["team-a"]["refused"] == 1 and rows["team-a"]["total_tokens"] == 15
     assert rows["team-b"]["refused"] == 0
+
+
+def test_holds_of_a_live_gateway_process_are_not_released(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "gw.db"
+    script = ("import sys, time; from pathlib import Path; from trtkit.gateway.store import *; "
+              "s = SqliteGatewayStore(Path(sys.argv[1])); s.reserve(5, 0.0, [BudgetLimit('key:x', 0.0, 100, None)], "
+              "None); print('held', flush=True); time.sleep(60)")
+    other = subprocess.Popen([sys.executable, "-c", script, str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        assert SqliteGatewayStore(db).release_orphans() == 0  # that gateway still runs
+    finally:
+        other.kill()
+        other.wait()
+    assert SqliteGatewayStore(db).release_orphans() == 1  # now it is gone

@@ -10,6 +10,8 @@ read-then-write in Python. Only ``admission.StoreRuleBook`` calls ``reserve``/``
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import threading
 import time
@@ -100,7 +102,8 @@ class SqliteGatewayStore:
     def __init__(self, path: Path | None = None) -> None:
         self.path = Path(path) if path else default_store_path()
         open_private_file(self.path)
-        self.owner = uuid.uuid4().hex  # reservations left by another owner are a crashed gateway's
+        # host:pid:instance. A hold whose process is gone (or an older store of this process) is orphaned.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         # Holds are transient: the durable record of spending is the ledger. NORMAL skips an fsync per hold.
@@ -197,10 +200,12 @@ class SqliteGatewayStore:
                              (tokens - used_tokens, rate.key_id, rate.window_start))
 
     def release_orphans(self) -> int:
-        """Free the holds of gateways that died mid-request (this store serves one replica, so any hold
-        not made by this process is orphaned). Their use is unknown here; the ledger has what was billed."""
+        """Free the holds of gateways that died mid-request: their process is gone (gateways sharing this
+        file run on this host). Their use is unknown here; the ledger has what was billed."""
         with self._lock, _transaction(self._db):
-            rows = self._db.execute("SELECT id, body FROM reservations WHERE owner != ?", (self.owner,)).fetchall()
+            rows = [(hold_id, body) for hold_id, owner, body in
+                    self._db.execute("SELECT id, owner, body FROM reservations WHERE owner != ?", (self.owner,))
+                    if _is_orphan(owner)]
             for hold_id, body in rows:
                 b = json.loads(body)
                 budgets = [BudgetLimit(*limit) for limit in b["budgets"]]
@@ -220,6 +225,23 @@ class SqliteGatewayStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _is_orphan(owner: str) -> bool:
+    host, _, rest = owner.partition(":")
+    pid_text, _, _instance = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False  # another host's gateway: its liveness is not knowable from here
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True  # an earlier store object of this very process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 class _transaction:
