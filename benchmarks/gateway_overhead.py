@@ -38,6 +38,17 @@ PROMPTS = ["Explain why the sky is blue.", "Write a short poem about rivers.", "
 TTFT_TARGET_MS, TPS_TARGET, ECHO_TARGET_RPS = 3.0, 0.95, 500.0
 
 
+def bench_config(work: Path) -> Path:
+    """tiny-llama.yaml with the response cache off: every request of every path reaches the engine."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "model_configs" / "tiny-llama.yaml").read_text())
+    data.setdefault("client", {})["cache"] = {"enabled": False}
+    path = work / "tiny-llama-nocache.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 def start_servers(work: Path):  # type: ignore[no-untyped-def]
     from tests.repository.echo_model import build_echo_model
     from trtkit.config import load_config
@@ -45,7 +56,7 @@ def start_servers(work: Path):  # type: ignore[no-untyped-def]
     from trtkit.serve import TritonServer
     from trtkit.sources.resolve import resolve_model_dir
 
-    config = load_config(ROOT / "model_configs" / "tiny-llama.yaml")
+    config = load_config(bench_config(work))
     tiny_dir = resolve_model_dir(config.model.source)
     build_echo_model(tiny_dir, work / "echo-model")
     tiny = deploy_repository(config, tiny_dir, work / "repo", target="cpu").out_dir
@@ -54,14 +65,14 @@ def start_servers(work: Path):  # type: ignore[no-untyped-def]
                     TritonServer(echo, start_timeout_s=150, log_path=work / "echo.log"))
 
 
-def start_gateway(backend: str, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+def start_gateway(backend: str, env: dict[str, str], config_path: Path) -> tuple[subprocess.Popen, str]:
     import httpx
 
     from trtkit.gateway.server import free_port
 
     port = free_port("127.0.0.1")
     process = subprocess.Popen([sys.executable, "-c", "from trtkit.cli.main import main; raise SystemExit(main())",
-                                "gateway", str(ROOT / "model_configs" / "tiny-llama.yaml"), "--backend", backend,
+                                "gateway", str(config_path), "--backend", backend,
                                 "--port", str(port)], env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -165,7 +176,19 @@ async def echo_rate(url: str, secret: str, n: int) -> dict[str, float]:
     return {"requests_per_s": codes.count(200) / wall, "ok": codes.count(200), "requests": n}
 
 
-async def paths(config, tiny_url: str, gw_url: str, echo_gw_url: str, secret: str, args) -> dict:  # type: ignore[no-untyped-def]
+async def direct_echo_rate(config, url: str, n: int) -> float:  # type: ignore[no-untyped-def]
+    """The same echo requests through the asyncio client alone (same governance, no HTTP): what Triton and
+    the governance cost without the gateway, to show where the time goes."""
+    from trtkit.client import AsyncTritonLLMClient, SamplingParams
+
+    async with AsyncTritonLLMClient(url, config=config, ledger=True) as client:
+        await _concurrently(64, 64, lambda i: client.generate("Hi", SamplingParams(max_tokens=1)))
+        wall = await _concurrently(n, 64, lambda i: client.generate("Hi", SamplingParams(max_tokens=1)))
+    return n / wall
+
+
+async def paths(config, tiny_url: str, gw_url: str, echo_url: str, echo_gw_url: str, secret: str,  # type: ignore[no-untyped-def]
+                args) -> dict:
     from trtkit.client import AsyncTritonLLMClient
 
     rounds: dict[str, list[dict[str, float]]] = {"gateway": [], "direct": []}
@@ -179,10 +202,11 @@ async def paths(config, tiny_url: str, gw_url: str, echo_gw_url: str, secret: st
             rounds["direct"].append(await direct(client, args.requests // 2, args.concurrency, args.max_tokens))
     print("echo repository path ...", file=sys.stderr)
     echo = await echo_rate(echo_gw_url, secret, args.echo_requests)
+    echo_direct = await direct_echo_rate(config, echo_url, args.echo_requests)
     pick = lambda name, field: statistics.mean(r[field] for r in rounds[name])  # noqa: E731
     return {"gateway_ttft_ms": pick("gateway", "ttft_ms"), "direct_ttft_ms": pick("direct", "ttft_ms"),
             "gateway_tokens_per_s": pick("gateway", "tokens_per_s"), "direct_tokens_per_s": pick("direct", "tokens_per_s"),
-            "echo_requests_per_s": echo["requests_per_s"], "echo_ok": echo["ok"], "echo_requests": echo["requests"]}
+            "echo_requests_per_s": echo["requests_per_s"], "echo_direct_requests_per_s": echo_direct, "echo_ok": echo["ok"], "echo_requests": echo["requests"]}
 
 
 def main() -> None:
@@ -204,10 +228,10 @@ def main() -> None:
         config, (tiny, echo) = start_servers(work)
         with tiny, echo:
             secret = create_key(env)
-            gw, gw_url = start_gateway(tiny.grpc_url, env)
-            echo_gw, echo_url = start_gateway(echo.grpc_url, env)
+            gw, gw_url = start_gateway(tiny.grpc_url, env, work / "tiny-llama-nocache.yaml")
+            echo_gw, echo_url = start_gateway(echo.grpc_url, env, work / "tiny-llama-nocache.yaml")
             try:
-                figures = asyncio.run(paths(config, tiny.grpc_url, gw_url, echo_url, secret, args))
+                figures = asyncio.run(paths(config, tiny.grpc_url, gw_url, echo.grpc_url, echo_url, secret, args))
             finally:
                 for process in (gw, echo_gw):
                     process.terminate()
@@ -225,7 +249,9 @@ def report(f: dict, args) -> None:  # type: ignore[no-untyped-def]
             (f"gateway tokens/s at concurrency {args.concurrency}", f"{f['gateway_tokens_per_s']:.0f}", ""),
             ("gateway / direct tokens/s", f"{tps_ratio:.1%}", f">= {TPS_TARGET:.0%}"),
             ("gateway on echo repository, requests/s", f"{f['echo_requests_per_s']:.0f}", f">= {ECHO_TARGET_RPS:g}"),
-            ("  of which answered 200", f"{f['echo_ok']}/{f['echo_requests']}", "")]
+            ("  of which answered 200", f"{f['echo_ok']}/{f['echo_requests']}", ""),
+            ("asyncio client direct on echo repository, requests/s", f"{f['echo_direct_requests_per_s']:.0f}",
+             "(where the time goes)")]
     width = max(len(r[0]) for r in rows)
     print(f"{'measure'.ljust(width)}  {'value':>10}  target")
     for name, value, target in rows:

@@ -85,12 +85,11 @@ def run_gateway(config: ModelConfig, backend: str, *, port: int | None = None, b
     if no_auth:
         log.warning("API keys are OFF (--no-auth): anyone on this machine can use the model")
     log.warning("gateway for '%s' on http://%s:%d/v1 -> Triton gRPC %s", config.name, bind, port, backend)
+    # keep-alive longer than clients' pools keep idle connections, so a reused connection is not closed
+    # under a request in flight (uvicorn's 5 s default races with httpx/openai connection reuse).
     server = uvicorn.Server(uvicorn.Config(gateway.app, host=bind, port=port, log_level="warning",  # type: ignore[arg-type]
-                                           access_log=False, lifespan="off"))
-    try:
-        asyncio.run(_serve(server, gateway))
-    finally:
-        pass
+                                           access_log=False, lifespan="off", timeout_keep_alive=75))
+    asyncio.run(_serve(server, gateway))
 
 
 async def _serve(server: object, gateway: Gateway) -> None:
