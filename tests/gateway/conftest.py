@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.conftest import live_server, tiny_config  # noqa: F401 - one server for client and gateway tests
+from tests.client.conftest import live_server, tiny_config, tiny_counter  # noqa: F401 - shared fixtures
 from trtkit.client.ledger import Ledger
 from trtkit.config.schema import ModelConfig
 from trtkit.gateway import build_gateway

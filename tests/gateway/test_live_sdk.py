@@ -127,3 +127,14 @@ def test_sdk_exceptions_for_our_errors(gateway) -> None:
     assert reasons == ["refused:context_length", "length", "refused:rate_limit"]
     models = client.models.list()
     assert [m.id for m in models.data] == ["tiny-llama"]
+
+
+def test_default_max_tokens_is_the_room_the_prompt_leaves(gateway) -> None:
+    _, secret = gateway.key()
+    client = sdk(gateway, secret)
+    prompt = LONG * 7  # near max_input_len, so the room is short enough for a quick test
+    reply = client.completions.create(model="tiny-llama", prompt=prompt, temperature=0)
+    clamped = client.completions.create(model="tiny-llama", prompt=prompt, temperature=0, max_tokens=100_000)
+    room = gateway.config.build.max_seq_len - reply.usage.prompt_tokens
+    assert reply.usage.completion_tokens == room and reply.choices[0].finish_reason == "length"
+    assert clamped.usage.completion_tokens == room
