@@ -77,3 +77,31 @@ def test_governor_rejects_max_tokens_beyond_the_context_when_configured(tiny_con
         governor.prepare("Hello", SamplingParams(max_tokens=100_000), Caller())
     governor.default_max_tokens = None
     assert governor.prepare("Hello", SamplingParams(), Caller()).params.max_tokens == room  # type: ignore[union-attr]
+
+
+def test_a_backend_failure_mid_stream_ends_the_stream_with_an_error_event(tiny_config) -> None:
+    import asyncio
+    import json
+
+    from prometheus_client import CollectorRegistry
+
+    from trtkit.client.results import StreamChunk
+    from trtkit.client.usage import Usage
+    from trtkit.errors import ClientError
+    from trtkit.gateway.metrics import GatewayMetrics
+    from trtkit.gateway.serving import Generation, ServingContext
+    from trtkit.gateway.serving_completions import ServingCompletions
+
+    async def failing():  # what the asyncio client raises when Triton fails after the first token
+        raise ClientError("request r1 failed: engine gone")
+        yield  # pragma: no cover - makes this an async generator
+
+    async def collect() -> list[bytes]:
+        ctx = ServingContext(tiny_config, None, None, GatewayMetrics(CollectorRegistry()))  # type: ignore[arg-type]
+        generation = Generation("r1", StreamChunk("Hel", Usage(), "r1"), failing())
+        return [e async for e in ServingCompletions(ctx)._events(generation, "cmpl-r1", True)]
+
+    events = asyncio.run(collect())
+    assert json.loads(events[0][6:])["choices"][0]["text"] == "Hel"
+    error = json.loads(events[-1][6:])["error"]
+    assert error["code"] == "backend_error" and "engine gone" in error["message"]

@@ -185,5 +185,16 @@ class CancellingStreamResponse(Response):
             await aclose()
 
 
+def sse_error(exc: Exception) -> bytes:
+    """An error after the stream began (headers sent): OpenAI's error body as the last event."""
+    import json
+
+    from trtkit.gateway.http_errors import http_error
+
+    error = http_error(exc)
+    body = {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
+    return b"data: " + json.dumps(body).encode("utf-8") + b"\n\n"
+
+
 def created_now() -> int:
     return int(time.time())

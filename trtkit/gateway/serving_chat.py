@@ -20,6 +20,7 @@ from trtkit.gateway.serving import (
     created_now,
     observe,
     run_or_cancel,
+    sse_error,
     start_generation,
 )
 
@@ -75,6 +76,8 @@ class ServingChat:
                     if include_usage:
                         yield responses.sse(responses.chat_chunk(response_id, model, created, usage=result.usage))
             yield responses.SSE_DONE
+        except Exception as exc:  # the backend failed mid-stream: say so in the stream, never a traceback
+            yield sse_error(exc)
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
             await generation.rest.aclose()  # type: ignore[attr-defined]

@@ -19,6 +19,7 @@ from trtkit.gateway.serving import (
     created_now,
     observe,
     run_or_cancel,
+    sse_error,
     start_generation,
 )
 
@@ -66,6 +67,8 @@ class ServingCompletions:
                         yield responses.sse(responses.completion_chunk(response_id, model, created, usage=result.usage,
                                                                        with_choice=False))
             yield responses.SSE_DONE
+        except Exception as exc:  # the backend failed mid-stream: say so in the stream, never a traceback
+            yield sse_error(exc)
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
             await generation.rest.aclose()  # type: ignore[attr-defined]
