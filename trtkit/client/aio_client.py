@@ -127,13 +127,13 @@ class AsyncTritonLLMClient:
                     break
         except (asyncio.CancelledError, GeneratorExit):  # task cancelled, or the consumer stopped reading
             if acc.has_output:
-                self.governor.complete(prepared, acc.outcome(FINISH_CANCELLED))
+                self.governor.complete_detached(prepared, acc.outcome(FINISH_CANCELLED))
             else:
                 self.governor.release(prepared)
             raise
         except BaseException:
             if acc.has_output:
-                self.governor.complete(prepared, acc.outcome("error"))
+                self.governor.complete_detached(prepared, acc.outcome("error"))
             else:
                 self.governor.release(prepared)
             raise

@@ -129,6 +129,15 @@ class Governor:
         result, row = self.finish(request, outcome)
         return result, (self.ledger.submit([row]) if row is not None and self.ledger is not None else None)
 
+    def complete_detached(self, request: PreparedRequest, outcome: Outcome) -> None:
+        """complete() without waiting for the commit: for a cancelled asyncio task, which must not block its
+        event loop (and every other request on it) on an fsync. Holds are released once the row is durable."""
+        _result, committed = self.submit(request, outcome)
+        if committed is None:
+            self._release_rules(request)
+        else:
+            committed.add_done_callback(lambda _done: self._release_rules(request))
+
     def wait_committed(self, request: PreparedRequest, committed: Future[None] | None) -> None:
         try:
             if committed is not None:
