@@ -109,7 +109,8 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
                 raise
     finally:
         current_key.reset(token)
-    return Generation(request_id, first, stream, ctx.rulebook.rate_headers.pop(request_id, {}))
+        headers = ctx.rulebook.rate_headers.pop(request_id, {})  # also when the backend failed: no leak
+    return Generation(request_id, first, stream, headers)
 
 
 def _bare_id(response_id: str) -> str:
