@@ -14,7 +14,10 @@ store's atomic holds, the runaway guard, the durable ledger (one fsynced row per
 2. (c) raw httpx -> gateway -> echo repository, max_tokens 1, 64 connections: requests/s.
    Target: >= 500 requests/s on 2 cores.
 The load generator shares the machine's cores with the servers; where the time goes is printed.
-Real run time: about 2 minutes (`--quick`: about 40 s) on 2 cores. Ends with one ``BENCH {json}`` line.
+Real run time on the shared 2-core machine: `--quick` about 75 s including two server starts (measured);
+the full run was not timed there (estimated 3-4 min). On that busy machine the quick figures swung between
+runs (TTFT overhead -7.7 ms and +523 ms; tokens/s ratio 105% and 74%): rerun it on a quiet machine.
+Ends with one ``BENCH {json}`` line.
 """
 
 from __future__ import annotations
