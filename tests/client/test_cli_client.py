@@ -39,4 +39,4 @@ def test_usage_reports_by_user_as_json_and_csv(isolated_home: Path, capsys: pyte
     assert main(["usage", "--by", "model", "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines()[1].startswith("tiny-llama,3,22,3,0,25,0")
     assert main(["usage", "--by", "week"]) == 1
-    assert "use day, model, user or session" in capsys.readouterr().err
+    assert "use day, model, user, key or session" in capsys.readouterr().err

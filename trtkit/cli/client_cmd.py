@@ -117,17 +117,17 @@ def chat(config_path: ConfigArg, url: UrlOpt = None,
                 typer.echo(_usage_line(result), err=True)
 
 
-def usage(by: Annotated[str, typer.Option("--by", help="day | model | user | session")] = "day",
+def usage(by: Annotated[str, typer.Option("--by", help="day | model | user | key | session")] = "day",
           fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
           days: Annotated[float | None, typer.Option("--days", help="Only the last N days")] = None,
           ledger_path: Annotated[Path | None, typer.Option("--ledger", help="Ledger file; default "
                                                            "$TRTKIT_HOME/usage.db")] = None) -> None:
-    """Report the usage ledger by day, model, user or session."""
+    """Report the usage ledger by day, model, user, API key (the gateway's key names) or session."""
     from trtkit.client.ledger import Ledger, format_report, usage_report
     from trtkit.errors import ClientError
 
-    if by not in ("day", "model", "user", "session"):
-        raise ClientError(f"--by {by!r} is unknown; use day, model, user or session")
+    if by not in ("day", "model", "user", "key", "session"):
+        raise ClientError(f"--by {by!r} is unknown; use day, model, user, key or session")
     if fmt not in ("table", "csv", "json"):
         raise ClientError(f"--format {fmt!r} is unknown; use table, csv or json")
     since = time.time() - days * 86400 if days else None

@@ -14,7 +14,16 @@ import sys
 import typer
 
 from trtkit import __version__
-from trtkit.cli import bench_cmd, build_cmd, client_cmd, config_cmd, convert_cmd, deploy_cmd, serve_cmd
+from trtkit.cli import (
+    bench_cmd,
+    build_cmd,
+    client_cmd,
+    config_cmd,
+    convert_cmd,
+    deploy_cmd,
+    gateway_cmd,
+    serve_cmd,
+)
 from trtkit.errors import TrtkitError
 
 EXIT_OK = 0
@@ -32,7 +41,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (config_cmd, convert_cmd, build_cmd, deploy_cmd, serve_cmd, client_cmd, bench_cmd):
+for module in (config_cmd, convert_cmd, build_cmd, deploy_cmd, serve_cmd, client_cmd, gateway_cmd, bench_cmd):
     module.register(app)
 
 

@@ -7,6 +7,7 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -77,8 +78,13 @@ def serve(repo_dir: RepoArg = None, config: ConfigOpt = None,
           bind: Annotated[str | None, typer.Option("--bind", help="Address to bind (default 127.0.0.1)")] = None,
           stop: Annotated[bool, typer.Option("--stop", help="Stop the servers this user started, and exit")] = False,
           skip_check: Annotated[bool, typer.Option("--skip-check", help="Launch even if `trtkit check` fails")] = False,
+          gateway: Annotated[bool, typer.Option("--gateway", help="Also run the OpenAI-compatible gateway "
+                                                "(needs --config; port from gateway.port)")] = False,
+          gateway_port: Annotated[int | None, typer.Option("--gateway-port", help="Gateway HTTP port")] = None,
+          no_auth: Annotated[bool, typer.Option("--no-auth", help="Gateway without API keys (loopback only)")] = False,
           ) -> None:
-    """Start tritonserver on a model repository, wait until ready, serve until Ctrl-C, stop cleanly."""
+    """Start tritonserver on a model repository, wait until ready, serve until Ctrl-C, stop cleanly.
+    With --gateway, the OpenAI-compatible gateway runs in front of it (`trtkit gateway`)."""
     from trtkit.serve import TritonServer, stop_recorded_servers
 
     if stop:
@@ -101,21 +107,40 @@ def serve(repo_dir: RepoArg = None, config: ConfigOpt = None,
                           grpc_port=_pick(grpc_port, s.grpc_port), metrics_port=_pick(metrics_port, s.metrics_port),
                           bind_address=bind or s.bind_address, start_timeout_s=s.server_start_timeout_s,
                           world_size=engine_world_size(repo_dir))
-    serve_until_interrupted(server)
+    if gateway and model_config is None:
+        raise typer.BadParameter("--gateway needs --config (the model config the gateway serves)")
+    foreground = gateway_foreground(model_config, gateway_port, no_auth) if gateway and model_config else None
+    serve_until_interrupted(server, foreground)
+
+
+def gateway_foreground(config: ModelConfig, port: int | None, no_auth: bool) -> Callable[[TritonServer], None]:
+    """Runs `trtkit gateway` against a started server until Ctrl-C (uvicorn handles the signal)."""
+
+    def run(server: TritonServer) -> None:
+        from trtkit.gateway import run_gateway
+
+        typer.echo(f"gateway http://{config.gateway.bind}:{port if port is not None else config.gateway.port}/v1")
+        run_gateway(config, server.grpc_url, port=port, no_auth=no_auth)
+
+    return run
 
 
 def _pick(option: int | None, from_config: int) -> int:
     return option if option is not None else from_config
 
 
-def serve_until_interrupted(server: TritonServer) -> None:
-    """Start, print the URLs on stdout, and stop cleanly on Ctrl-C, SIGTERM, or `trtkit serve --stop`."""
+def serve_until_interrupted(server: TritonServer, foreground: Callable[[TritonServer], None] | None = None) -> None:
+    """Start, print the URLs on stdout, and stop cleanly on Ctrl-C, SIGTERM, or `trtkit serve --stop`.
+    ``foreground`` (the gateway) runs in place of the wait loop; its return stops the server."""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         server.start()
         typer.echo(f"grpc    {server.grpc_url}\nhttp    {server.http_url}\nmetrics {server.metrics_url}\n"
                    f"log     {server.log_path}")
         typer.echo("serving; press Ctrl-C to stop", err=True)
+        if foreground is not None:
+            foreground(server)
+            return
         while server.is_running():
             time.sleep(0.5)
         if server.exit_description() == "exit code 0":  # a clean shutdown, e.g. `trtkit serve --stop`
@@ -135,7 +160,8 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def quickstart(config: ConfigArg,
-               keep: Annotated[bool, typer.Option("--keep", help="Keep serving after the answer")] = False,
+               keep: Annotated[bool, typer.Option("--keep", help="Keep serving after the answer, with the "
+                                                   "OpenAI-compatible gateway (no keys, loopback)")] = False,
                prompt: Annotated[str, typer.Option("--prompt", help="What to ask")] = "What is the capital of France?",
                max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Answer length cap")] = 64) -> None:
     """Bundled SmolLM2 to a streaming answer in one command: convert, deploy, check, serve, ask, stop."""
@@ -148,9 +174,13 @@ def quickstart(config: ConfigArg,
     def progress(message: str) -> None:
         typer.echo(message, err=True)
 
+    def keep_serving(server: TritonServer) -> None:  # --keep: Triton plus the gateway, keys off on loopback
+        from trtkit.config import load_config
+
+        serve_until_interrupted(server, gateway_foreground(load_config(config), None, no_auth=True))
+
     run_quickstart(config, prompt=prompt, max_tokens=max_tokens, keep=keep, on_text=write_text,
-                   progress=progress,
-                   serve_forever=serve_until_interrupted)
+                   progress=progress, serve_forever=keep_serving)
 
 
 def register(app: typer.Typer) -> None:

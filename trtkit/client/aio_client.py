@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import tritonclient.grpc.aio as aiogrpc
 
 from trtkit.client.accumulate import StreamAccumulator
+from trtkit.client.budgets import BudgetGuard
 from trtkit.client.caller import Caller
 from trtkit.client.governor import PreparedRequest
 from trtkit.client.ledger import Ledger
@@ -39,10 +40,11 @@ from trtkit.errors import ClientError
 class AsyncTritonLLMClient:
     def __init__(self, grpc_url: str, *, config: ModelConfig, caller: Caller | None = None,
                  ledger: Ledger | None | bool = True, counter: TokenCounter | None = None,
-                 metrics: ClientMetrics | None = None, model_name: str | None = None) -> None:
+                 metrics: ClientMetrics | None = None, model_name: str | None = None,
+                 budgets: BudgetGuard | None = None) -> None:
         self.url = grpc_url
         self.setup = make_setup(config, caller=caller, ledger=ledger, counter=counter, metrics=metrics,
-                                model_name=model_name)
+                                model_name=model_name, budgets=budgets)
         self.governor = self.setup.governor
         self._client: aiogrpc.InferenceServerClient | None = None
         self._declared: dict[str, str] | None = None
@@ -56,8 +58,10 @@ class AsyncTritonLLMClient:
         return final
 
     def stream(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
-               deadline_s: float | None = None) -> AsyncIterator[StreamChunk]:
-        return self._chunks(prompt, params, caller, deadline_s, server_stream=True)
+               deadline_s: float | None = None, request_id: str | None = None) -> AsyncIterator[StreamChunk]:
+        """Text deltas with running usage; the last chunk carries the result. ``request_id`` names the
+        request (the gateway passes its own, so nested calls can find its budget)."""
+        return self._chunks(prompt, params, caller, deadline_s, server_stream=True, request_id=request_id)
 
     async def generate_batch(self, prompts: list[str], params: SamplingParams | None = None, *,
                              caller: Caller | None = None, max_concurrency: int = 8,
@@ -70,6 +74,19 @@ class AsyncTritonLLMClient:
                 return await self.generate(prompt, params, caller=caller, deadline_s=deadline_s)
 
         return list(await asyncio.gather(*(one(p) for p in prompts)))
+
+    async def is_ready(self) -> bool:
+        """True when the server is up and the served model is ready."""
+        try:
+            client = self._connect()
+            return bool(await client.is_server_ready()) and bool(await client.is_model_ready(self.setup.model_name))
+        except Exception:  # any failure to ask means "not ready"
+            return False
+
+    def _connect(self) -> aiogrpc.InferenceServerClient:
+        if self._client is None:
+            self._client = aiogrpc.InferenceServerClient(self.url)
+        return self._client
 
     async def close(self) -> None:
         if self._client is not None:
@@ -85,9 +102,11 @@ class AsyncTritonLLMClient:
         await self.close()
 
     async def _chunks(self, prompt: str, params: SamplingParams | None, caller: Caller | None,
-                      deadline_s: float | None, *, server_stream: bool | None) -> AsyncIterator[StreamChunk]:
+                      deadline_s: float | None, *, server_stream: bool | None,
+                      request_id: str | None = None) -> AsyncIterator[StreamChunk]:
         who = caller or self.setup.caller
-        prepared = self.governor.prepare(prompt, params or SamplingParams(), who, record_hit=False)
+        prepared = self.governor.prepare(prompt, params or SamplingParams(), who, record_hit=False,
+                                         request_id=request_id)
         if isinstance(prepared, GenerationResult):
             await self.governor.arecord_hit(prepared, who)
             yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
@@ -109,13 +128,13 @@ class AsyncTritonLLMClient:
                     break
         except (asyncio.CancelledError, GeneratorExit):  # task cancelled, or the consumer stopped reading
             if acc.has_output:
-                self.governor.complete(prepared, acc.outcome(FINISH_CANCELLED))
+                self.governor.complete_detached(prepared, acc.outcome(FINISH_CANCELLED))
             else:
                 self.governor.release(prepared)
             raise
         except BaseException as exc:
             if acc.has_output or is_server_failure(exc):  # the server worked on it: the ledger shows it
-                self.governor.complete(prepared, acc.outcome("error"))
+                self.governor.complete_detached(prepared, acc.outcome("error"))
             else:  # refused, or never reached the server
                 self.governor.release(prepared)
             raise
@@ -151,10 +170,9 @@ class AsyncTritonLLMClient:
                     call.cancel()  # a no-op when the call already finished; cancels it server-side otherwise
 
     async def _open(self, request: PreparedRequest, stream: bool, deadline: float):  # type: ignore[no-untyped-def]
-        if self._client is None:
-            self._client = aiogrpc.InferenceServerClient(self.url)
+        client = self._connect()
         if self._declared is None:
-            metadata = await self._client.get_model_metadata(self.setup.model_name, as_json=True)
+            metadata = await client.get_model_metadata(self.setup.model_name, as_json=True)
             self._declared = declared_inputs(metadata)
         inputs = request_inputs(request.prompt, request.params, stream=stream, declared=self._declared)
         model_name = self.setup.model_name
@@ -162,7 +180,7 @@ class AsyncTritonLLMClient:
         async def requests():  # type: ignore[no-untyped-def]
             yield {"model_name": model_name, "inputs": inputs, "request_id": request.request_id}
 
-        return self._client.stream_infer(requests(), stream_timeout=max(0.001, deadline - time.monotonic()) + 1.0)
+        return client.stream_infer(requests(), stream_timeout=max(0.001, deadline - time.monotonic()) + 1.0)
 
     async def _receive(self, call, deadline: float) -> AsyncIterator[Delta | str]:  # type: ignore[no-untyped-def]
         iterator = call.__aiter__()

@@ -19,7 +19,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Protocol, cast
 
 from trtkit.client.caller import Caller
 from trtkit.client.ledger import Ledger
@@ -56,6 +57,16 @@ _current_scope: contextvars.ContextVar[BudgetScope | None] = contextvars.Context
 
 
 @contextmanager
+def draw_on(scope: BudgetScope) -> Iterator[BudgetScope]:
+    """Calls inside draw on ``scope`` (e.g. a running request's reservation, for its nested calls)."""
+    token = _current_scope.set(scope)
+    try:
+        yield scope
+    finally:
+        _current_scope.reset(token)
+
+
+@contextmanager
 def budget_scope(max_tokens: int | None = None, max_cost: float | None = None,
                  name: str = "budget") -> Iterator[BudgetScope]:
     """Open a nested budget; it draws on the enclosing one, if any."""
@@ -87,12 +98,25 @@ class Reservation:
     tokens: int
     cost: float
     scopes: list[BudgetScope]
-    rule_keys: list[tuple[int, str]] = field(default_factory=list)
+    rules_handle: object | None = None  # what the RuleBook needs to settle its part
+    request_id: str = ""
     settled: bool = False
+    used_tokens: int = 0
+    used_cost: float = 0.0
 
 
-class BudgetGuard:
-    """Checks config rules against the ledger and nested scopes against their counters."""
+class RuleBook(Protocol):
+    """The budgets that are not nested scopes: config rules summed from the ledger (the library), or a
+    shared store with atomic conditional updates (the gateway). ``reserve`` raises when a limit would be
+    overrun; ``settle`` replaces the hold by what was used."""
+
+    def reserve(self, caller: Caller, tokens: int, cost: float, request_id: str) -> object: ...
+
+    def settle(self, handle: object, used_tokens: int, used_cost: float) -> None: ...
+
+
+class LedgerRuleBook:
+    """``client.budgets`` rules: spending read from the ledger, plus what is in flight in this process."""
 
     _SCOPE_COLUMN = {"user": "user", "key": "key_id", "session": "session", "global": "user"}
 
@@ -101,48 +125,7 @@ class BudgetGuard:
         self.ledger = ledger
         self._in_flight: dict[tuple[int, str], tuple[int, float]] = {}
 
-    def reserve(self, caller: Caller, tokens: int, cost: float) -> Reservation:
-        """Raise BudgetExceededError if ``tokens``/``cost`` would overrun any budget; else hold them."""
-        scope = _current_scope.get()
-        scopes = scope.chain() if scope else []
-        with _LOCK:
-            for s in scopes:
-                _check(s.name, s.max_tokens, s.max_cost, s.used_tokens + s.reserved_tokens,
-                       s.used_cost + s.reserved_cost, tokens, cost)
-            rule_keys = self._check_rules(caller, tokens, cost)
-            for s in scopes:
-                s.reserved_tokens += tokens
-                s.reserved_cost += cost
-            for key in rule_keys:
-                held = self._in_flight.get(key, (0, 0.0))
-                self._in_flight[key] = (held[0] + tokens, held[1] + cost)
-        return Reservation(tokens, cost, scopes, rule_keys)
-
-    def settle(self, reservation: Reservation, used_tokens: int, used_cost: float, *,
-               release_rules: bool = True) -> None:
-        """Replace the reservation by actual use. Config rules read spending from the ledger, so a caller
-        that has not committed the request's row yet passes release_rules=False and calls
-        ``release_rules`` after the commit: until then the (larger) reservation still counts."""
-        with _LOCK:
-            if reservation.settled:
-                return
-            reservation.settled = True
-            for s in reservation.scopes:
-                s.reserved_tokens -= reservation.tokens
-                s.reserved_cost -= reservation.cost
-                s.used_tokens += used_tokens
-                s.used_cost += used_cost
-        if release_rules:
-            self.release_rules(reservation)
-
-    def release_rules(self, reservation: Reservation) -> None:
-        with _LOCK:
-            for key in reservation.rule_keys:
-                held = self._in_flight[key]
-                self._in_flight[key] = (held[0] - reservation.tokens, held[1] - reservation.cost)
-            reservation.rule_keys = []
-
-    def _check_rules(self, caller: Caller, tokens: int, cost: float) -> list[tuple[int, str]]:
+    def reserve(self, caller: Caller, tokens: int, cost: float, request_id: str) -> object:
         keys = []
         now = time.time()
         for index, rule in enumerate(self.rules):
@@ -153,13 +136,79 @@ class BudgetGuard:
             _check(f"{rule.scope} {subject or '*'} per {rule.period}", rule.max_tokens, rule.max_cost,
                    spent_tokens + held[0], spent_cost + held[1], tokens, cost)
             keys.append(key)
-        return keys
+        for key in keys:
+            held = self._in_flight.get(key, (0, 0.0))
+            self._in_flight[key] = (held[0] + tokens, held[1] + cost)
+        return (keys, tokens, cost)
+
+    def settle(self, handle: object, used_tokens: int, used_cost: float) -> None:
+        # The ledger row is committed by now, so spending is read from it: only the hold goes.
+        keys, tokens, cost = cast(tuple[list[tuple[int, str]], int, float], handle)
+        for key in keys:
+            held = self._in_flight[key]
+            self._in_flight[key] = (held[0] - tokens, held[1] - cost)
 
     def _spent(self, rule: BudgetRule, subject: str, now: float) -> tuple[int, float]:
         if self.ledger is None:
             return 0, 0.0
         value = None if rule.scope == "global" else subject
         return self.ledger.spent(self._SCOPE_COLUMN[rule.scope], value, period_start(rule.period, now))
+
+
+class BudgetGuard:
+    """The one admission path for budgets: nested scopes (counters here) and a RuleBook, reserved together."""
+
+    def __init__(self, rules: list[BudgetRule], ledger: Ledger | None, rulebook: RuleBook | None = None) -> None:
+        self.rulebook: RuleBook = rulebook or LedgerRuleBook(rules, ledger)
+        self._request_scopes: dict[str, BudgetScope] = {}
+
+    def reserve(self, caller: Caller, tokens: int, cost: float, request_id: str = "") -> Reservation:
+        """Raise BudgetExceededError if ``tokens``/``cost`` would overrun any budget; else hold them.
+        With a request id, the reservation also becomes a scope that nested calls can draw on
+        (``scope_of(request_id)``) while the request runs."""
+        scope = _current_scope.get()
+        scopes = scope.chain() if scope else []
+        with _LOCK:
+            for s in scopes:
+                _check(s.name, s.max_tokens, s.max_cost, s.used_tokens + s.reserved_tokens,
+                       s.used_cost + s.reserved_cost, tokens, cost)
+            handle = self.rulebook.reserve(caller, tokens, cost, request_id)
+            for s in scopes:
+                s.reserved_tokens += tokens
+                s.reserved_cost += cost
+            if request_id:
+                self._request_scopes[request_id] = BudgetScope(f"request {request_id}", tokens, cost)
+        return Reservation(tokens, cost, scopes, handle, request_id)
+
+    def scope_of(self, request_id: str) -> BudgetScope | None:
+        """The budget a running request's reservation offers to calls it makes (None once it ended)."""
+        with _LOCK:
+            return self._request_scopes.get(request_id)
+
+    def settle(self, reservation: Reservation, used_tokens: int, used_cost: float, *,
+               release_rules: bool = True) -> None:
+        """Replace the reservation by actual use. Config rules read spending from the ledger, so a caller
+        that has not committed the request's row yet passes release_rules=False and calls
+        ``release_rules`` after the commit: until then the (larger) reservation still counts."""
+        with _LOCK:
+            if reservation.settled:
+                return
+            reservation.settled = True
+            reservation.used_tokens, reservation.used_cost = used_tokens, used_cost
+            for s in reservation.scopes:
+                s.reserved_tokens -= reservation.tokens
+                s.reserved_cost -= reservation.cost
+                s.used_tokens += used_tokens
+                s.used_cost += used_cost
+            self._request_scopes.pop(reservation.request_id, None)
+        if release_rules:
+            self.release_rules(reservation)
+
+    def release_rules(self, reservation: Reservation) -> None:
+        with _LOCK:
+            handle, reservation.rules_handle = reservation.rules_handle, None
+            if handle is not None:
+                self.rulebook.settle(handle, reservation.used_tokens, reservation.used_cost)
 
 
 def _check(name: str, max_tokens: int | None, max_cost: float | None, spent_tokens: int, spent_cost: float,

@@ -58,43 +58,56 @@ class Outcome:
 
 class Governor:
     def __init__(self, config: ModelConfig, counter: TokenCounter, ledger: Ledger | None,
-                 metrics: ClientMetrics | None = None) -> None:
+                 metrics: ClientMetrics | None = None, budgets: BudgetGuard | None = None) -> None:
         self.config = config
         self.counter = counter
         self.ledger = ledger
         self.metrics = metrics or ClientMetrics()
         c = config.client
-        self.budgets = BudgetGuard(list(c.budgets), ledger)
+        self.budgets = budgets or BudgetGuard(list(c.budgets), ledger)
+        # None: a request without max_tokens gets all the room its prompt leaves (the gateway's default).
+        self.default_max_tokens: int | None = c.default_max_tokens
+        self.max_tokens_overflow = "clamp"  # or "reject": max_tokens beyond the context is an error
         self.cache = ResponseCache(c.cache.ttl_seconds, c.cache.max_entries) if c.cache.enabled else None
         self.max_input_tokens = c.max_input_tokens or config.build.max_input_len
         self.model = config.name
 
-    def prepare(self, prompt: str, params: SamplingParams, caller: Caller, *, record_hit: bool = True
-                ) -> PreparedRequest | GenerationResult:
+    def prepare(self, prompt: str, params: SamplingParams, caller: Caller, *, record_hit: bool = True,
+                request_id: str | None = None) -> PreparedRequest | GenerationResult:
         """A request ready to send, or a GenerationResult straight from the cache, recorded as 0 tokens
         (asyncio callers pass record_hit=False and await ``arecord_hit`` instead)."""
         started = time.perf_counter()
         prompt, ids, truncated = self._fit_input(prompt)
-        requested = params.max_tokens or self.config.client.default_max_tokens
-        max_tokens = clamp_max_tokens(requested, len(ids), self.config.build.max_seq_len)
+        max_tokens = self._max_tokens(params.max_tokens, len(ids))
         params = params.with_max_tokens(max_tokens)
         key = None
         if self.cache is not None and params.is_deterministic:
             key = cache_key(caller.tenant, self.model, prompt, params.identity())
             hit = self.cache.get(key)
             if hit is not None:
-                result = self._cache_hit(hit.text, hit.finish_reason, started, truncated)
+                result = self._cache_hit(hit.text, hit.finish_reason, started, truncated, request_id)
                 if record_hit and self.ledger is not None:
                     self.ledger.record(self._hit_row(result, caller))
                 return result
         reserve_tokens = len(ids) + max_tokens
+        request_id = request_id or uuid.uuid4().hex
         try:
-            reservation = self.budgets.reserve(caller, reserve_tokens, self._cost(Usage.of(len(ids), max_tokens)))
+            reservation = self.budgets.reserve(caller, reserve_tokens, self._cost(Usage.of(len(ids), max_tokens)),
+                                               request_id)
         except BudgetExceededError:
             self.metrics.budget_rejections.labels(self.model).inc()
             raise
-        return PreparedRequest(uuid.uuid4().hex, prompt, len(ids), params, caller, key, reservation, started,
-                               truncated)
+        return PreparedRequest(request_id, prompt, len(ids), params, caller, key, reservation, started, truncated)
+
+    def _max_tokens(self, requested: int | None, prompt_tokens: int) -> int:
+        max_seq_len = self.config.build.max_seq_len
+        if requested is None:
+            requested = self.default_max_tokens or max_seq_len
+        elif self.max_tokens_overflow == "reject" and prompt_tokens + requested > max_seq_len:
+            raise InputTooLongError(
+                f"max_tokens {requested} plus the prompt's {prompt_tokens} tokens exceeds the context of "
+                f"{max_seq_len} tokens (build.max_seq_len); ask for at most {max(0, max_seq_len - prompt_tokens)}")
+        return clamp_max_tokens(requested, prompt_tokens, max_seq_len)
 
     def new_guard(self) -> RunawayGuard | None:
         g = self.config.client.guard
@@ -115,6 +128,15 @@ class Governor:
         overlaps the commit's fsync with closing the gRPC stream). Durable before the result is shown."""
         result, row = self.finish(request, outcome)
         return result, (self.ledger.submit([row]) if row is not None and self.ledger is not None else None)
+
+    def complete_detached(self, request: PreparedRequest, outcome: Outcome) -> None:
+        """complete() without waiting for the commit: for a cancelled asyncio task, which must not block its
+        event loop (and every other request on it) on an fsync. Holds are released once the row is durable."""
+        _result, committed = self.submit(request, outcome)
+        if committed is None:
+            self._release_rules(request)
+        else:
+            committed.add_done_callback(lambda _done: self._release_rules(request))
 
     def wait_committed(self, request: PreparedRequest, committed: Future[None] | None) -> None:
         try:
@@ -197,14 +219,21 @@ class Governor:
             completion = self.counter.count(outcome.text) if outcome.text else 0
         return Usage.of(prompt, completion, outcome.num_cached_tokens or 0)
 
+    async def arecord_refusal(self, caller: Caller, request_id: str, reason: str) -> None:
+        """A request refused before it was sent (budget, rate limit, too long): a 0-token row naming why."""
+        if self.ledger is not None:
+            await self.ledger.arecord([LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session,
+                                                 request_id, 0, 0, 0, None, 0.0, f"refused:{reason}", 0.0)])
+
     async def arecord_hit(self, result: GenerationResult, caller: Caller) -> None:
         if self.ledger is not None:
             await self.ledger.arecord([self._hit_row(result, caller)])
 
-    def _cache_hit(self, text: str, finish_reason: str, started: float, truncated: int) -> GenerationResult:
+    def _cache_hit(self, text: str, finish_reason: str, started: float, truncated: int,
+                   request_id: str | None = None) -> GenerationResult:
         latency = time.perf_counter() - started
         self.metrics.cache_hits.labels(self.model).inc()
-        return GenerationResult(uuid.uuid4().hex, text, Usage(), finish_reason, True, latency, latency, 0.0,
+        return GenerationResult(request_id or uuid.uuid4().hex, text, Usage(), finish_reason, True, latency, latency, 0.0,
                                 truncated)
 
     def _hit_row(self, result: GenerationResult, caller: Caller) -> LedgerRow:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from trtkit.client.budgets import BudgetGuard
 from trtkit.client.caller import Caller
 from trtkit.client.governor import Governor
 from trtkit.client.ledger import Ledger
@@ -33,10 +34,11 @@ class ClientSetup:
 
 
 def make_setup(config: ModelConfig, *, caller: Caller | None, ledger: Ledger | None | bool,
-               counter: TokenCounter | None, metrics: ClientMetrics | None, model_name: str | None) -> ClientSetup:
+               counter: TokenCounter | None, metrics: ClientMetrics | None, model_name: str | None,
+               budgets: BudgetGuard | None = None) -> ClientSetup:
     """``ledger=True`` opens the default ledger under TRTKIT_HOME; ``False``/``None`` records nothing."""
     store = Ledger() if ledger is True else (ledger or None)
-    governor = Governor(config, counter or TokenCounter.from_config(config), store, metrics)
+    governor = Governor(config, counter or TokenCounter.from_config(config), store, metrics, budgets)
     if config.client.metrics_port is not None and metrics is None:
         governor.metrics.serve(config.client.metrics_port)
     c = config.client

@@ -169,6 +169,16 @@ class ClientSection:
 
 
 @dataclass(slots=True)
+class GatewaySection:
+    port: int = bounded(8000, ge=0, le=65535, doc="OpenAI-compatible HTTP port of `trtkit gateway`; 0 picks one")
+    bind: str = described("127.0.0.1", doc="address to bind; anything but loopback requires API keys")
+    max_body_bytes: int = bounded(262144, ge=1024, doc="larger request bodies get 413 before any parsing")
+    max_tokens_overflow: Literal["clamp", "reject"] = described(
+        "clamp", doc="max_tokens beyond the context: clamp to what fits, or answer 400")
+    store: str | None = described(None, doc="keys/budgets/rate-limit database; default $TRTKIT_HOME/gateway.db")
+
+
+@dataclass(slots=True)
 class ModelConfig:
     name: str = described(doc="short model name used for work folders and the ledger")
     model: ModelSection = described(doc="where the model comes from")
@@ -179,3 +189,4 @@ class ModelConfig:
     serve: ServeSection = described(factory=ServeSection)
     k8s: K8sSection = described(factory=K8sSection, doc="Kubernetes manifests of `trtkit deploy k8s`")
     client: ClientSection = described(factory=ClientSection)
+    gateway: GatewaySection = described(factory=GatewaySection)

@@ -10,13 +10,14 @@ from typing import Literal
 
 from trtkit.client.ledger.store import Ledger
 
-GroupBy = Literal["day", "model", "user", "session"]
+GroupBy = Literal["day", "model", "user", "key", "session"]
 ReportFormat = Literal["table", "csv", "json"]
 
 _GROUP_SQL: dict[str, str] = {
     "day": "date(ts, 'unixepoch')",  # UTC days: the same report on every machine
     "model": "model",
     "user": "user",
+    "key": "key_id",
     "session": "session",
 }
 
@@ -30,6 +31,7 @@ class ReportRow:
     cached_tokens: int
     total_tokens: int
     cache_hits: int
+    refused: int  # refusals (budget, rate limit, too long): rows with 0 tokens
     cost: float
     avg_ttft_ms: float | None
     avg_latency_ms: float
@@ -40,11 +42,13 @@ def usage_report(ledger: Ledger, by: GroupBy = "day", since: float | None = None
         raise ValueError(f"unknown grouping {by!r}")
     key = _GROUP_SQL[by]
     sql = (f"SELECT {key}, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached_tokens), "
-           f"SUM(prompt_tokens + completion_tokens), SUM(cache_hit), SUM(cost), AVG(ttft_ms), AVG(latency_ms) "
+           f"SUM(prompt_tokens + completion_tokens), SUM(cache_hit), SUM(finish_reason LIKE 'refused:%'), SUM(cost), AVG(ttft_ms), "
+           f"AVG(latency_ms) "
            f"FROM requests WHERE ts >= ? GROUP BY {key} ORDER BY {key}")
     rows = ledger.query(sql, [since or 0.0])
-    return [ReportRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), float(r[7]),
-                      None if r[8] is None else round(float(r[8]), 3), round(float(r[9]), 3)) for r in rows]
+    return [ReportRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
+                      float(r[8]), None if r[9] is None else round(float(r[9]), 3), round(float(r[10]), 3))
+            for r in rows]
 
 
 def format_report(rows: list[ReportRow], fmt: ReportFormat, group_name: str = "group") -> str:

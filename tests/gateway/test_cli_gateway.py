@@ -1,0 +1,55 @@
+"""`trtkit keys create` + `trtkit gateway` as a user runs them: subprocesses, curl-like requests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from trtkit.gateway.server import free_port
+
+pytestmark = pytest.mark.slow
+
+CONFIG = "model_configs/tiny-llama.yaml"
+
+
+
+def test_gateway_command_with_a_created_key(live_server, isolated_home) -> None:
+    created = subprocess.run([sys.executable, "-c", "from trtkit.cli.main import main; raise SystemExit(main())",
+                              "keys", "create", "--name", "cli-team", "--rpm", "100"],
+                             capture_output=True, text=True, env=os.environ.copy(), timeout=120)
+    assert created.returncode == 0, created.stderr
+    secret = created.stdout.strip()
+    port = free_port("127.0.0.1")
+    process = subprocess.Popen([sys.executable, "-c", "from trtkit.cli.main import main; raise SystemExit(main())",
+                                "-v", "gateway", CONFIG, "--backend", live_server.grpc_url, "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/health/ready", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, "gateway did not become ready"
+            time.sleep(0.2)
+        reply = httpx.post(f"{url}/v1/chat/completions", headers={"authorization": f"Bearer {secret}"}, timeout=60,
+                           json={"model": "tiny-llama", "max_tokens": 5, "temperature": 0,
+                                 "messages": [{"role": "user", "content": "Say hi"}]})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["usage"]["completion_tokens"] == 5
+        assert reply.headers["x-ratelimit-limit-requests"] == "100"
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=60)
+    assert "on http://127.0.0.1" in stderr and secret not in stderr
+    usage = subprocess.run([sys.executable, "-c", "from trtkit.cli.main import main; raise SystemExit(main())",
+                            "usage", "--by", "key"], capture_output=True, text=True, env=os.environ.copy(),
+                           timeout=120)
+    assert usage.returncode == 0 and "cli-team" in usage.stdout and secret not in usage.stdout

@@ -1,0 +1,107 @@
+"""The one request validator: ranges, unsupported fields by name, stop strings, max_tokens aliases."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from trtkit.gateway.errors import RequestValidationError
+from trtkit.gateway.http_errors import validation_error
+from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
+from trtkit.gateway.sampling import UNSUPPORTED, sampling_params
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_fields_become_sampling_params() -> None:
+    params = sampling_params(ChatCompletionRequest.model_validate(
+        CHAT | {"max_completion_tokens": 9, "temperature": 0, "top_p": 0.5, "seed": 7, "stop": "END",
+                "presence_penalty": 0.1, "frequency_penalty": -0.2}))
+    assert (params.max_tokens, params.temperature, params.top_p, params.seed) == (9, 0, 0.5, 7)
+    assert params.stop_words == ("END",) and params.presence_penalty == 0.1 and params.frequency_penalty == -0.2
+    assert sampling_params(CompletionRequest(model="m", prompt="x")).max_tokens is None  # the room left, later
+
+
+@pytest.mark.parametrize("name", sorted(UNSUPPORTED))
+def test_unsupported_fields_are_refused_by_name(name: str) -> None:
+    used = {"n": 2, "best_of": 3, "logit_bias": {"1": 5}, "logprobs": True, "top_logprobs": 2, "echo": True,
+            "suffix": "x", "tools": [{"type": "function"}], "tool_choice": "auto", "functions": [{}],
+            "function_call": "auto", "parallel_tool_calls": True, "response_format": {"type": "json_object"}}
+    with pytest.raises(RequestValidationError) as refused:
+        sampling_params(ChatCompletionRequest.model_validate(CHAT | {name: used[name]}))
+    assert refused.value.param == name and f"'{name}'" in str(refused.value)
+    sampling_params(ChatCompletionRequest.model_validate(CHAT | {name: UNSUPPORTED[name][0]}))  # the default is fine
+
+
+@pytest.mark.parametrize(("field", "value"), [("temperature", 2.5), ("top_p", -0.1), ("max_tokens", 0),
+                                              ("presence_penalty", 3.0), ("seed", -1)])
+def test_out_of_range_names_the_field(field: str, value: float) -> None:
+    with pytest.raises(RequestValidationError) as refused:
+        sampling_params(CompletionRequest.model_validate({"model": "m", "prompt": "x", field: value}))
+    assert refused.value.param == field
+
+
+def test_stop_and_token_aliases() -> None:
+    with pytest.raises(RequestValidationError, match="at most 4"):
+        sampling_params(CompletionRequest(model="m", prompt="x", stop=["a", "b", "c", "d", "e"]))
+    with pytest.raises(RequestValidationError, match="empty"):
+        sampling_params(CompletionRequest(model="m", prompt="x", stop=[""]))
+    with pytest.raises(RequestValidationError, match="differ"):
+        sampling_params(ChatCompletionRequest.model_validate(CHAT | {"max_tokens": 3, "max_completion_tokens": 4}))
+
+
+def test_type_errors_and_unknown_fields_name_the_field() -> None:
+    with pytest.raises(ValidationError) as bad_type:
+        CompletionRequest.model_validate({"model": "m", "prompt": "x", "max_tokens": "many"})
+    assert validation_error(bad_type.value).param == "max_tokens"
+    with pytest.raises(ValidationError) as unknown:
+        ChatCompletionRequest.model_validate(CHAT | {"temprature": 1})
+    error = validation_error(unknown.value)
+    assert error.status == 400 and "temprature" in error.message
+    with pytest.raises(ValidationError) as missing:
+        ChatCompletionRequest.model_validate({"model": "m"})
+    assert validation_error(missing.value).param == "messages"
+
+
+def test_governor_rejects_max_tokens_beyond_the_context_when_configured(tiny_config, tiny_counter) -> None:
+    from trtkit.client import Caller, SamplingParams
+    from trtkit.client.governor import Governor
+    from trtkit.errors import InputTooLongError
+
+    governor = Governor(tiny_config, tiny_counter, None)
+    clamped = governor.prepare("Hello", SamplingParams(max_tokens=100_000), Caller())
+    room = tiny_config.build.max_seq_len - tiny_counter.count_prompt("Hello")
+    assert clamped.params.max_tokens == room  # type: ignore[union-attr]
+    governor.max_tokens_overflow = "reject"
+    with pytest.raises(InputTooLongError, match=f"at most {room}"):
+        governor.prepare("Hello", SamplingParams(max_tokens=100_000), Caller())
+    governor.default_max_tokens = None
+    assert governor.prepare("Hello", SamplingParams(), Caller()).params.max_tokens == room  # type: ignore[union-attr]
+
+
+def test_a_backend_failure_mid_stream_ends_the_stream_with_an_error_event(tiny_config) -> None:
+    import asyncio
+    import json
+
+    from prometheus_client import CollectorRegistry
+
+    from trtkit.client.results import StreamChunk
+    from trtkit.client.usage import Usage
+    from trtkit.errors import ClientError
+    from trtkit.gateway.metrics import GatewayMetrics
+    from trtkit.gateway.serving import Generation, ServingContext
+    from trtkit.gateway.serving_completions import ServingCompletions
+
+    async def failing():  # what the asyncio client raises when Triton fails after the first token
+        raise ClientError("request r1 failed: engine gone")
+        yield  # pragma: no cover - makes this an async generator
+
+    async def collect() -> list[bytes]:
+        ctx = ServingContext(tiny_config, None, None, GatewayMetrics(CollectorRegistry()))  # type: ignore[arg-type]
+        generation = Generation("r1", StreamChunk("Hel", Usage(), "r1"), failing())
+        return [e async for e in ServingCompletions(ctx)._events(generation, "cmpl-r1", True)]
+
+    events = asyncio.run(collect())
+    assert json.loads(events[0][6:])["choices"][0]["text"] == "Hel"
+    error = json.loads(events[-1][6:])["error"]
+    assert error["code"] == "backend_error" and "engine gone" in error["message"]

@@ -1,0 +1,99 @@
+"""Admission against the shared store: the gateway's RuleBook for the client's BudgetGuard.
+
+The Governor's one admission path (``BudgetGuard.reserve`` → ``settle`` → ``release_rules``) calls
+this RuleBook, which turns a request into holds in the store: the key's RPM/TPM window, the key's
+budget for its period, and every ``client.budgets`` rule that applies (user, key, session, global).
+All are taken in one transaction with conditional updates, or none is. Nothing else touches a budget.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import time
+
+from trtkit.client.budgets import period_start
+from trtkit.client.caller import Caller
+from trtkit.config.schema import BudgetRule
+from trtkit.errors import BudgetExceededError
+from trtkit.gateway.errors import RateLimitedError
+from trtkit.gateway.keys import ApiKey
+from trtkit.gateway.store import BudgetLimit, GatewayStore, Hold, RateLimit, Refused
+
+# The key of the request being admitted (set by the serving layer; asyncio tasks copy it).
+current_key: contextvars.ContextVar[ApiKey | None] = contextvars.ContextVar("trtkit_gateway_key", default=None)
+
+
+class StoreRuleBook:
+    def __init__(self, store: GatewayStore, rules: list[BudgetRule]) -> None:
+        self.store = store
+        self.rules = rules
+        self.rate_headers: dict[str, dict[str, str]] = {}  # request id -> x-ratelimit-* of its admission
+
+    def reserve(self, caller: Caller, tokens: int, cost: float, request_id: str) -> object:
+        key = current_key.get()
+        now = time.time()
+        rate = _rate_limit(key, now)
+        try:
+            hold = self.store.reserve(tokens, cost, self._budgets(caller, key, now), rate)
+        except Refused as refused:
+            raise _refusal(refused, tokens, cost, now) from None
+        if rate is not None and request_id:
+            self.rate_headers[request_id] = rate_headers(rate, hold.rate_state, now)
+        return hold
+
+    def settle(self, handle: object, used_tokens: int, used_cost: float) -> None:
+        assert isinstance(handle, Hold)
+        self.store.settle(handle, used_tokens, used_cost)
+
+    def _budgets(self, caller: Caller, key: ApiKey | None, now: float) -> list[BudgetLimit]:
+        limits = []
+        if key is not None and (key.budget_tokens is not None or key.budget_cost is not None):
+            limits.append(BudgetLimit(f"key:{key.name}", period_start(key.period, now), key.budget_tokens,
+                                      key.budget_cost))
+        for rule in self.rules:
+            subject = "*" if rule.scope == "global" else caller.field(rule.scope)
+            limits.append(BudgetLimit(f"{rule.scope}:{subject}:{rule.period}", period_start(rule.period, now),
+                                      rule.max_tokens, rule.max_cost))
+        return limits
+
+
+def _rate_limit(key: ApiKey | None, now: float) -> RateLimit | None:
+    if key is None or (key.rpm is None and key.tpm is None):
+        return None
+    return RateLimit(key.key_id, int(now // 60) * 60, key.rpm, key.tpm)
+
+
+def rate_headers(rate: RateLimit, used: dict[str, int], now: float) -> dict[str, str]:
+    """The x-ratelimit-* headers OpenAI clients read."""
+    reset = f"{max(0.0, rate.window_start + 60 - now):.3f}s"
+    headers = {}
+    for kind, limit in (("requests", rate.rpm), ("tokens", rate.tpm)):
+        if limit is not None:
+            headers[f"x-ratelimit-limit-{kind}"] = str(limit)
+            headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, limit - used.get(kind, 0)))
+            headers[f"x-ratelimit-reset-{kind}"] = reset
+    return headers
+
+
+def _refusal(refused: Refused, tokens: int, cost: float, now: float) -> Exception:
+    limit = refused.limit
+    if isinstance(limit, RateLimit):
+        retry_after = max(1, math.ceil(limit.window_start + 60 - now))
+        used = {"requests": refused.state[0], "tokens": refused.state[1]}
+        headers = rate_headers(limit, used, now) | {"retry-after": str(retry_after)}
+        if refused.what == "requests":
+            message = f"rate limit: {limit.rpm} requests per minute for this key; retry in {retry_after} s"
+        else:
+            message = (f"rate limit: {limit.tpm} tokens per minute for this key, {used['tokens']} used, this "
+                       f"request needs up to {tokens} (prompt + max_tokens); lower max_tokens or retry in "
+                       f"{retry_after} s")
+        return RateLimitedError(message, retry_after, headers)
+    used_tokens, reserved_tokens, used_cost, reserved_cost = refused.state
+    if limit.max_tokens is not None and used_tokens + reserved_tokens + tokens > limit.max_tokens:
+        return BudgetExceededError(
+            f"budget '{limit.account}' allows {limit.max_tokens} tokens, {used_tokens + reserved_tokens} used or "
+            f"reserved, this request needs up to {tokens} (prompt + max_tokens); lower max_tokens or raise the budget")
+    return BudgetExceededError(
+        f"budget '{limit.account}' allows cost {limit.max_cost:g}, {used_cost + reserved_cost:g} used or reserved, "
+        f"this request may cost {cost:g}; lower max_tokens or raise the budget")

@@ -1,0 +1,154 @@
+"""The FastAPI app: thin routes over the serving classes; auth, body cap and errors at the door.
+
+Order of checks, cheapest first: body size (413, before reading more than the cap), API key (401),
+JSON and field types (400 naming the field), model (404), then admission in the Governor.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from openai.types import Model
+from prometheus_client import generate_latest
+from pydantic import BaseModel, ValidationError
+
+from trtkit.gateway.errors import AuthenticationError, RequestValidationError
+from trtkit.gateway.http_errors import HttpError, body_too_large, http_error, validation_error
+from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
+from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
+from trtkit.gateway.serving import PARENT_HEADER, CallInfo, ServingContext
+from trtkit.gateway.serving_chat import ServingChat
+from trtkit.gateway.serving_completions import ServingCompletions
+from trtkit.gateway.store import GatewayStore
+
+
+@dataclass(slots=True)
+class Door:
+    """What is checked before a request reaches a serving class."""
+
+    store: GatewayStore
+    require_auth: bool
+    max_body_bytes: int
+
+    def authenticate(self, request: Request) -> ApiKey | None:
+        header = request.headers.get("authorization", "")
+        scheme, _, secret = header.partition(" ")
+        if not secret or scheme.lower() != "bearer":
+            if not self.require_auth:
+                return None
+            raise AuthenticationError("no API key; send 'Authorization: Bearer <key>' (create one with "
+                                      "`trtkit keys create`)")
+        key_id = key_id_of(secret.strip())
+        found = self.store.find_key(key_id) if key_id else None
+        if found is None or not secret_matches(secret.strip(), found[1]):
+            raise AuthenticationError("the API key is not valid; check it, or create one with `trtkit keys create`")
+        key = found[0]
+        if key.is_revoked:
+            raise AuthenticationError(f"the API key '{key.name}' was revoked; create a new one")
+        return key
+
+    def check_declared_size(self, request: Request) -> None:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise _TooLarge(int(declared))
+
+    async def body(self, request: Request) -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise _TooLarge(None)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+class _TooLarge(Exception):
+    def __init__(self, size: int | None) -> None:
+        self.size = size
+
+
+def parse(model: type[BaseModel], body: bytes) -> BaseModel:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RequestValidationError(f"the body is not valid JSON ({exc}); send a JSON object") from None
+    if not isinstance(data, dict):
+        raise RequestValidationError("the body must be a JSON object")
+    return model.model_validate(data)
+
+
+def create_app(ctx: ServingContext, door: Door) -> FastAPI:
+    app = FastAPI(title="trtkit gateway", docs_url=None, redoc_url=None, openapi_url=None)
+    chat, completions = ServingChat(ctx), ServingCompletions(ctx)
+    metrics = ctx.metrics
+
+    async def generate(request: Request, endpoint: str, model: type[BaseModel], serve) -> Response:  # type: ignore[no-untyped-def]
+        try:
+            try:
+                door.check_declared_size(request)
+                key = door.authenticate(request)
+                payload = parse(model, await door.body(request))
+            except _TooLarge as too_large:
+                raise _AsHttp(body_too_large(too_large.size, door.max_body_bytes)) from None
+            except ValidationError as exc:
+                raise _AsHttp(validation_error(exc)) from None
+            call = CallInfo(key, request.receive, request.headers.get(PARENT_HEADER))
+            metrics.in_flight.inc()
+            try:
+                response: Response = await serve(payload, call)
+            finally:
+                metrics.in_flight.dec()
+        except _AsHttp as wrapped:
+            response = _refused(ctx, wrapped.error)
+        except Exception as exc:  # every error becomes OpenAI's error body; never a traceback
+            response = _refused(ctx, http_error(exc))
+        metrics.requests.labels(endpoint, str(response.status_code)).inc()
+        return response
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, "chat", ChatCompletionRequest, chat.create)
+
+    @app.post("/v1/completions")
+    async def text_completions(request: Request) -> Response:
+        return await generate(request, "completions", CompletionRequest, completions.create)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        try:
+            door.authenticate(request)
+        except Exception as exc:
+            return http_error(exc).response()
+        card = Model(id=ctx.model, created=int(time.time()), object="model", owned_by="trtkit")
+        return JSONResponse({"object": "list", "data": [card.model_dump()]})
+
+    @app.get("/health/live")
+    async def live() -> Response:
+        return JSONResponse({"status": "live"})
+
+    @app.get("/health/ready")
+    async def ready() -> Response:
+        if await ctx.client.is_ready():
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "not ready", "backend": ctx.client.url}, status_code=503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return PlainTextResponse(generate_latest(metrics.registry).decode("utf-8"),
+                                 media_type="text/plain; version=0.0.4")
+
+    return app
+
+
+class _AsHttp(Exception):
+    def __init__(self, error: HttpError) -> None:
+        self.error = error
+
+
+def _refused(ctx: ServingContext, error: HttpError) -> Response:
+    ctx.metrics.refusals.labels(error.reason or str(error.status)).inc()
+    return error.response()

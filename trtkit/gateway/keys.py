@@ -1,0 +1,59 @@
+"""API keys: the secret is shown once and stored only as a hash; comparison is constant-time.
+
+A secret reads ``tk-<key id>-<random>``. The key id (public, 12 hex characters) finds the row; the
+SHA-256 of the whole secret is compared with ``hmac.compare_digest``. Secrets carry 256 random bits,
+so a fast hash is enough (no password stretching: nothing to brute-force).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass, field
+
+SECRET_PREFIX = "tk-"
+
+
+@dataclass(slots=True, frozen=True)
+class ApiKey:
+    key_id: str  # public; appears in `keys list`
+    name: str  # the tenant name written to the ledger (key_id column) and metrics
+    user: str = ""
+    budget_tokens: int | None = None
+    budget_cost: float | None = None
+    period: str = "month"
+    rpm: int | None = None
+    tpm: int | None = None
+    models: tuple[str, ...] = field(default_factory=tuple)  # empty: every model
+    created_at: float = 0.0
+    revoked_at: float | None = None
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def allows_model(self, model: str) -> bool:
+        return not self.models or model in self.models
+
+
+def new_secret() -> tuple[str, str]:
+    """(key id, secret)."""
+    key_id = secrets.token_hex(6)
+    return key_id, f"{SECRET_PREFIX}{key_id}-{secrets.token_urlsafe(32)}"
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def key_id_of(secret: str) -> str | None:
+    """The key id inside a well-formed secret, else None."""
+    if not secret.startswith(SECRET_PREFIX):
+        return None
+    key_id, sep, rest = secret[len(SECRET_PREFIX):].partition("-")
+    return key_id if sep and rest and len(key_id) == 12 else None
+
+
+def secret_matches(secret: str, stored_hash: str) -> bool:
+    return hmac.compare_digest(hash_secret(secret), stored_hash)

@@ -1,0 +1,66 @@
+"""Request models of the OpenAI endpoints the gateway serves (responses are the ``openai`` package's types).
+
+Unknown fields are rejected (a typo never silently changes nothing); fields OpenAI defines that we do
+not support yet are declared, so the error can name them (see ``sampling.UNSUPPORTED``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+
+
+class _SamplingFields(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    user: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    # Declared to be refused with a clear message (sampling.UNSUPPORTED), not accepted:
+    n: int | None = None
+    logit_bias: dict[str, Any] | None = None
+    logprobs: Any = None
+    top_logprobs: int | None = None
+    best_of: int | None = None
+    echo: bool | None = None
+    suffix: str | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: Any = None
+    # Accepted and ignored: they change nothing about the answer.
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[dict[str, Any]]
+    name: str | None = None
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: str | list[str]

@@ -1,0 +1,84 @@
+"""Response and chunk objects, built from the ``openai`` package's own pydantic types.
+
+The project's own finish reason (runaway guard, deadline, cache hit) travels in the ``trtkit``
+extension field; ``finish_reason`` itself is always one of OpenAI's values.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+from openai.types import Completion, CompletionChoice, CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice as ChatChoice
+from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
+from openai.types.chat.chat_completion_chunk import ChoiceDelta
+from openai.types.completion_usage import PromptTokensDetails
+
+from trtkit.client.results import GenerationResult
+from trtkit.client.usage import Usage
+
+_OPENAI_FINISH = {"end_id": "stop", "stop": "stop", "length": "length"}
+
+
+def openai_finish_reason(reason: str) -> str:
+    """OpenAI's value for one of ours; a client-side stop (guard, cancel, deadline) reads as "stop"."""
+    return _OPENAI_FINISH.get(reason, "stop")
+
+
+def usage_of(usage: Usage) -> CompletionUsage:
+    return CompletionUsage(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                           total_tokens=usage.total_tokens,
+                           prompt_tokens_details=PromptTokensDetails(cached_tokens=usage.cached_tokens))
+
+
+def extension(result: GenerationResult) -> dict[str, Any]:
+    return {"finish_reason": result.finish_reason, "cache_hit": result.cache_hit, "request_id": result.request_id}
+
+
+def chat_completion(response_id: str, model: str, result: GenerationResult) -> ChatCompletion:
+    choice = ChatChoice(index=0, finish_reason=openai_finish_reason(result.finish_reason),  # type: ignore[arg-type]
+                        message=ChatCompletionMessage(role="assistant", content=result.text))
+    return cast(Any, ChatCompletion)(id=response_id, object="chat.completion", created=int(time.time()), model=model,
+                          choices=[choice], usage=usage_of(result.usage), trtkit=extension(result))
+
+
+def chat_chunk(response_id: str, model: str, created: int, *, text: str | None = None, role: bool = False,
+               finish_reason: str | None = None, usage: Usage | None = None,
+               result: GenerationResult | None = None) -> ChatCompletionChunk:
+    """A delta chunk; with ``usage`` and no text it is the include_usage chunk (choices empty)."""
+    choices = []
+    if text is not None or role or finish_reason is not None:
+        delta = ChoiceDelta(role="assistant" if role else None, content=text)
+        choices.append(ChunkChoice(index=0, delta=delta,
+                                   finish_reason=None if finish_reason is None else openai_finish_reason(finish_reason)))  # type: ignore[arg-type]
+    extra = {"trtkit": extension(result)} if result is not None else {}
+    return cast(Any, ChatCompletionChunk)(id=response_id, object="chat.completion.chunk", created=created, model=model,
+                               choices=choices, usage=None if usage is None else usage_of(usage), **extra)
+
+
+def completion(response_id: str, model: str, result: GenerationResult) -> Completion:
+    choice = CompletionChoice(index=0, text=result.text, finish_reason=openai_finish_reason(result.finish_reason))  # type: ignore[arg-type]
+    return cast(Any, Completion)(id=response_id, object="text_completion", created=int(time.time()), model=model,
+                      choices=[choice], usage=usage_of(result.usage), trtkit=extension(result))
+
+
+def completion_chunk(response_id: str, model: str, created: int, *, text: str = "",
+                     finish_reason: str | None = None, usage: Usage | None = None,
+                     result: GenerationResult | None = None, with_choice: bool = True) -> Completion:
+    choices = []
+    if with_choice:
+        choices.append(CompletionChoice.model_construct(
+            index=0, text=text, logprobs=None,
+            finish_reason=None if finish_reason is None else openai_finish_reason(finish_reason)))
+    extra = {"trtkit": extension(result)} if result is not None else {}
+    return cast(Any, Completion)(id=response_id, object="text_completion", created=created, model=model, choices=choices,
+                      usage=None if usage is None else usage_of(usage), **extra)
+
+
+def sse(event: Any) -> bytes:
+    return b"data: " + event.model_dump_json(exclude_unset=True).encode("utf-8") + b"\n\n"
+
+
+SSE_DONE = b"data: [DONE]\n\n"

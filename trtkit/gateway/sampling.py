@@ -1,0 +1,80 @@
+"""The one place request fields are checked and turned into SamplingParams.
+
+Ranges are those the served model accepts (TensorRT-LLM's sampling inputs); a value out of range is
+a 400 naming the field. Fields the gateway does not support yet are refused by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trtkit.client.params import SamplingParams
+from trtkit.gateway.errors import RequestValidationError
+from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
+
+MAX_STOP_STRINGS = 4
+# field -> (value that means "not used", what to do instead)
+UNSUPPORTED: dict[str, tuple[Any, str]] = {
+    "n": (1, "send n separate requests"),
+    "best_of": (1, "send separate requests"),
+    "logit_bias": ({}, "drop logit_bias"),
+    "logprobs": (False, "drop logprobs"),
+    "top_logprobs": (0, "drop top_logprobs"),
+    "echo": (False, "drop echo"),
+    "suffix": ("", "drop suffix"),
+    "tools": ([], "drop tools; tool calling is not supported yet"),
+    "tool_choice": ("none", "drop tool_choice; tool calling is not supported yet"),
+    "functions": ([], "drop functions; function calling is not supported yet"),
+    "function_call": ("none", "drop function_call; function calling is not supported yet"),
+    "parallel_tool_calls": (False, "drop parallel_tool_calls"),
+    "response_format": ({"type": "text"}, "drop response_format; structured output is not supported yet"),
+}
+# field -> (low, high), inclusive; None: unbounded on that side
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "presence_penalty": (-2.0, 2.0),
+    "frequency_penalty": (-2.0, 2.0),
+    "max_tokens": (1, None),
+    "seed": (0, 2**63 - 1),
+}
+
+
+def sampling_params(request: ChatCompletionRequest | CompletionRequest) -> SamplingParams:
+    """Validate every sampling field of a request; raises RequestValidationError naming the field."""
+    for name, (unused, fix) in UNSUPPORTED.items():
+        value = getattr(request, name, None)
+        if value is not None and value != unused:
+            raise RequestValidationError(f"'{name}' is not supported by this gateway; {fix}", param=name)
+    max_tokens = request.max_tokens
+    if isinstance(request, ChatCompletionRequest) and request.max_completion_tokens is not None:
+        if max_tokens is not None and max_tokens != request.max_completion_tokens:
+            raise RequestValidationError("max_tokens and max_completion_tokens differ; send only one",
+                                         param="max_completion_tokens")
+        max_tokens = request.max_completion_tokens
+    values = {"temperature": request.temperature, "top_p": request.top_p, "seed": request.seed,
+              "presence_penalty": request.presence_penalty, "frequency_penalty": request.frequency_penalty,
+              "max_tokens": max_tokens}
+    for name, value in values.items():
+        _check_range(name, value)
+    return SamplingParams(max_tokens=max_tokens, temperature=1.0 if request.temperature is None else request.temperature,
+                          top_p=request.top_p, seed=request.seed, presence_penalty=request.presence_penalty,
+                          frequency_penalty=request.frequency_penalty, stop_words=_stops(request.stop))
+
+
+def _check_range(name: str, value: float | None) -> None:
+    if value is None:
+        return
+    low, high = RANGES[name]
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise RequestValidationError(f"'{name}' is {value}; it must be {bounds}", param=name)
+
+
+def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if len(stops) > MAX_STOP_STRINGS:
+        raise RequestValidationError(f"'stop' has {len(stops)} strings; send at most {MAX_STOP_STRINGS}", param="stop")
+    if any(not s for s in stops):
+        raise RequestValidationError("'stop' contains an empty string; remove it", param="stop")
+    return tuple(stops)

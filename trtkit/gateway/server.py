@@ -1,0 +1,99 @@
+"""`trtkit gateway`: wire the asyncio client, the store, the ledger and the app, and run uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from trtkit.client.aio_client import AsyncTritonLLMClient
+from trtkit.client.budgets import BudgetGuard
+from trtkit.client.ledger import Ledger
+from trtkit.client.metrics import ClientMetrics
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import ConfigError
+from trtkit.gateway.admission import StoreRuleBook
+from trtkit.gateway.app import Door, create_app
+from trtkit.gateway.metrics import GatewayMetrics
+from trtkit.gateway.serving import ServingContext
+from trtkit.gateway.store import GatewayStore, SqliteGatewayStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Gateway:
+    app: object  # the FastAPI app
+    client: AsyncTritonLLMClient
+    store: GatewayStore
+
+    async def aclose(self) -> None:
+        await self.client.close()  # commits the ledger
+        self.store.close()
+
+
+def is_loopback(bind: str) -> bool:
+    try:
+        return ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return bind == "localhost"
+
+
+def build_gateway(config: ModelConfig, backend: str, *, no_auth: bool = False, bind: str | None = None,
+                  store: GatewayStore | None = None, ledger: Ledger | None = None) -> Gateway:
+    """The app and what it owns. ``no_auth`` is refused unless the bind address is loopback."""
+    bind = bind or config.gateway.bind
+    if no_auth and not is_loopback(bind):
+        raise ConfigError(f"--no-auth on {bind} would open the model to the network; bind 127.0.0.1 or create "
+                          f"keys with `trtkit keys create`")
+    store = store or SqliteGatewayStore(Path(config.gateway.store) if config.gateway.store else None)
+    orphans = store.release_orphans()
+    if orphans:
+        log.warning("released %d budget holds left by a gateway that stopped mid-request", orphans)
+    registry = CollectorRegistry()
+    rulebook = StoreRuleBook(store, list(config.client.budgets))
+    client = AsyncTritonLLMClient(backend, config=config, ledger=ledger or Ledger(),
+                                  metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
+    client.governor.default_max_tokens = None  # no max_tokens: all the room the prompt leaves
+    client.governor.max_tokens_overflow = config.gateway.max_tokens_overflow
+    ctx = ServingContext(config, client, rulebook, GatewayMetrics(registry))
+    app = create_app(ctx, Door(store, require_auth=not no_auth, max_body_bytes=config.gateway.max_body_bytes))
+    return Gateway(app, client, store)
+
+
+def free_port(bind: str) -> int:
+    with socket.socket() as s:
+        s.bind((bind, 0))
+        return int(s.getsockname()[1])
+
+
+def run_gateway(config: ModelConfig, backend: str, *, port: int | None = None, bind: str | None = None,
+                no_auth: bool = False) -> None:
+    """Serve until interrupted."""
+    import asyncio
+
+    import uvicorn
+
+    bind = bind or config.gateway.bind
+    port = config.gateway.port if port is None else port
+    port = port or free_port(bind)
+    gateway = build_gateway(config, backend, no_auth=no_auth, bind=bind)
+    if no_auth:
+        log.warning("API keys are OFF (--no-auth): anyone on this machine can use the model")
+    log.warning("gateway for '%s' on http://%s:%d/v1 -> Triton gRPC %s", config.name, bind, port, backend)
+    # keep-alive longer than clients' pools keep idle connections, so a reused connection is not closed
+    # under a request in flight (uvicorn's 5 s default races with httpx/openai connection reuse).
+    server = uvicorn.Server(uvicorn.Config(gateway.app, host=bind, port=port, log_level="warning",  # type: ignore[arg-type]
+                                           access_log=False, lifespan="off", timeout_keep_alive=75))
+    asyncio.run(_serve(server, gateway))
+
+
+async def _serve(server: object, gateway: Gateway) -> None:
+    try:
+        await server.serve()  # type: ignore[attr-defined]
+    finally:
+        await gateway.aclose()
