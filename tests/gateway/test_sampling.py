@@ -105,3 +105,19 @@ def test_a_backend_failure_mid_stream_ends_the_stream_with_an_error_event(tiny_c
     assert json.loads(events[0][6:])["choices"][0]["text"] == "Hel"
     error = json.loads(events[-1][6:])["error"]
     assert error["code"] == "backend_error" and "engine gone" in error["message"]
+
+
+def test_ranges_are_the_ones_the_engine_model_and_bls_enforce() -> None:
+    """One table (trtkit.sampling_ranges) for the gateway, the engine model and the BLS: a top_p of 0 that the
+    engine would refuse is refused at the door with the same message; OpenAI's narrower temperature bound on top."""
+    from trtkit.errors import InvalidInputError
+    from trtkit.sampling_ranges import check_sampling_value
+
+    with pytest.raises(InvalidInputError) as engine_says:
+        check_sampling_value("top_p", 0.0)
+    with pytest.raises(RequestValidationError) as gateway_says:
+        sampling_params(CompletionRequest.model_validate({"model": "m", "prompt": "x", "top_p": 0.0}))
+    assert str(gateway_says.value) == str(engine_says.value) and gateway_says.value.param == "top_p"
+    check_sampling_value("temperature", 5.0)  # the model takes it; OpenAI's API does not
+    with pytest.raises(RequestValidationError, match=r"^temperature: 5.0 is out of range; OpenAI's API allows at most 2"):
+        sampling_params(CompletionRequest.model_validate({"model": "m", "prompt": "x", "temperature": 5.0}))

@@ -1,7 +1,7 @@
 """The one place request fields are checked and turned into SamplingParams.
 
-Ranges are those the served model accepts (TensorRT-LLM's sampling inputs); a value out of range is
-a 400 naming the field. Fields the gateway does not support yet are refused by name.
+Ranges are the served model's own (trtkit.sampling_ranges, shared with the engine model and the BLS),
+narrowed where OpenAI's API is narrower; a value out of range is a 400 naming the field. Fields the gateway does not support yet are refused by name.
 """
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from trtkit.client.params import SamplingParams
+from trtkit.errors import InvalidInputError
 from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
+from trtkit.sampling_ranges import check_sampling_value
 
 MAX_STOP_STRINGS = 4
 # field -> (value that means "not used", what to do instead)
@@ -29,15 +31,8 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "parallel_tool_calls": (False, "drop parallel_tool_calls"),
     "response_format": ({"type": "text"}, "drop response_format; structured output is not supported yet"),
 }
-# field -> (low, high), inclusive; None: unbounded on that side
-RANGES: dict[str, tuple[float | None, float | None]] = {
-    "temperature": (0.0, 2.0),
-    "top_p": (0.0, 1.0),
-    "presence_penalty": (-2.0, 2.0),
-    "frequency_penalty": (-2.0, 2.0),
-    "max_tokens": (1, None),
-    "seed": (0, 2**63 - 1),
-}
+# OpenAI's API narrows the model's own range (trtkit.sampling_ranges) for these fields
+API_MAXIMUM: dict[str, float] = {"temperature": 2.0}
 
 
 def sampling_params(request: ChatCompletionRequest | CompletionRequest) -> SamplingParams:
@@ -63,12 +58,17 @@ def sampling_params(request: ChatCompletionRequest | CompletionRequest) -> Sampl
 
 
 def _check_range(name: str, value: float | None) -> None:
+    """The model's range, shared with the engine model and the BLS, then OpenAI's narrower bound if any."""
     if value is None:
         return
-    low, high = RANGES[name]
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise RequestValidationError(f"'{name}' is {value}; it must be {bounds}", param=name)
+    try:
+        check_sampling_value(name, value)
+    except InvalidInputError as exc:
+        raise RequestValidationError(str(exc), param=name) from exc
+    maximum = API_MAXIMUM.get(name)
+    if maximum is not None and value > maximum:
+        raise RequestValidationError(f"{name}: {value} is out of range; OpenAI's API allows at most {maximum}",
+                                     param=name)
 
 
 def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
