@@ -7,8 +7,7 @@ import time
 
 import httpx
 import pytest
-
-from .conftest import kv_used_blocks
+from server_gauges import settled_engine
 
 pytestmark = pytest.mark.slow
 
@@ -44,10 +43,10 @@ def wait_for(condition, timeout_s: float = 20.0) -> bool:  # type: ignore[no-unt
 
 def test_disconnect_mid_stream_frees_blocks_and_bills_partial_tokens(gateway, live_server) -> None:
     key, secret = gateway.key()
-    before = kv_used_blocks(live_server)
+    before = settled_engine(live_server.metrics_url, after_iteration=-1)
     with httpx.Client(base_url=gateway.url, timeout=60) as http:
-        with http.stream("POST", "/v1/completions", headers=auth(secret),
-                         json=body(max_tokens=400) | {"stream": True}) as response:
+        with http.stream("POST", "/v1/completions", headers=auth(secret),  # cannot end before 400 tokens
+                         json=body(max_tokens=400, min_tokens=400) | {"stream": True}) as response:
             assert response.status_code == 200, response.read()
             lines = response.iter_lines()
             received = [line for _, line in zip(range(6), lines, strict=False) if line.startswith("data: ")]
@@ -55,16 +54,19 @@ def test_disconnect_mid_stream_frees_blocks_and_bills_partial_tokens(gateway, li
     assert wait_for(lambda: gateway.rows(key)), "no ledger row after the disconnect"
     (prompt, completion, _, finish, _), = gateway.rows(key)
     assert finish == "cancelled" and 3 <= completion < 400
-    assert wait_for(lambda: kv_used_blocks(live_server) <= before), "KV blocks still held after the disconnect"
+    after = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
+    assert after.iteration - before.iteration < 400, "the engine ran on after the client left"
+    assert after.used_blocks <= before.used_blocks, "KV blocks still held after the disconnect"
 
 
 def test_disconnect_mid_non_stream_cancels_and_bills(gateway, live_server) -> None:
     key, secret = gateway.key()
-    before = kv_used_blocks(live_server)
+    before = settled_engine(live_server.metrics_url, after_iteration=-1)
 
     async def leave_early() -> None:
         async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
-            task = asyncio.create_task(http.post("/v1/completions", headers=auth(secret), json=body(max_tokens=400)))
+            task = asyncio.create_task(http.post("/v1/completions", headers=auth(secret),
+                                                 json=body(max_tokens=400, min_tokens=400)))
             deadline = time.monotonic() + 20  # leave as soon as the gateway has admitted the request
             while gateway.local_metric("trtkit_gateway_in_flight_requests") < 1 and time.monotonic() < deadline:
                 await asyncio.sleep(0.001)
@@ -76,7 +78,9 @@ def test_disconnect_mid_non_stream_cancels_and_bills(gateway, live_server) -> No
     assert wait_for(lambda: gateway.rows(key)), "no ledger row after the disconnect"
     (_, completion, _, finish, _), = gateway.rows(key)
     assert finish == "cancelled" and completion < 400
-    assert wait_for(lambda: kv_used_blocks(live_server) <= before), "KV blocks still held after the disconnect"
+    after = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
+    assert after.iteration - before.iteration < 400, "the engine ran on after the client left"
+    assert after.used_blocks <= before.used_blocks, "KV blocks still held after the disconnect"
 
 
 def test_fifty_concurrent_requests_never_overshoot_a_budget(gateway) -> None:

@@ -30,6 +30,8 @@ class _SamplingFields(BaseModel):
     user: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # Extension (as vLLM accepts it): the end token is banned until this many tokens; benchmarks force lengths
+    min_tokens: int | None = None
     # Declared to be refused with a clear message (sampling.UNSUPPORTED), not accepted:
     n: int | None = None
     logit_bias: dict[str, Any] | None = None

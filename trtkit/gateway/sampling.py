@@ -49,12 +49,13 @@ def sampling_params(request: ChatCompletionRequest | CompletionRequest) -> Sampl
         max_tokens = request.max_completion_tokens
     values = {"temperature": request.temperature, "top_p": request.top_p, "seed": request.seed,
               "presence_penalty": request.presence_penalty, "frequency_penalty": request.frequency_penalty,
-              "max_tokens": max_tokens}
+              "max_tokens": max_tokens, "min_tokens": request.min_tokens}
     for name, value in values.items():
         _check_range(name, value)
     return SamplingParams(max_tokens=max_tokens, temperature=1.0 if request.temperature is None else request.temperature,
                           top_p=request.top_p, seed=request.seed, presence_penalty=request.presence_penalty,
-                          frequency_penalty=request.frequency_penalty, stop_words=_stops(request.stop))
+                          frequency_penalty=request.frequency_penalty, stop_words=_stops(request.stop),
+                          min_tokens=request.min_tokens)
 
 
 def _check_range(name: str, value: float | None) -> None:

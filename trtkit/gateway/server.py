@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -43,6 +43,9 @@ def is_loopback(bind: str) -> bool:
         return bind == "localhost"
 
 
+GATEWAY_TRITON_MODEL = "tensorrt_llm_bls"
+
+
 def build_gateway(config: ModelConfig, backend: str, *, no_auth: bool = False, bind: str | None = None,
                   store: GatewayStore | None = None, ledger: Ledger | None = None) -> Gateway:
     """The app and what it owns. ``no_auth`` is refused unless the bind address is loopback."""
@@ -50,6 +53,10 @@ def build_gateway(config: ModelConfig, backend: str, *, no_auth: bool = False, b
     if no_auth and not is_loopback(bind):
         raise ConfigError(f"--no-auth on {bind} would open the model to the network; bind 127.0.0.1 or create "
                           f"keys with `trtkit keys create`")
+    # The gateway always calls tensorrt_llm_bls: a client that disconnects must stop the engine, and Triton
+    # passes a cancellation on to a running step only there (an ensemble checks it between steps only:
+    # triton-inference-server/core#263, server#6739).
+    config = replace(config, client=replace(config.client, model_name=GATEWAY_TRITON_MODEL))
     store = store or SqliteGatewayStore(Path(config.gateway.store) if config.gateway.store else None)
     orphans = store.release_orphans()
     if orphans:
