@@ -62,9 +62,14 @@ def test_every_trtkit_command_of_the_dry_run_exists_with_its_options(tmp_path: P
     for argv in dry_run(tmp_path):
         if argv[0] != "trtkit":
             continue
-        command = group.commands[argv[1]]
+        command, rest = group.commands[argv[1]], argv[2:]
+        if hasattr(command, "commands"):  # a group (deploy): the named sub-command, or its default one
+            from trtkit.cli.deploy_cmd import DEFAULT_COMMAND
+
+            name = rest[0] if rest and rest[0] in command.commands else DEFAULT_COMMAND
+            command, rest = command.commands[name], rest[1:] if rest and rest[0] == name else rest
         known = {opt for p in command.params for opt in getattr(p, "opts", [])}
-        used = {a for a in argv[2:] if a.startswith("--")}
+        used = {a for a in rest if a.startswith("--")}
         assert used <= known, (argv, used - known)
 
 

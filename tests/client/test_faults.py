@@ -110,14 +110,20 @@ def test_a_killed_engine_stub_mid_stream_ends_by_the_deadline_and_later_requests
         stream = client.stream("Kill the engine", LONG_PARAMS, deadline_s=5.0)
         assert next(stream).text
         os.kill(stub_pid(fault_server, "tensorrt_llm"), signal.SIGKILL)
-        in_flight = [c for c in stream][-1].result
+        # Either nothing more arrives and the deadline ends it, or Triton drops the stream ("Stream removed"):
+        # which one depends on when the stub dies relative to Triton's reads. Both are a clear end, no hang.
+        try:
+            in_flight = [c for c in stream][-1].result
+            assert in_flight is not None and in_flight.finish_reason == "deadline"
+            assert 0 < in_flight.usage.completion_tokens < LONG
+            first = "deadline"
+        except ClientError:
+            first = "error"
         with pytest.raises(ClientError, match="Stub process 'tensorrt_llm_0_0' is not healthy"):
             client.generate("Are you back?", SamplingParams(max_tokens=4))
         assert scope.reserved_tokens == 0
         assert metrics.value("trtkit_client_retries_total", model="tiny-llama") == 0  # not retried: an answer
-    assert in_flight is not None and in_flight.finish_reason == "deadline"
-    assert 0 < in_flight.usage.completion_tokens < LONG
-    assert [r[0] for r in ledger_rows()] == ["deadline", "error"]
+    assert [r[0] for r in ledger_rows()] == [first, "error"]
 
 
 def test_a_killed_server_fails_streams_without_retry_and_new_requests_after_retries(fault_server, config) -> None:
