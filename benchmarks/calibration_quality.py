@@ -14,8 +14,12 @@ recipe each. Only the chosen recipes are scored on the test split, with a 95% pa
 test blocks. Targets: fp8 <= 2% perplexity increase, int8_sq <= 5%, judged on the test figure; when the
 interval straddles a target the script says so.
 
-    python benchmarks/calibration_quality.py            # the full run: about 6 minutes on 2 quiet cores
-    python benchmarks/calibration_quality.py --quick    # a smoke run with tiny blocks (about 2 minutes)
+    python benchmarks/calibration_quality.py            # the full run
+    python benchmarks/calibration_quality.py --quick    # a smoke run with tiny blocks
+
+Run time: the full run took 31 minutes on the shared 2-core host at load average 5-16 (14 CPU-minutes);
+``--quick`` 8 minutes at load 6-9 (3.7 CPU-minutes). Most of it is ModelOpt calibration passes; a quiet
+host is faster.
 
 Ends with one line: BENCH {json}.
 """

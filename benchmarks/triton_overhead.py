@@ -18,9 +18,9 @@ tritonserver, the benchmark's own gRPC client); CPU per token is shown beside, a
 Part 2 feeds the IncrementalDetokenizer one token at a time. Target: cost per token at 8,000 tokens
 <= 1.2x the cost at 100. Ends with one ``BENCH {json}`` line.
 
-Run time: 7 minutes with the defaults (2 rounds of each side of 960 tokens, model load, server start, the
-detokenizer part) on the shared 2-core host at load average 11-13, 1.8 CPU-minutes in all; ``--quick
---requests 8`` 3.3 minutes there. A quiet host is faster.
+Run time: 1.75 minutes with the defaults (2 rounds of each side of 960 tokens, model load, server start,
+the detokenizer part) on the shared 2-core host at load average 2.3-2.6, 7 minutes at load 11-13 (1.8
+CPU-minutes either way); ``--quick --requests 8`` 3.3 minutes at load 11.
 """
 
 from __future__ import annotations
