@@ -21,8 +21,8 @@ differences over the bare median, with a 95% bootstrap interval over pairs. Targ
 time goes: the time inside the client's own steps (prepare, submit, per-delta accounting, waiting for
 the ledger commit), timed by wrappers that stay on during the judged run (they count against the client).
 
-Run time: 40 seconds with 40 pairs at load average 5 on the shared 2-core host, 2 minutes at load 14; with
-the default 100 pairs 75 seconds at load 5-8; ``--quick`` 35 seconds. A quiet host is faster. Ends with one ``BENCH {json}`` line.
+Run time: with the default 100 pairs 51 seconds on the shared 2-core host at load average 2.2-2.9, 75
+seconds at load 5-8; ``--quick`` 35 seconds. A quiet host is faster. Ends with one ``BENCH {json}`` line.
 """
 
 from __future__ import annotations
