@@ -219,7 +219,7 @@ def _engine_call(live: Live, prompt: list[int], max_tokens: int, **extra: np.nda
     ("end_id over the vocabulary", {"end_id": np.array([[10**6]], dtype=np.int32)}, "end_id: 1000000"),
     ("bad word id over the vocabulary",
      {"bad_words_list": np.array([[[5, 10**6], [2, -1]]], dtype=np.int32)}, "bad_words[0]: 1000000"),
-    ("negative runtime_top_k", {"runtime_top_k": np.array([[-1]], dtype=np.int32)}, "runtime_top_k: -1 is out"),
+    ("negative runtime_top_k", {"runtime_top_k": np.array([[-1]], dtype=np.int32)}, "top_k: -1 is out of range; send a value in [0, "),
 ])
 def test_one_hostile_engine_request_among_eight_innocent_ones(live: Live, label: str, extra: dict,
                                                               message: str) -> None:

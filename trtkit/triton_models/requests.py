@@ -102,9 +102,13 @@ def sampling_from(inputs: Tensors, names: Mapping[str, str] | None = None) -> Sa
     s = Sampling()
     for field in ("temperature", "top_k", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
                   "length_penalty", "seed", "beam_width"):
-        label = n.get(field, field)
-        if (v := scalar(inputs, label)) is not None:
-            number = _checked(field, v, label)
+        tensor = n.get(field, field)
+        if (v := scalar(inputs, tensor)) is not None:
+            try:
+                number = _checked(field, v, field)
+            except InvalidRequest as exc:  # a renamed input names both: `top_k` as the ensemble and BLS call it
+                raise InvalidRequest(str(exc) if tensor == field else f"{exc} (the tensorrt_llm model's {tensor})") \
+                    from exc
             setattr(s, field, float(number) if SAMPLING_RANGES[field].kind == "float" else int(number))
     s.min_tokens = min_tokens_of(inputs)
     s.return_log_probs = bool(scalar(inputs, "return_log_probs", False))
