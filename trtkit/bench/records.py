@@ -34,6 +34,7 @@ class RequestRecord:
     request_id: str = ""
     output_text: str = ""
     slot: int = 0  # the workload entry sent (each point has its own slice of the workload)
+    cache_hit: bool = False  # answered from a gateway's response cache, not by the engine
 
     @property
     def ok(self) -> bool:
@@ -70,7 +71,7 @@ def make_record(point: str, index: int, slot: int, warmup: bool, request: BenchR
         requested_output_tokens=request.max_tokens, forced_output_tokens=request.min_tokens,
         input_tokens=result.input_tokens, output_tokens=result.output_tokens, cached_tokens=result.cached_tokens,
         finish_reason=result.finish_reason, error=result.error, request_id=result.request_id,
-        output_text=result.text)
+        output_text=result.text, cache_hit=result.cache_hit)
 
 
 def write_jsonl(records: list[RequestRecord], path: Path) -> None:

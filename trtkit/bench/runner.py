@@ -4,9 +4,10 @@ engine's metrics sampled on the same clock. Produces records and samples; never 
 Warm-up: the first ``warmup_requests`` of every point run under the same load but are marked and left out
 of the figures (connection set-up, first-use costs).
 
-Each point sends its own equal slice of the workload (the session builds one slice per point). Replaying the same prompts at every point would measure caches, not the engine: a gateway's response cache
-answers a repeated greedy request without reaching Triton (no engine work, 0 tokens billed), and the KV
-prefix cache would serve a repeated prompt's blocks.
+Each point sends its own equal slice of the workload (the session builds one slice per point).
+Replaying the same prompts at every point would measure caches, not the engine: a gateway's response
+cache answers a repeated greedy request without reaching Triton (no engine work, 0 tokens billed), and
+the KV prefix cache would serve a repeated prompt's blocks.
 """
 
 from __future__ import annotations

@@ -47,6 +47,10 @@ def run_bench(spec: BenchSpec, workload_spec: WorkloadSpec, counter: TokenCounte
     meta["label"] = label or spec.model
     run = RunData(meta, records, sweep.samples)
     run.summaries = summarize(run)
+    hits = sum(1 for r in records if r.cache_hit)
+    if hits:
+        log.warning("%d requests were answered from the gateway's response cache (0 tokens, no engine work): "
+                    "their figures measure the cache; set client.cache.enabled: false in the gateway's config to bench the engine", hits)
     write_run(run, out)
     build_report(out, run)
     return out
