@@ -30,10 +30,13 @@ def test_http_bench_counts_equal_server_counters_and_the_ledger(live_server, tin
         run = read_run(folder)
         for s in run.summaries:
             assert s["errors"] == 0
+            assert s["cache_hits"] == 0  # the gateway's response cache is on: no point may replay another's prompts
             assert s["server"]["matches"] == {"requests": True, "input_tokens": True, "output_tokens": True}, s["server"]
         assert [r.output_tokens for r in run.records] == [r.requested_output_tokens for r in run.records]
-        rows = gateway.rows(key, "prompt_tokens, completion_tokens")
+        assert len({r.slot for r in run.records}) == len(run.records)  # each point sent its own prompts
+        rows = gateway.rows(key, "prompt_tokens, completion_tokens, cache_hit")
         assert len(rows) == len(run.records)  # warm-up requests included: one ledger row each
+        assert not any(r[2] for r in rows)
         assert sum(r[0] for r in rows) == sum(r.input_tokens for r in run.records)
         assert sum(r[1] for r in rows) == sum(r.output_tokens for r in run.records)
     finally:

@@ -75,6 +75,7 @@ def summarize_point(name: str, records: list[RequestRecord], slo: Slo, *, sample
         "total_tok_per_s": (output + prompt) / seconds,
         "input_tokens": prompt, "output_tokens": output,
         "cached_tokens": sum(r.cached_tokens or 0 for r in ok),
+        "cache_hits": sum(1 for r in ok if r.cache_hit),  # the engine never saw these (reported 0 tokens)
         "mean_concurrency": sum(r.e2e_s for r in measured) / seconds,
         "ttft_ms": describe([r.ttft_s for r in ok if r.ttft_s is not None]),
         "itl_ms": describe([gap for r in ok for gap in r.itls_s()]),

@@ -19,7 +19,7 @@ def count_locally(records: list[RequestRecord], workload: list[BenchRequest], co
     """Fill ``local_input_tokens`` / ``local_output_tokens`` (after the run: tokenizing is kept off the hot path)."""
     prompt_counts: dict[int, int] = {}
     for record in records:
-        slot = record.index % len(workload)
+        slot = record.slot
         if slot not in prompt_counts:
             prompt_counts[slot] = counter.count_prompt(workload[slot].prompt)
         record.local_input_tokens = prompt_counts[slot]

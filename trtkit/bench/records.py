@@ -33,6 +33,8 @@ class RequestRecord:
     error: str | None = None
     request_id: str = ""
     output_text: str = ""
+    slot: int = 0  # the workload entry sent (each point has its own slice of the workload)
+    cache_hit: bool = False  # answered from a gateway's response cache, not by the engine
 
     @property
     def ok(self) -> bool:
@@ -59,17 +61,17 @@ class RequestRecord:
         return (last - self.ttft_s) / (self.output_tokens - 1)
 
 
-def make_record(point: str, index: int, warmup: bool, request: BenchRequest, result: StreamResult,
+def make_record(point: str, index: int, slot: int, warmup: bool, request: BenchRequest, result: StreamResult,
                 origin: float) -> RequestRecord:
     start = result.sent_at
     return RequestRecord(
-        point=point, index=index, warmup=warmup, tag=request.tag, start_s=start - origin,
+        point=point, index=index, slot=slot, warmup=warmup, tag=request.tag, start_s=start - origin,
         end_s=result.done_at - origin, ttft_s=(result.chunk_times[0] - start) if result.chunk_times else None,
         chunk_offsets_s=[t - start for t in result.chunk_times], chunk_tokens=list(result.chunk_tokens),
         requested_output_tokens=request.max_tokens, forced_output_tokens=request.min_tokens,
         input_tokens=result.input_tokens, output_tokens=result.output_tokens, cached_tokens=result.cached_tokens,
         finish_reason=result.finish_reason, error=result.error, request_id=result.request_id,
-        output_text=result.text)
+        output_text=result.text, cache_hit=result.cache_hit)
 
 
 def write_jsonl(records: list[RequestRecord], path: Path) -> None:

@@ -3,6 +3,11 @@ engine's metrics sampled on the same clock. Produces records and samples; never 
 
 Warm-up: the first ``warmup_requests`` of every point run under the same load but are marked and left out
 of the figures (connection set-up, first-use costs).
+
+Each point sends its own equal slice of the workload (the session builds one slice per point).
+Replaying the same prompts at every point would measure caches, not the engine: a gateway's response
+cache answers a repeated greedy request without reaching Triton (no engine work, 0 tokens billed), and
+the KV prefix cache would serve a repeated prompt's blocks.
 """
 
 from __future__ import annotations
@@ -45,8 +50,10 @@ Progress = Callable[[str, RequestRecord | None, int | None], None]
 
 
 async def run_point(point: LoadPoint, spec: BenchSpec, backend: Backend, workload: list[BenchRequest],
-                    origin: float, progress: Progress | None = None) -> PointRun:
+                    origin: float, progress: Progress | None = None, slots: range | None = None) -> PointRun:
+    """Run one load point over the workload entries ``slots`` (all of it by default), cycling if it runs longer."""
     warmup = spec.warmup_requests
+    slots = slots or range(len(workload))
     total = None if spec.requests_per_point is None else spec.requests_per_point + warmup
     started = time.perf_counter()
     deadline = None if spec.duration_s is None else started + spec.duration_s
@@ -56,9 +63,10 @@ async def run_point(point: LoadPoint, spec: BenchSpec, backend: Backend, workloa
         progress(point.name, None, total)
 
     async def issue(index: int) -> None:
-        request = workload[index % len(workload)]
+        slot = slots[index % len(slots)] % len(workload)
+        request = workload[slot]
         result = await backend.send(request)
-        record = make_record(point.name, index, index < warmup, request, result, origin)
+        record = make_record(point.name, index, slot, index < warmup, request, result, origin)
         records.append(record)
         if progress:
             progress(point.name, record, total)
@@ -78,8 +86,10 @@ async def run_sweep(spec: BenchSpec, backend: Backend, workload: list[BenchReque
     try:
         if sampler is not None:
             await sampler.start()
-        for point in spec.points:
-            sweep.points.append(await run_point(point, spec, backend, workload, origin, progress))
+        slots_per_point = max(1, len(workload) // len(spec.points))
+        for number, point in enumerate(spec.points):
+            sweep.points.append(await run_point(point, spec, backend, workload, origin, progress,
+                                                range(number * slots_per_point, (number + 1) * slots_per_point)))
             if sampler is not None:
                 await sampler.checkpoint()
             log.info("point %s: %d requests", point.name, len(sweep.points[-1].records))

@@ -34,7 +34,9 @@ def run_bench(spec: BenchSpec, workload_spec: WorkloadSpec, counter: TokenCounte
     """Run the sweep and write the run folder ``out``; returns it. ``entry_model`` names the Triton model whose
     counters the requests land on (the gRPC model itself; for the gateway, the model it forwards to)."""
     per_point = spec.requests_per_point or 256
-    workload = build_workload(workload_spec, counter, per_point + spec.warmup_requests, spec.seed)
+    # a slice per point: no point replays another's prompts (see runner: caches would answer them)
+    workload = build_workload(workload_spec, counter, (per_point + spec.warmup_requests) * len(spec.points),
+                              spec.seed)
     backend = make_backend(spec.endpoint, spec.model, api_key=api_key, timeout_s=spec.timeout_s)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     sweep = run_sweep_blocking(spec, backend, workload, metrics_url=metrics_url, progress=progress)
@@ -45,6 +47,10 @@ def run_bench(spec: BenchSpec, workload_spec: WorkloadSpec, counter: TokenCounte
     meta["label"] = label or spec.model
     run = RunData(meta, records, sweep.samples)
     run.summaries = summarize(run)
+    hits = sum(1 for r in records if r.cache_hit)
+    if hits:
+        log.warning("%d requests were answered from the gateway's response cache (0 tokens, no engine work): "
+                    "their figures measure the cache; set client.cache.enabled: false in the gateway's config to bench the engine", hits)
     write_run(run, out)
     build_report(out, run)
     return out

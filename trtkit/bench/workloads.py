@@ -1,8 +1,8 @@
 """Workloads made locally with the model's tokenizer: what each request asks for, decided before the run.
 
-A workload is a list of ``BenchRequest``; the runner cycles through it. Prompts of N tokens are cut
-from the bundled mixed-language corpus (English, Chinese, code, dialogue) so token counts are real for
-the model's tokenizer, not guessed from characters.
+A workload is a list of ``BenchRequest``; each load point cycles through its own slice of it. Prompts
+of N tokens are cut from the bundled mixed-language corpus (English, Chinese, code, dialogue) so token
+counts are real for the model's tokenizer, not guessed from characters.
 """
 
 from __future__ import annotations

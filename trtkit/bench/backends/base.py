@@ -23,6 +23,7 @@ class StreamResult:
     output_tokens: int | None = None
     cached_tokens: int | None = None
     finish_reason: str = ""
+    cache_hit: bool = False  # a gateway answered from its response cache: the engine did no work
     error: str | None = None
 
     @property

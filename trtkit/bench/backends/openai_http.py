@@ -1,7 +1,8 @@
 """OpenAI-compatible HTTP backend: ``POST {base}/chat/completions`` streamed as server-sent events.
 
 ``stream_options.include_usage`` makes the server send its usage in a last chunk; those are the counts
-the bench uses. Per-chunk token counts are not in the OpenAI stream, so the usage total is spread
+the bench uses. trtkit's gateway also says (``trtkit.cache_hit``) when its response cache answered:
+such a request never reached the engine and reports 0 tokens. Per-chunk token counts are not in the OpenAI stream, so the usage total is spread
 over the content chunks for inter-token latency. ``min_tokens`` is sent as an extra body field (the
 vLLM convention) only when a workload forces lengths.
 """
@@ -86,6 +87,7 @@ class OpenAIChatBackend:
             if chunk.get("error"):
                 result.error = str(chunk["error"])
                 return
+            result.cache_hit = result.cache_hit or bool((chunk.get("trtkit") or {}).get("cache_hit"))
             for choice in chunk.get("choices") or ():
                 content = (choice.get("delta") or {}).get("content")
                 if content:

@@ -19,7 +19,7 @@ from trtkit.bench.records import RequestRecord, read_jsonl, write_jsonl
 from trtkit.errors import BenchError
 
 CSV_COLUMNS = ("point", "requests", "errors", "duration_s", "requests_per_s", "output_tok_per_s", "total_tok_per_s",
-               "input_tokens", "output_tokens", "cached_tokens", "mean_concurrency", "good_requests",
+               "input_tokens", "output_tokens", "cached_tokens", "cache_hits", "mean_concurrency", "good_requests",
                "goodput_req_per_s", "goodput_fraction")
 CSV_NESTED = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
 
@@ -56,7 +56,7 @@ def write_points(summaries: list[dict], out: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         for s in summaries:
-            row = {c: s[c] for c in CSV_COLUMNS}
+            row = {c: s.get(c, "") for c in CSV_COLUMNS}
             row.update({f"{m}_{k}": s[m][k] for m in CSV_NESTED for k in ("mean", "p50", "p90", "p99")})
             row["mismatch_input"] = s["token_mismatches"]["input"]
             row["mismatch_output"] = s["token_mismatches"]["output"]

@@ -72,7 +72,7 @@ def _points_table(summaries: list[dict]) -> str:
 
 def _reconcile_table(summaries: list[dict]) -> str:
     head = ("<tr><th>point</th><th>bench requests</th><th>server requests</th><th>bench out tokens</th>"
-            "<th>server out tokens</th><th>input mismatches</th><th>output mismatches</th><th>peak KV</th>"
+            "<th>server out tokens</th><th>gateway cache hits</th><th>input mismatches</th><th>output mismatches</th><th>peak KV</th>"
             "<th>peak queue</th><th>engine queue ms/request</th><th>iterations</th></tr>")
     rows = []
     for s in summaries:
@@ -84,7 +84,7 @@ def _reconcile_table(summaries: list[dict]) -> str:
         rows.append(
             f"<tr><td>{s['point']}</td><td>{bench['requests']}</td><td class='{cls}'>"
             f"{_fmt('{:.0f}', server.get('requests'))}</td><td>{bench['output_tokens']}</td><td class='{cls}'>"
-            f"{_fmt('{:.0f}', server.get('output_tokens'))}</td><td>{mism['input']}</td><td>{mism['output']}</td>"
+            f"{_fmt('{:.0f}', server.get('output_tokens'))}</td><td>{s.get('cache_hits', 0)}</td><td>{mism['input']}</td><td>{mism['output']}</td>"
             f"<td>{_fmt('{:.0%}', engine.get('kv_fraction_max'))}</td><td>{_fmt('{:.0f}', engine.get('waiting_max'))}"
             f"</td><td>{_fmt('{:.1f}', s['server'].get('engine_queue_ms_per_request'))}</td>"
             f"<td>{_fmt('{:.0f}', server.get('iterations'))}</td></tr>")
