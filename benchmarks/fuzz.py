@@ -21,7 +21,8 @@ JSON error names the field (never a 5xx, never a hang); the gateway's ``/health/
 Triton's.
 
 Real run time on a shared 2-core machine: about 10 s to start, then roughly 30-60 requests/s
-(10,000 requests: 3-6 minutes). Ends with one ``BENCH {json}`` line.
+(10,000 requests: 3-6 minutes); ``--gateway`` about 6 requests/s on that machine under load (500 requests:
+85 s; long answers of valid cases dominate). Ends with one ``BENCH {json}`` line.
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -102,6 +104,14 @@ def settled_kv_blocks(metrics_url: str, timeout_s: float = 30.0) -> dict[str, fl
     return blocks
 
 
+def gateway_config():  # type: ignore[no-untyped-def]
+    """The tiny model's config with prompts over max_input_len (256 tokens) cut from the left, not refused:
+    the soak's prompts (up to 120 words, up to 7 tokens a word) are the Triton soak's, and a chat prompt the
+    gateway refuses with a 400 would count as failed."""
+    config = tiny_config()
+    return replace(config, client=replace(config.client, input_overflow="truncate_left"))
+
+
 def triton_load(server):  # type: ignore[no-untyped-def]
     """(run(seconds, seed, requests_per_client) -> SoakTally, health watch) straight to Triton over gRPC."""
     make_target = lambda: TritonStreamTarget(server.grpc_url)  # noqa: E731
@@ -125,16 +135,23 @@ def gateway_load(server, gateway: GatewayThread, secret: str):  # type: ignore[n
     return run, GatewayHealthWatch(server, gateway_url=gateway.url, gateway_thread=gateway.thread)
 
 
-def settled_ledger_rows(gateway: GatewayThread, key_name: str, expected: int, timeout_s: float = 30.0) -> int:
-    """Rows the gateway's ledger holds for ``key_name`` once they reach ``expected`` or ``timeout_s`` passes
-    (a cancelled request is written when its engine request has stopped, a moment after the client left)."""
+def settled_ledger_rows(gateway: GatewayThread, key_name: str, expected: int, timeout_s: float = 30.0) -> Counter:
+    """The ledger's rows for ``key_name`` by finish_reason, once the served ones (all but ``refused:*``) reach
+    ``expected`` or ``timeout_s`` passes (a cancelled request is written when its engine request has
+    stopped, a moment after the client left)."""
     deadline = time.monotonic() + timeout_s
-    rows = len(gateway.ledger_rows(key_name))
-    while rows < expected and time.monotonic() < deadline:
+
+    def rows() -> Counter:
+        return Counter(str(reason) for reason, _ in gateway.ledger_rows(key_name))
+
+    while served_rows(rows()) < expected and time.monotonic() < deadline:
         time.sleep(0.5)
-        rows = len(gateway.ledger_rows(key_name))
     time.sleep(1.0)  # one more look: a row too many would show up now
-    return len(gateway.ledger_rows(key_name))
+    return rows()
+
+
+def served_rows(by_reason: Counter) -> int:
+    return sum(n for reason, n in by_reason.items() if not reason.startswith("refused:"))
 
 
 def soak(server, args: argparse.Namespace, gateway: GatewayThread | None = None) -> dict:
@@ -165,8 +182,10 @@ def soak(server, args: argparse.Namespace, gateway: GatewayThread | None = None)
     result = report(tally, seconds, events, kv_start, kv_end, rss_start, rss_end, args)
     if gateway is not None:
         expected = tally.counts["completed"] + tally.counts["cancelled"]
-        rows = settled_ledger_rows(gateway, key_name, expected)
-        result["figures"].update(target="gateway", ledger_rows=rows, ledger_rows_expected=expected)
+        by_reason = settled_ledger_rows(gateway, key_name, expected)
+        rows = served_rows(by_reason)
+        result["figures"].update(target="gateway", ledger_rows=rows, ledger_rows_expected=expected,
+                                 ledger_rows_by_finish_reason=dict(by_reason))
         result["targets"]["ledger_rows"] = "completed + cancelled"
         result["met"]["ledger_rows"] = rows == expected
     return result
@@ -210,7 +229,8 @@ def print_tables(result: dict) -> None:
     print(f"{f['clients']} streaming clients for {f['seconds']:.0f} s: completed {f['completed']}, cancelled "
           f"{f['cancelled']}, failed {f['failed']}, lost {f['lost']}; by model {f['by_model']}")
     if "ledger_rows" in f:
-        print(f"gateway ledger rows: {f['ledger_rows']} (completed + cancelled: {f['ledger_rows_expected']}); "
+        print(f"gateway ledger rows of served requests: {f['ledger_rows']} (completed + cancelled: "
+              f"{f['ledger_rows_expected']}); all rows by finish_reason: {f['ledger_rows_by_finish_reason']}; "
               f"'{GATEWAY_PROCESS}' is the RSS of this process, which runs the gateway and the clients")
     print(f"KV blocks before {f['kv_blocks_before']}, after {f['kv_blocks_after']}")
     print(f"requests tritonserver still counted in flight at exit: {f['server_inflight_at_exit'] or 'none'}")
@@ -244,7 +264,7 @@ def main() -> int:
         repo = tiny_repository(Path(tmp))
         with TritonServer(repo, start_timeout_s=180) as server:  # the log stays under $TRTKIT_HOME for a post-mortem
             print(f"tritonserver log: {server.log_path}", file=sys.stderr)
-            gateway = GatewayThread(tiny_config(), server.grpc_url, Path(tmp) / "gateway") if args.gateway else None
+            gateway = GatewayThread(gateway_config(), server.grpc_url, Path(tmp) / "gateway") if args.gateway else None
             try:
                 result = soak(server, args, gateway)
             finally:
