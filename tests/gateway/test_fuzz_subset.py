@@ -62,3 +62,20 @@ def test_gateway_fuzz_subset_meets_the_targets(live_server, gateway) -> None:  #
     assert events == [], events
     assert {f: totals[f] for f in FAILURES} == dict.fromkeys(FAILURES, 0), dict(report.examples)
     assert totals["answered"] > 20 and totals["refused"] > 100, totals  # both paths were really exercised
+
+
+def test_lone_surrogate_escape_is_a_400_naming_the_field() -> None:
+    """Found by the fuzz: a JSON escape such as \\ud800 is valid JSON but no character; the tokenizer raised
+    TypeError and the gateway answered 500."""
+    from trtkit.gateway.app import parse
+    from trtkit.gateway.errors import RequestValidationError
+    from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
+
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi \\ud800"}]}'
+    with pytest.raises(RequestValidationError) as chat:
+        parse(ChatCompletionRequest, body)
+    assert chat.value.param == "messages.0.content"
+    with pytest.raises(RequestValidationError) as completion:
+        parse(CompletionRequest, b'{"model": "m", "prompt": ["ok", "x\\udfff"]}')
+    assert completion.value.param == "prompt.1"
+    assert parse(CompletionRequest, '{"model": "m", "prompt": "🎉 \\ud83c\\udf89"}'.encode()).prompt == "🎉 🎉"  # type: ignore[attr-defined]
