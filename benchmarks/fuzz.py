@@ -11,10 +11,18 @@ an error naming the input it broke. Counted failures: hangs, INTERNAL errors, er
 input, valid requests refused, invalid requests accepted, answers ending in U+FFFD, client-side failures;
 and server or stub crashes (health, process and stub pids polled every 0.5 s). Targets: 0 hangs, 0
 crashes, 0 INTERNAL, the server healthy throughout; the other failure counts are reported with target 0.
-The gateway gets a target beside ``TritonStreamTarget`` once it exists (no such mode yet).
+
+``--gateway``: the same run through the OpenAI gateway (started in a thread of this process in front of
+the tritonserver), with raw HTTP requests to ``/v1/chat/completions`` and ``/v1/completions``
+(benchmarks/robustness/gateway_cases.py): bad JSON, invalid UTF-8, wrong types, missing and unknown
+fields, 1 MB and over-the-cap bodies, NaN / inf / negative / huge sampling values, junk stop, unsupported
+fields (n, tools, logit_bias...), bad API keys and models. A correct answer is a 2xx result or a 4xx whose
+JSON error names the field (never a 5xx, never a hang); the gateway's ``/health/ready`` is polled beside
+Triton's.
 
 Real run time on a shared 2-core machine: about 10 s to start, then roughly 30-60 requests/s
-(10,000 requests: 3-6 minutes). Ends with one ``BENCH {json}`` line.
+(10,000 requests: 3-6 minutes); ``--gateway`` about 6 requests/s on that machine under load (500 requests:
+85 s; long answers of valid cases dominate). Ends with one ``BENCH {json}`` line.
 """
 
 from __future__ import annotations
@@ -30,7 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robustness.fuzz_cases import CaseGenerator, specs_from_config  # noqa: E402
 from robustness.fuzz_run import FAILURES, FuzzReport, run_cases  # noqa: E402
-from robustness.server import HealthWatch, tiny_repository  # noqa: E402
+from robustness.gateway_cases import GatewayCaseGenerator  # noqa: E402
+from robustness.gateway_target import (  # noqa: E402
+    GatewayHealthWatch,
+    GatewayHttpTarget,
+    GatewayThread,
+    served_model,
+)
+from robustness.server import HealthWatch, tiny_config, tiny_repository  # noqa: E402
 from robustness.triton_target import TritonStreamTarget  # noqa: E402
 
 MODELS = ("ensemble", "tensorrt_llm_bls")
@@ -57,6 +72,25 @@ def fuzz_server(server, *, requests: int, seed: int, workers: int, deadline_s: f
     return report, events, seconds
 
 
+def fuzz_gateway(server, gateway: GatewayThread, *, requests: int, seed: int, workers: int, deadline_s: float,
+                 progress: bool = False) -> tuple[FuzzReport, list[str], float]:
+    """Run the gateway fuzz against a started gateway in front of ``server``: report, health events, seconds."""
+    _, secret = gateway.new_key("fuzz")
+    model = served_model(gateway.url, secret)
+    watch = GatewayHealthWatch(server, gateway_url=gateway.url, gateway_thread=gateway.thread).start()
+    start = time.monotonic()
+
+    def tick(done: int) -> None:
+        if progress and done % 100 == 0:
+            print(f"  {done}/{requests} after {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+
+    cases = GatewayCaseGenerator(seed, model, gateway.config.gateway.max_body_bytes).cases(requests)
+    report = run_cases(cases, lambda: GatewayHttpTarget(gateway.url, secret), workers=workers,
+                       deadline_s=deadline_s, on_progress=tick)
+    seconds = time.monotonic() - start
+    return report, watch.close() + watch.check(), seconds
+
+
 def print_table(report: FuzzReport) -> None:
     columns = ["answered", "refused", "refused_alias", *FAILURES]
     print(f"{'kind':<16}{'sent':>7}" + "".join(f"{c:>{len(c) + 2}}" for c in columns))
@@ -73,7 +107,7 @@ def print_table(report: FuzzReport) -> None:
 def summary(report: FuzzReport, events: list[str], seconds: float, args: argparse.Namespace) -> dict:
     totals = report.totals()
     crashes = [e for e in events if "exited" in e or "gone" in e]
-    figures = {"requests": report.num_cases, "seed": args.seed, "seconds": round(seconds, 1),
+    figures = {"target": "gateway" if args.gateway else "triton", "requests": report.num_cases, "seed": args.seed, "seconds": round(seconds, 1),
                "requests_per_s": round(report.num_cases / seconds, 1) if seconds else 0.0,
                "slowest_answer_s": round(report.slowest_s, 2), "answered": totals["answered"],
                "refused_naming_input": totals["refused"],
@@ -92,6 +126,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=4, help="requests in flight at once")
     parser.add_argument("--deadline", type=float, default=60.0, help="seconds a request may take before it is a hang")
+    parser.add_argument("--gateway", action="store_true", help="fuzz the OpenAI gateway (HTTP) instead of Triton")
     args = parser.parse_args()
 
     from trtkit.serve import TritonServer
@@ -100,8 +135,16 @@ def main() -> int:
         repo = tiny_repository(Path(tmp))
         with TritonServer(repo, start_timeout_s=180) as server:  # the log stays under $TRTKIT_HOME for a post-mortem
             print(f"tritonserver log: {server.log_path}", file=sys.stderr)
-            report, events, seconds = fuzz_server(server, requests=args.requests, seed=args.seed,
-                                                  workers=args.workers, deadline_s=args.deadline, progress=True)
+            run = dict(requests=args.requests, seed=args.seed, workers=args.workers, deadline_s=args.deadline,
+                       progress=True)
+            if args.gateway:
+                gateway = GatewayThread(tiny_config(), server.grpc_url, Path(tmp) / "gateway")
+                try:
+                    report, events, seconds = fuzz_gateway(server, gateway, **run)  # type: ignore[arg-type]
+                finally:
+                    gateway.stop()
+            else:
+                report, events, seconds = fuzz_server(server, **run)  # type: ignore[arg-type]
     print_table(report)
     result = summary(report, events, seconds, args)
     print(f"\n{report.num_cases} requests in {seconds:.0f} s; health events: {len(events)}")

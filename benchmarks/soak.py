@@ -14,9 +14,12 @@ the requests tritonserver still counts in flight when it is stopped after the lo
 Targets: 0 failed, 0 lost, 0 KV blocks in use after, RSS growth < 5% per process, server healthy
 throughout, nothing in flight at exit.
 
-Only Triton over gRPC is a target today: trtkit has no gateway on this branch, so there is no
-``--gateway`` mode yet. A gateway target plugs in beside ``TritonStreamTarget``
-(``send_inputs(model, inputs, deadline_s, cancel_after)``).
+``--gateway``: the same load through the OpenAI gateway, started in a thread of this soak process in
+front of the tritonserver (the gateway always calls ``tensorrt_llm_bls``): streamed requests to
+``/v1/chat/completions`` and ``/v1/completions`` on one httpx AsyncClient, a cancelled request closes
+its HTTP stream after 1-3 content chunks. The RSS table adds ``gateway (soak process)``: the RSS of this
+process, which holds the gateway and the 64 clients. Extra target: the gateway's ledger holds exactly one
+row per request that completed or was cancelled (polled until it settles).
 
 Real run time: --minutes plus about 60 s (server start, warm-up, draining) on a shared 2-core machine.
 Ends with one ``BENCH {json}`` line.
@@ -25,21 +28,29 @@ Ends with one ``BENCH {json}`` line.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from robustness.gateway_soak import run_gateway_clients  # noqa: E402
+from robustness.gateway_target import GatewayHealthWatch, GatewayThread, served_model  # noqa: E402
 from robustness.server import (  # noqa: E402
     HealthWatch,
     inflight_at_exit,
     kv_blocks,
     memory_breakdown,
     memory_snapshot,
+    rss_kb,
+    tiny_config,
     tiny_repository,
 )  # noqa: E402
 from robustness.soak_run import SoakTally, percentile, run_clients  # noqa: E402
@@ -49,11 +60,22 @@ MODELS = ("ensemble", "tensorrt_llm_bls")
 DEADLINE_S = 180.0
 
 
+GATEWAY_PROCESS = "gateway (soak process)"
+
+
+def snapshot(server_pid: int, gateway: bool) -> dict[str, int]:
+    """RSS of tritonserver and every stub, and of this process when it holds the gateway."""
+    rows = memory_snapshot(server_pid)
+    if gateway:
+        rows[GATEWAY_PROCESS] = rss_kb(os.getpid()) or 0
+    return rows
+
+
 class RssSampler:
     """RSS of every process every ``period_s`` during the load, to tell a trend from a one-off step."""
 
-    def __init__(self, server_pid: int, period_s: float = 60.0) -> None:
-        self.server_pid, self.period_s = server_pid, period_s
+    def __init__(self, server_pid: int, period_s: float = 60.0, gateway: bool = False) -> None:
+        self.server_pid, self.period_s, self.gateway = server_pid, period_s, gateway
         self.samples: list[dict[str, int]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
@@ -64,7 +86,7 @@ class RssSampler:
 
     def _run(self) -> None:
         while not self.stop.wait(self.period_s):
-            self.samples.append(memory_snapshot(self.server_pid))
+            self.samples.append(snapshot(self.server_pid, self.gateway))
 
     def close(self) -> list[dict[str, int]]:
         self.stop.set()
@@ -82,27 +104,91 @@ def settled_kv_blocks(metrics_url: str, timeout_s: float = 30.0) -> dict[str, fl
     return blocks
 
 
-def soak(server, args: argparse.Namespace) -> dict:
+def gateway_config():  # type: ignore[no-untyped-def]
+    """The tiny model's config with prompts over max_input_len (256 tokens) cut from the left, not refused:
+    the soak's prompts (up to 120 words, up to 7 tokens a word) are the Triton soak's, and a chat prompt the
+    gateway refuses with a 400 would count as failed."""
+    config = tiny_config()
+    return replace(config, client=replace(config.client, input_overflow="truncate_left"))
+
+
+def triton_load(server):  # type: ignore[no-untyped-def]
+    """(run(seconds, seed, requests_per_client) -> SoakTally, health watch) straight to Triton over gRPC."""
     make_target = lambda: TritonStreamTarget(server.grpc_url)  # noqa: E731
+
+    def run(args: argparse.Namespace, seconds: float, seed: int, per_client: int | None) -> SoakTally:
+        return run_clients(make_target, clients=args.clients, seconds=seconds, seed=seed, models=MODELS,
+                           cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S, requests_per_client=per_client)
+
+    return run, HealthWatch(server)
+
+
+def gateway_load(server, gateway: GatewayThread, secret: str):  # type: ignore[no-untyped-def]
+    """The same through the gateway (HTTP streams on one AsyncClient)."""
+    model = served_model(gateway.url, secret)
+
+    def run(args: argparse.Namespace, seconds: float, seed: int, per_client: int | None) -> SoakTally:
+        return asyncio.run(run_gateway_clients(gateway.url, secret, model, clients=args.clients, seconds=seconds,
+                                               seed=seed, cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S,
+                                               requests_per_client=per_client))
+
+    return run, GatewayHealthWatch(server, gateway_url=gateway.url, gateway_thread=gateway.thread)
+
+
+def settled_ledger_rows(gateway: GatewayThread, key_name: str, expected: int, timeout_s: float = 30.0) -> Counter:
+    """The ledger's rows for ``key_name`` by finish_reason, once the served ones (all but ``refused:*``) reach
+    ``expected`` or ``timeout_s`` passes (a cancelled request is written when its engine request has
+    stopped, a moment after the client left)."""
+    deadline = time.monotonic() + timeout_s
+
+    def rows() -> Counter:
+        return Counter(str(reason) for reason, _ in gateway.ledger_rows(key_name))
+
+    while served_rows(rows()) < expected and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(1.0)  # one more look: a row too many would show up now
+    return rows()
+
+
+def served_rows(by_reason: Counter) -> int:
+    return sum(n for reason, n in by_reason.items() if not reason.startswith("refused:"))
+
+
+def soak(server, args: argparse.Namespace, gateway: GatewayThread | None = None) -> dict:
+    key_name = ""
+    if gateway is None:
+        load, watch = triton_load(server)
+    else:
+        _, warm_secret = gateway.new_key("soak-warm-up")
+        key_name, secret = gateway.new_key("soak")
+        load, watch = gateway_load(server, gateway, secret)
+        load_warm, _ = gateway_load(server, gateway, warm_secret)
     # warm-up at full concurrency: buffers, threads and arenas sized by the peak load are there before the
     # start RSS is taken, so growth measures what the load leaves behind, not what it needs
-    warm = run_clients(make_target, clients=args.clients, seconds=0.0, seed=args.seed + 1, models=MODELS,
-                       cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S, requests_per_client=2)
-    rss_start, parts_start = memory_snapshot(server.pid), memory_breakdown(server.pid)
+    warm = (load if gateway is None else load_warm)(args, 0.0, args.seed + 1, 2)
+    rss_start, parts_start = snapshot(server.pid, gateway is not None), memory_breakdown(server.pid)
     kv_start = settled_kv_blocks(server.metrics_url)
-    watch = HealthWatch(server).start()
-    samples = RssSampler(server.pid, args.rss_every).start()
+    watch.start()
+    samples = RssSampler(server.pid, args.rss_every, gateway is not None).start()
     started = time.monotonic()
-    tally = run_clients(make_target, clients=args.clients, seconds=args.minutes * 60, seed=args.seed, models=MODELS,
-                        cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S)
+    tally = load(args, args.minutes * 60, args.seed, None)
     seconds = time.monotonic() - started
     events = watch.close() + watch.check()
     tally.rss_samples = samples.close()
     kv_end = settled_kv_blocks(server.metrics_url)
-    rss_end, parts_end = memory_snapshot(server.pid), memory_breakdown(server.pid)
+    rss_end, parts_end = snapshot(server.pid, gateway is not None), memory_breakdown(server.pid)
     tally.rss_parts = {"start": parts_start, "end": parts_end}
     tally.counts.update({f"warm_up_{k}": v for k, v in warm.counts.items() if ":" not in k})
-    return report(tally, seconds, events, kv_start, kv_end, rss_start, rss_end, args)
+    result = report(tally, seconds, events, kv_start, kv_end, rss_start, rss_end, args)
+    if gateway is not None:
+        expected = tally.counts["completed"] + tally.counts["cancelled"]
+        by_reason = settled_ledger_rows(gateway, key_name, expected)
+        rows = served_rows(by_reason)
+        result["figures"].update(target="gateway", ledger_rows=rows, ledger_rows_expected=expected,
+                                 ledger_rows_by_finish_reason=dict(by_reason))
+        result["targets"]["ledger_rows"] = "completed + cancelled"
+        result["met"]["ledger_rows"] = rows == expected
+    return result
 
 
 def rss_growth(start: dict[str, int], end: dict[str, int]) -> dict[str, dict]:
@@ -142,6 +228,10 @@ def print_tables(result: dict) -> None:
     f = result["figures"]
     print(f"{f['clients']} streaming clients for {f['seconds']:.0f} s: completed {f['completed']}, cancelled "
           f"{f['cancelled']}, failed {f['failed']}, lost {f['lost']}; by model {f['by_model']}")
+    if "ledger_rows" in f:
+        print(f"gateway ledger rows of served requests: {f['ledger_rows']} (completed + cancelled: "
+              f"{f['ledger_rows_expected']}); all rows by finish_reason: {f['ledger_rows_by_finish_reason']}; "
+              f"'{GATEWAY_PROCESS}' is the RSS of this process, which runs the gateway and the clients")
     print(f"KV blocks before {f['kv_blocks_before']}, after {f['kv_blocks_after']}")
     print(f"requests tritonserver still counted in flight at exit: {f['server_inflight_at_exit'] or 'none'}")
     print(f"\n{'minute':>6}{'completed':>11}{'p50 s':>9}{'p99 s':>9}")
@@ -165,6 +255,7 @@ def main() -> int:
     parser.add_argument("--cancel-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rss-every", type=float, default=60.0, help="seconds between RSS samples during the load")
+    parser.add_argument("--gateway", action="store_true", help="drive the load through the OpenAI gateway")
     args = parser.parse_args()
 
     from trtkit.serve import TritonServer
@@ -173,7 +264,12 @@ def main() -> int:
         repo = tiny_repository(Path(tmp))
         with TritonServer(repo, start_timeout_s=180) as server:  # the log stays under $TRTKIT_HOME for a post-mortem
             print(f"tritonserver log: {server.log_path}", file=sys.stderr)
-            result = soak(server, args)
+            gateway = GatewayThread(gateway_config(), server.grpc_url, Path(tmp) / "gateway") if args.gateway else None
+            try:
+                result = soak(server, args, gateway)
+            finally:
+                if gateway is not None:
+                    gateway.stop()
         inflight = inflight_at_exit(server.log_path)
     result["figures"]["server_inflight_at_exit"] = inflight
     result["targets"]["server_inflight_at_exit"] = 0

@@ -14,17 +14,22 @@ ROOT = Path(__file__).resolve().parents[2]
 STUB = "triton_python_backend_stub"
 
 
-def tiny_repository(work: Path, model_dir: Path | None = None) -> Path:
-    """The CPU repository of ``model_configs/tiny-llama.yaml`` (a random 2-layer Llama with SmolLM2's
-    tokenizer), on ``model_dir`` when given (the tests pass their echo model)."""
+def tiny_config():  # type: ignore[no-untyped-def]
+    """``model_configs/tiny-llama.yaml`` (a random 2-layer Llama with SmolLM2's tokenizer), ports picked freely."""
     if "TRTKIT_CACHE" not in os.environ and (ROOT / ".trtkit-cache").is_dir():
         os.environ["TRTKIT_CACHE"] = str(ROOT / ".trtkit-cache")  # the tests' model cache, already filled
     from trtkit.config import load_config
+
+    config = load_config(ROOT / "model_configs" / "tiny-llama.yaml")
+    return replace(config, serve=replace(config.serve, http_port=0, grpc_port=0, metrics_port=0))
+
+
+def tiny_repository(work: Path, model_dir: Path | None = None) -> Path:
+    """The CPU repository of the tiny model, on ``model_dir`` when given (the tests pass their echo model)."""
     from trtkit.repository import deploy_repository
     from trtkit.sources.resolve import resolve_model_dir
 
-    config = load_config(ROOT / "model_configs" / "tiny-llama.yaml")
-    config = replace(config, serve=replace(config.serve, http_port=0, grpc_port=0, metrics_port=0))
+    config = tiny_config()
     source = model_dir or resolve_model_dir(config.model.source)
     return deploy_repository(config, source, work / "repo", target="cpu").out_dir
 

@@ -78,7 +78,27 @@ def parse(model: type[BaseModel], body: bytes) -> BaseModel:
         raise RequestValidationError(f"the body is not valid JSON ({exc}); send a JSON object") from None
     if not isinstance(data, dict):
         raise RequestValidationError("the body must be a JSON object")
+    bad = _lone_surrogate_path(data)
+    if bad is not None:  # a JSON escape such as \ud800 decodes to no character: the tokenizer cannot take it
+        raise RequestValidationError(f"'{bad}' holds a lone UTF-16 surrogate escape (no Unicode character); "
+                                     f"send valid UTF-8 text", param=bad)
     return model.model_validate(data)
+
+
+def _lone_surrogate_path(value: object, path: str = "") -> str | None:
+    """The field path of the first string holding a lone surrogate, or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "body"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _lone_surrogate_path(key, path) or _lone_surrogate_path(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def create_app(ctx: ServingContext, door: Door) -> FastAPI:
