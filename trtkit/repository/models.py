@@ -46,11 +46,15 @@ def preprocessing(s: RepoSettings) -> mc.ModelConfig:
 
 
 def postprocessing(s: RepoSettings) -> mc.ModelConfig:
+    # No dynamic batching on purpose: its queue drops a cancelled request with a CANCELLED error before
+    # the model sees it, and tritonserver 2.51's ensemble scheduler then ignores the rest of the engine's
+    # stream, so the ensemble request is never released (core#466). Without the queue the request
+    # reaches the adapter, which stops the engine and answers it (adapters/postprocessing.py).
     config = _base("postprocessing", s.max_batch_size, backend="python")
-    config.dynamic_batching.SetInParent()
     pbtxt.add_inputs(config, pbtxt.tensors("postprocessing", "inputs"))
     pbtxt.add_outputs(config, pbtxt.tensors("postprocessing", "outputs"))
-    pbtxt.set_parameters(config, {"tokenizer_dir": s.tokenizer_dir, "skip_special_tokens": True})
+    pbtxt.set_parameters(config, {"tokenizer_dir": s.tokenizer_dir, "skip_special_tokens": True,
+                                  "engine_decoupled": s.decoupled})
     pbtxt.instances(config, s.instances_post)
     return config
 
