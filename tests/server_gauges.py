@@ -53,3 +53,26 @@ def settled_engine(metrics_url: str, *, after_iteration: float, timeout_s: float
         previous = now
         time.sleep(3 * PUBLISH_PERIOD_S)
     raise AssertionError(f"the engine did not settle within {timeout_s} s (last: {previous})")
+
+
+def model_requests_ended(metrics_url: str, model: str) -> float:
+    """Requests of ``model`` that tritonserver counted as ended (success + failure, every reason).
+
+    Triton counts an ensemble request only when it releases it, so a request it keeps in flight
+    (tritonserver 2.51 did, for every cancelled ensemble stream) is never counted here."""
+    text = scrape(metrics_url)
+    total = 0.0
+    for family in ("nv_inference_request_success", "nv_inference_request_failure"):
+        pattern = rf'^{family}{{[^}}]*model="{model}"[^}}]*}} ([0-9.e+-]+)$'
+        total += sum(float(v) for v in re.findall(pattern, text, flags=re.M))
+    return total
+
+
+def wait_for_ended(metrics_url: str, model: str, at_least: float, timeout_s: float = 60.0) -> float:
+    """Poll (under a generous deadline) until ``model`` has ended at least ``at_least`` requests."""
+    deadline = time.monotonic() + timeout_s
+    ended = model_requests_ended(metrics_url, model)
+    while ended < at_least and time.monotonic() < deadline:
+        time.sleep(3 * PUBLISH_PERIOD_S)
+        ended = model_requests_ended(metrics_url, model)
+    return ended

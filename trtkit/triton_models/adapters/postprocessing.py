@@ -33,7 +33,7 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             if request.is_cancelled():
-                self._stop_engine(request.request_id())
+                self._stop_engine(_engine_key(request) or request.request_id())
             try:
                 responses.append(triton_io.response(pb_utils, self.post.run(triton_io.inputs_of(request))))
             except Exception as exc:
@@ -41,7 +41,7 @@ class TritonPythonModel:
         return responses
 
     def _stop_engine(self, request_id):
-        """Cancel the engine request of a cancelled ensemble stream (only one with a request id can be found)."""
+        """Cancel the engine request of a cancelled ensemble stream, found by its key or its Triton id."""
         if not request_id:
             return
         request = pb_utils.InferenceRequest(model_name=self.engine_name, requested_output_names=["output_ids"],
@@ -51,3 +51,12 @@ class TritonPythonModel:
                 pass
         except Exception:  # already stopped (its responses in flight still come here) or ended on its own
             pass
+
+
+def _engine_key(request):
+    """The CPU engine's request key (``cpu_request_key``, wired by the CPU ensemble); "" when absent."""
+    tensor = pb_utils.get_input_tensor_by_name(request, "ENGINE_REQUEST_KEY")
+    if tensor is None:
+        return ""
+    value = tensor.as_numpy().reshape(-1)
+    return value[0].decode() if value.size and isinstance(value[0], bytes) else ""
