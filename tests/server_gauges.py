@@ -55,24 +55,20 @@ def settled_engine(metrics_url: str, *, after_iteration: float, timeout_s: float
     raise AssertionError(f"the engine did not settle within {timeout_s} s (last: {previous})")
 
 
-def model_requests_ended(metrics_url: str, model: str) -> float:
-    """Requests of ``model`` that tritonserver counted as ended (success + failure, every reason).
-
-    Triton counts an ensemble request only when it releases it, so a request it keeps in flight
-    (tritonserver 2.51 did, for every cancelled ensemble stream) is never counted here."""
+def model_requests_released(metrics_url: str, model: str) -> float:
+    """``nv_inference_count`` of ``model``: for an ensemble, Triton adds a request to it only when it
+    releases the request (its request tracker's last reference). A request kept in flight (tritonserver 2.51
+    did, for every cancelled ensemble stream) is never added; its failure counter moves all the same."""
     text = scrape(metrics_url)
-    total = 0.0
-    for family in ("nv_inference_request_success", "nv_inference_request_failure"):
-        pattern = rf'^{family}{{[^}}]*model="{model}"[^}}]*}} ([0-9.e+-]+)$'
-        total += sum(float(v) for v in re.findall(pattern, text, flags=re.M))
-    return total
+    pattern = rf'^nv_inference_count{{[^}}]*model="{model}"[^}}]*}} ([0-9.e+-]+)$'
+    return sum(float(v) for v in re.findall(pattern, text, flags=re.M))
 
 
-def wait_for_ended(metrics_url: str, model: str, at_least: float, timeout_s: float = 60.0) -> float:
-    """Poll (under a generous deadline) until ``model`` has ended at least ``at_least`` requests."""
+def wait_for_released(metrics_url: str, model: str, at_least: float, timeout_s: float = 60.0) -> float:
+    """Poll (under a generous deadline) until ``model`` has released at least ``at_least`` requests."""
     deadline = time.monotonic() + timeout_s
-    ended = model_requests_ended(metrics_url, model)
-    while ended < at_least and time.monotonic() < deadline:
+    released = model_requests_released(metrics_url, model)
+    while released < at_least and time.monotonic() < deadline:
         time.sleep(3 * PUBLISH_PERIOD_S)
-        ended = model_requests_ended(metrics_url, model)
-    return ended
+        released = model_requests_released(metrics_url, model)
+    return released

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from echo_model import CYCLE_TEXT
 from live_client import Live, inputs, tensor
-from server_gauges import model_requests_ended, settled_engine, wait_for_ended
+from server_gauges import model_requests_released, settled_engine, wait_for_released
 
 pytestmark = pytest.mark.slow
 MODELS = ("ensemble", "tensorrt_llm_bls")
@@ -165,14 +165,14 @@ def test_cancelled_ensemble_streams_are_released_and_free_their_blocks(live: Liv
     """tritonserver 2.51 kept every cancelled ensemble stream in flight forever (memory grew, SIGTERM waited
     out its exit timeout) when postprocessing answered a cancelled step with an error: its ensemble scheduler
     then ignored the rest of the engine's stream (fixed upstream in core#466). Requests without a request id,
-    several at once: each must end in Triton's counters, stop the engine early and free its KV blocks."""
+    several at once: Triton must release each one, and the engine stop early and free their KV blocks."""
     import queue
 
     import tritonclient.grpc as grpcclient
 
     url = live.server.metrics_url  # type: ignore[attr-defined]
     before = settled_engine(url, after_iteration=-1)
-    ended_before = model_requests_ended(url, "ensemble")
+    released_before = model_requests_released(url, "ensemble")
     streams = 3
     clients = []
     for _ in range(streams):
@@ -188,8 +188,9 @@ def test_cancelled_ensemble_streams_are_released_and_free_their_blocks(live: Liv
         client.stop_stream(cancel_requests=True)
         client.close()
     after = settled_engine(url, after_iteration=before.iteration)
-    ended = wait_for_ended(url, "ensemble", ended_before + streams)
-    assert ended == ended_before + streams, f"{ended - ended_before} of {streams} cancelled streams were released"
+    released = wait_for_released(url, "ensemble", released_before + streams)
+    assert released == released_before + streams, (
+        f"tritonserver released {released - released_before} of {streams} cancelled streams")
     assert after.iteration - before.iteration < 400, "the cancelled requests ran to their end"
     assert after.active == 0 and after.used_blocks <= before.used_blocks, f"blocks still held: {after}"
     assert live.stream("ensemble", inputs(CYCLE_TEXT, 8, stream=True)).text == live.expected(8)
