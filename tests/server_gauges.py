@@ -53,3 +53,22 @@ def settled_engine(metrics_url: str, *, after_iteration: float, timeout_s: float
         previous = now
         time.sleep(3 * PUBLISH_PERIOD_S)
     raise AssertionError(f"the engine did not settle within {timeout_s} s (last: {previous})")
+
+
+def model_requests_released(metrics_url: str, model: str) -> float:
+    """``nv_inference_count`` of ``model``: for an ensemble, Triton adds a request to it only when it
+    releases the request (its request tracker's last reference). A request kept in flight (tritonserver 2.51
+    did, for every cancelled ensemble stream) is never added; its failure counter moves all the same."""
+    text = scrape(metrics_url)
+    pattern = rf'^nv_inference_count{{[^}}]*model="{model}"[^}}]*}} ([0-9.e+-]+)$'
+    return sum(float(v) for v in re.findall(pattern, text, flags=re.M))
+
+
+def wait_for_released(metrics_url: str, model: str, at_least: float, timeout_s: float = 60.0) -> float:
+    """Poll (under a generous deadline) until ``model`` has released at least ``at_least`` requests."""
+    deadline = time.monotonic() + timeout_s
+    released = model_requests_released(metrics_url, model)
+    while released < at_least and time.monotonic() < deadline:
+        time.sleep(3 * PUBLISH_PERIOD_S)
+        released = model_requests_released(metrics_url, model)
+    return released

@@ -195,8 +195,8 @@ def test_input_limit_and_max_tokens_clamp(live_server, tiny_config, tiny_counter
 
 
 # min_tokens = max_tokens: such a generation cannot end early on its own, only a cancel or deadline stops it.
-# Cancellation tests go through the BLS: a Triton ensemble does not pass a cancel on to its running engine
-# step (see tests/repository/test_live.py::ENSEMBLE_CANCEL_GAP), so only there does the engine stop early.
+# These cancellation tests go through the BLS; tests/repository/test_live.py covers the ensemble's
+# (there postprocessing stops the engine, as tritonserver never cancels the running engine step).
 BLS = "tensorrt_llm_bls"
 LONG = 400
 LONG_PARAMS = SamplingParams(max_tokens=LONG, min_tokens=LONG)

@@ -151,6 +151,24 @@ def test_stop_input_cancels_the_request_with_that_id(engine_model: EngineModel) 
         engine_model.submit(_request(engine_model, 1, stream=False, stop=True), Collect(), triton_id="gone")
 
 
+def test_stop_by_the_engine_key_of_a_request_without_an_id(engine_model: EngineModel) -> None:
+    """Every response carries the engine's key (cpu_request_key): postprocessing stops a cancelled ensemble
+    stream by it, since an ensemble client need not send a request id."""
+    generated_before = engine_model.loop.stats().generated_tokens
+    running, stopper = Collect(hold_first=True), Collect()
+    engine_model.submit(_request(engine_model, 200, stream=True, min_tokens=200), running)
+    assert running.first.wait(60)  # running, and held: it cannot finish before the stop arrives
+    key = running.responses[0][0]["cpu_request_key"].item().decode()
+    assert key
+    engine_model.submit(_request(engine_model, 1, stream=False, stop=True), stopper, triton_id=key)
+    running.release.set()
+    assert stopper.done.wait(10) and running.done.wait(30) and running.closed
+    assert _generated(running) < 200
+    assert _settled(engine_model).generated_tokens - generated_before < 200
+    with pytest.raises(InvalidRequest, match="no request with id"):  # a stopped request is forgotten
+        engine_model.submit(_request(engine_model, 1, stream=False, stop=True), Collect(), triton_id=key)
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     ({"beam_width": 2}, "beam_width"),
     ({"return_context_logits": True}, "not supported"),

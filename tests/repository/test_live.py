@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from echo_model import CYCLE_TEXT
 from live_client import Live, inputs, tensor
-from server_gauges import settled_engine
+from server_gauges import model_requests_released, settled_engine, wait_for_released
 
 pytestmark = pytest.mark.slow
 MODELS = ("ensemble", "tensorrt_llm_bls")
@@ -135,12 +135,10 @@ def test_bad_requests_get_invalid_argument_and_the_server_keeps_serving(live: Li
     assert live.stream(model, inputs(CYCLE_TEXT, 8, stream=False)).text == live.expected(8)
 
 
-ENSEMBLE_CANCEL_GAP = pytest.mark.xfail(strict=True, reason=(
-    "Triton's ensemble scheduler checks cancellation only between steps (triton-inference-server/core#263, "
-    "server#6739): the running tensorrt_llm step never learns that the client went away. The BLS stops it."))
-
-
-@pytest.mark.parametrize("model", [pytest.param("ensemble", marks=ENSEMBLE_CANCEL_GAP), "tensorrt_llm_bls"])
+# Through the ensemble the engine learns of a cancellation from postprocessing: tritonserver marks the
+# steps it schedules after the cancel as cancelled (never the running tensorrt_llm step: core#263,
+# server#6739), and the postprocessing adapter then stops the engine by its request key.
+@pytest.mark.parametrize("model", MODELS)
 def test_cancelled_stream_stops_early_and_returns_its_kv_blocks(live: Live, model: str) -> None:
     import queue
 
@@ -161,6 +159,41 @@ def test_cancelled_stream_stops_early_and_returns_its_kv_blocks(live: Live, mode
     assert after.iteration - before.iteration < 400, f"{model}: the cancelled request ran to its end"
     assert after.active == 0 and after.used_blocks <= before.used_blocks, f"blocks still held: {after}"
     assert live.stream("ensemble", inputs(CYCLE_TEXT, 8, stream=False)).text == live.expected(8)
+
+
+def test_cancelled_ensemble_streams_are_released_and_free_their_blocks(live: Live) -> None:
+    """tritonserver 2.51 kept every cancelled ensemble stream in flight forever (memory grew, SIGTERM waited
+    out its exit timeout) when postprocessing answered a cancelled step with an error: its ensemble scheduler
+    then ignored the rest of the engine's stream (fixed upstream in core#466). Requests without a request id,
+    several at once: Triton must release each one, and the engine stop early and free their KV blocks."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    url = live.server.metrics_url  # type: ignore[attr-defined]
+    before = settled_engine(url, after_iteration=-1)
+    released_before = model_requests_released(url, "ensemble")
+    streams = 3
+    clients = []
+    for _ in range(streams):
+        results: queue.Queue = queue.Queue()
+        client = grpcclient.InferenceServerClient(live.server.grpc_url)  # type: ignore[attr-defined]
+        client.start_stream(callback=lambda result, error, box=results: box.put((result, error)))
+        client.async_stream_infer("ensemble", inputs(CYCLE_TEXT, 400, stream=True))
+        clients.append((client, results))
+    for _client, results in clients:
+        result, error = results.get(timeout=60)  # the first tokens: every request is running
+        assert error is None, error
+    for client, _ in clients:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+    after = settled_engine(url, after_iteration=before.iteration)
+    released = wait_for_released(url, "ensemble", released_before + streams)
+    assert released == released_before + streams, (
+        f"tritonserver released {released - released_before} of {streams} cancelled streams")
+    assert after.iteration - before.iteration < 400, "the cancelled requests ran to their end"
+    assert after.active == 0 and after.used_blocks <= before.used_blocks, f"blocks still held: {after}"
+    assert live.stream("ensemble", inputs(CYCLE_TEXT, 8, stream=True)).text == live.expected(8)
 
 
 def test_metrics_use_tensorrt_llm_names_and_labels(live: Live) -> None:

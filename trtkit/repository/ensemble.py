@@ -52,7 +52,8 @@ def _step(config: mc.ModelConfig, model: str, inputs: dict[str, str], outputs: d
 
 def ensemble(s: RepoSettings) -> mc.ModelConfig:
     """On CPU the engine also answers ``num_cached_tokens`` and ``finish_reason``; the C++ backend does
-    not, so the GPU ensemble leaves them out (``tensorrt_llm_bls`` derives them on both)."""
+    not, so the GPU ensemble leaves them out (``tensorrt_llm_bls`` derives them on both). On CPU the
+    engine's request key also goes to postprocessing, which stops the engine when the client cancels."""
     extras = s.engine_extras
     config = mc.ModelConfig(name="ensemble", platform="ensemble", max_batch_size=s.max_batch_size)
     pbtxt.add_inputs(config, pbtxt.tensors("ensemble", "inputs") + EXTRA_FRONT_INPUTS)
@@ -63,8 +64,11 @@ def ensemble(s: RepoSettings) -> mc.ModelConfig:
     engine_out = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
     engine_out.update({name: name for name in ENGINE_PASSED_OUT})
     if extras:
-        engine_out.update({"num_cached_tokens": "num_cached_tokens", "finish_reason": "finish_reason"})
+        engine_out.update({"num_cached_tokens": "num_cached_tokens", "finish_reason": "finish_reason",
+                           "cpu_request_key": "_ENGINE_REQUEST_KEY"})
     _step(config, ENGINE, ENGINE_INPUTS, engine_out)
-    _step(config, "postprocessing", {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"},
-          {"OUTPUT": "text_output"})
+    post_in = {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"}
+    if extras:
+        post_in["ENGINE_REQUEST_KEY"] = "_ENGINE_REQUEST_KEY"
+    _step(config, "postprocessing", post_in, {"OUTPUT": "text_output"})
     return config

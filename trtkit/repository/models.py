@@ -12,6 +12,9 @@ ENGINE = "tensorrt_llm"
 # our additions: all optional for clients; the CPU engine produces the two extra outputs itself
 EXTRA_FRONT_INPUTS = [spec("min_length", "TYPE_INT32", [1], optional=True)]
 EXTRA_OUTPUTS = [spec("num_cached_tokens", "TYPE_INT32", [1]), spec("finish_reason", "TYPE_STRING", [1])]
+# the CPU engine's own request id on every response: postprocessing stops a cancelled ensemble stream by it
+ENGINE_KEY_OUTPUT = spec("cpu_request_key", "TYPE_STRING", [1])
+POST_KEY_INPUT = spec("ENGINE_REQUEST_KEY", "TYPE_STRING", [1], optional=True)
 PRE_EXTRA_INPUTS = [spec("MIN_TOKENS", "TYPE_INT32", [1], optional=True),
                     spec("MIN_LENGTH", "TYPE_INT32", [1], optional=True)]
 PRE_EXTRA_OUTPUTS = [spec("OUT_MIN_TOKENS", "TYPE_INT32", [1])]
@@ -46,11 +49,15 @@ def preprocessing(s: RepoSettings) -> mc.ModelConfig:
 
 
 def postprocessing(s: RepoSettings) -> mc.ModelConfig:
+    # No dynamic batching on purpose: its queue drops a cancelled request with a CANCELLED error before
+    # the model sees it, and tritonserver 2.51's ensemble scheduler then ignores the rest of the engine's
+    # stream, so the ensemble request is never released (core#466). Without the queue the request
+    # reaches the adapter, which stops the engine and answers it (adapters/postprocessing.py).
     config = _base("postprocessing", s.max_batch_size, backend="python")
-    config.dynamic_batching.SetInParent()
-    pbtxt.add_inputs(config, pbtxt.tensors("postprocessing", "inputs"))
+    pbtxt.add_inputs(config, pbtxt.tensors("postprocessing", "inputs") + [POST_KEY_INPUT])
     pbtxt.add_outputs(config, pbtxt.tensors("postprocessing", "outputs"))
-    pbtxt.set_parameters(config, {"tokenizer_dir": s.tokenizer_dir, "skip_special_tokens": True})
+    pbtxt.set_parameters(config, {"tokenizer_dir": s.tokenizer_dir, "skip_special_tokens": True,
+                                  "engine_decoupled": s.decoupled})
     pbtxt.instances(config, s.instances_post)
     return config
 
@@ -94,7 +101,7 @@ def engine_cpu(s: RepoSettings) -> mc.ModelConfig:
     """Same tensors and parameter names as the GPU model; CPU-only knobs are prefixed ``cpu_``."""
     config = _base(ENGINE, s.max_batch_size, backend="python")
     _engine_common(config, s)
-    pbtxt.add_outputs(config, pbtxt.tensors(ENGINE, "outputs") + EXTRA_OUTPUTS)
+    pbtxt.add_outputs(config, pbtxt.tensors(ENGINE, "outputs") + EXTRA_OUTPUTS + [ENGINE_KEY_OUTPUT])
     params = {k: v for k, v in engine_gpu_parameters(s).items() if k in CPU_SHARED_PARAMETERS}
     params.update({"cpu_max_batch_size": s.max_batch_size, "cpu_max_num_tokens": s.max_num_tokens,
                    "cpu_max_input_len": s.max_input_len, "cpu_max_seq_len": s.max_seq_len,

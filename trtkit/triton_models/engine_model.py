@@ -80,6 +80,7 @@ class RequestStream:
     done: bool = False
     answered: bool = False  # the final response went out
     triton_id: str = ""
+    engine_id: str = ""
 
 
 class EngineModel:
@@ -94,6 +95,7 @@ class EngineModel:
         self.decoupled = decoupled
         self.options = options
         self.live: dict[str, str] = {}  # Triton request id -> engine request id, for the template's `stop` input
+        self.engine_ids: set[str] = set()  # live engine request ids: `stop` also takes one as the request id
         self.live_lock = threading.Lock()
 
     def parse(self, inputs: Tensors) -> ParsedRequest:
@@ -152,22 +154,29 @@ class EngineModel:
                                    request_id=request_id)
         except EngineError as exc:
             raise InvalidRequest(str(exc)) from exc
-        holder["rid"] = rid
-        if triton_id:
-            with self.live_lock:
-                self.live[triton_id] = rid
+        holder["rid"] = stream.engine_id = rid
+        with self.live_lock:
+            if not stream.done:
+                self.engine_ids.add(rid)
+                if triton_id:
+                    self.live[triton_id] = rid
         return rid
 
     def stop(self, triton_id: str) -> None:
+        """Cancel the live request with this Triton request id, or with this engine request id (the key
+        every response carries as ``cpu_request_key``: how postprocessing stops a cancelled ensemble stream)."""
         with self.live_lock:
             rid = self.live.pop(triton_id, None) if triton_id else None
+            if rid is None and triton_id in self.engine_ids:
+                rid = triton_id
         if rid is None:
             raise InvalidRequest(f"stop: no request with id {triton_id!r} is running; send the id of a live request")
         self.loop.cancel(rid)
 
     def _forget(self, stream: RequestStream) -> None:
-        if stream.triton_id:
-            with self.live_lock:
+        with self.live_lock:
+            self.engine_ids.discard(stream.engine_id)
+            if stream.triton_id and self.live.get(stream.triton_id) == stream.engine_id:
                 self.live.pop(stream.triton_id, None)
 
     def _on_output(self, stream: RequestStream, out, holder: dict[str, str]) -> None:
@@ -217,6 +226,7 @@ class EngineModel:
             self._forget(stream)
         outputs = engine_outputs(out, chunk, lp, stream.generated, reason if final else None,
                                  self.tokens_per_block, _now_ns)
+        outputs["cpu_request_key"] = np.array([[stream.engine_id.encode()]], dtype=np.object_)
         generated_here = len(ids) if stream.parsed.stream else len(stream.sent_ids)
         stream.sink.send(as_cpp_backend(outputs, generated_here, stream.parsed.return_counts)
                          if self.cpp_responses else outputs, final)
@@ -236,7 +246,8 @@ def as_cpp_backend(outputs: dict[str, np.ndarray], num_tokens: int,
                    return_counts: tuple[bool, bool]) -> dict[str, np.ndarray]:
     """A response as the C++ backend's fillTritonResponse shapes it (TensorRT-LLM 1.2, model_instance_state.cc)."""
     shaped = {k: v for k, v in outputs.items()
-              if k not in ("finish_reason", "num_cached_tokens", "num_input_tokens", "num_output_tokens")}
+              if k not in ("finish_reason", "num_cached_tokens", "num_input_tokens", "num_output_tokens",
+                           "cpu_request_key")}
     if return_counts[0]:
         shaped["num_input_tokens"] = outputs["num_input_tokens"]
     if return_counts[1]:
