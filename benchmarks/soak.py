@@ -1,6 +1,6 @@
 """Soak: 64 concurrent streaming clients for M minutes through a real tritonserver with the CPU reference
 engine on the tiny test model (model_configs/tiny-llama.yaml: a random 2-layer Llama with SmolLM2's
-tokenizer), mixing ``ensemble`` and ``tensorrt_llm_bls``, random prompt lengths (1-120 words) and
+tokenizer), mixing ``ensemble`` and ``tensorrt_llm_bls``, random prompt lengths (1-36 words) and
 max_tokens (1-64), 10% of requests cancelled after their first 1-3 responses.
 
     python benchmarks/soak.py [--minutes 5] [--clients 64] [--cancel-fraction 0.1] [--seed 0] [--rss-every 60]
@@ -106,7 +106,7 @@ def settled_kv_blocks(metrics_url: str, timeout_s: float = 30.0) -> dict[str, fl
 
 def gateway_config():  # type: ignore[no-untyped-def]
     """The tiny model's config with prompts over max_input_len (256 tokens) cut from the left, not refused:
-    the soak's prompts (up to 120 words, up to 7 tokens a word) are the Triton soak's, and a chat prompt the
+    the soak's prompts (up to 36 words, up to 7 tokens a word) plus the chat template may pass it, and a prompt the
     gateway refuses with a 400 would count as failed."""
     config = tiny_config()
     return replace(config, client=replace(config.client, input_overflow="truncate_left"))
