@@ -97,6 +97,23 @@ def live(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # typ
         yield Live(server, echo_model_dir)
 
 
+@pytest.fixture(scope="session")
+def live_batch(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The echo model served with max_batch_size 8: a batched request of B elements needs B <= max_batch_size
+    (Triton's rule), and the shared ``live`` server keeps the latency profile's 4."""
+    from tests.repository.live_client import Live
+    from trtkit.config import load_config
+    from trtkit.repository import deploy_repository
+    from trtkit.serve import TritonServer
+
+    config = load_config(TINY_CONFIG)
+    config.serve.max_batch_size = 8
+    repo = tmp_path_factory.mktemp("live-batch") / "repo"
+    deploy_repository(config, echo_model_dir, repo, target="cpu")
+    with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
+        yield Live(server, echo_model_dir)
+
+
 # -- PostgreSQL: one throwaway cluster per session, started only if a test asks for it ------------------
 POSTGRES_FIXTURES = {"postgres_cluster", "postgres_db"}
 

@@ -23,6 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
+from trtkit.triton_models.batching import ElementSink, FinalCounter, batch_size, per_element, same_for_all
 from trtkit.triton_models.detokenizer import DEFAULT_OPTIONS, DecodeOptions
 from trtkit.triton_models.outputs import engine_outputs
 from trtkit.triton_models.preprocessing import list_to_words
@@ -80,6 +81,7 @@ class RequestStream:
     done: bool = False
     answered: bool = False  # the final response went out
     triton_id: str = ""
+    rid: str = ""
 
 
 class EngineModel:
@@ -93,7 +95,7 @@ class EngineModel:
         self.exclude_input_default = exclude_input_default
         self.decoupled = decoupled
         self.options = options
-        self.live: dict[str, str] = {}  # Triton request id -> engine request id, for the template's `stop` input
+        self.live: dict[str, set[str]] = {}  # Triton request id -> engine request ids, for the template's `stop` input
         self.live_lock = threading.Lock()
 
     def parse(self, inputs: Tensors) -> ParsedRequest:
@@ -127,14 +129,33 @@ class EngineModel:
 
         As in the C++ backend, a request with ``stop`` = true cancels the live request that carries the
         same Triton request id (how the BLS cancels its engine call when its own client goes away)."""
-        from trtkit.errors import EngineError
-        from trtkit.refengine import SamplingParams
-
         if bool(scalar(inputs, "stop", False)):
             self.stop(triton_id)
             sink.close()
             return ""
-        parsed = self.parse(inputs)
+        size = batch_size(inputs)
+        if size == 1:
+            return self._start(self.parse(inputs), sink, request_id, triton_id)
+        if not self.decoupled:
+            raise InvalidRequest(f"a batch of {size} is answered with one response per element, which needs a "
+                                 f"decoupled model; deploy with serve.streaming: true or send one prompt per request")
+        parsed = per_element(inputs, size, self.parse)  # a bad element refuses the request before any starts
+        same_for_all([p.stream for p in parsed], "streaming")
+        counter, rids = FinalCounter(size), []
+        try:
+            for index, element in enumerate(parsed):
+                rids.append(self._start(element, ElementSink(sink, index, counter), None, triton_id))
+        except Exception:
+            counter.failed = True  # the elements already started answer nothing more: the error is the answer
+            for rid in rids:
+                self.loop.cancel(rid)
+            raise
+        return ",".join(rids)
+
+    def _start(self, parsed: ParsedRequest, sink: ResponseSink, request_id: str | None, triton_id: str) -> str:
+        from trtkit.errors import EngineError
+        from trtkit.refengine import SamplingParams
+
         stops = [self.tokenizer.decode(w, skip_special_tokens=False, clean_up_tokenization_spaces=False)
                  for w in parsed.stop_ids]
         s = parsed.sampling
@@ -152,23 +173,27 @@ class EngineModel:
                                    request_id=request_id)
         except EngineError as exc:
             raise InvalidRequest(str(exc)) from exc
-        holder["rid"] = rid
+        holder["rid"] = stream.rid = rid
         if triton_id:
             with self.live_lock:
-                self.live[triton_id] = rid
+                self.live.setdefault(triton_id, set()).add(rid)
         return rid
 
     def stop(self, triton_id: str) -> None:
         with self.live_lock:
-            rid = self.live.pop(triton_id, None) if triton_id else None
-        if rid is None:
+            rids = self.live.pop(triton_id, None) if triton_id else None
+        if not rids:
             raise InvalidRequest(f"stop: no request with id {triton_id!r} is running; send the id of a live request")
-        self.loop.cancel(rid)
+        for rid in rids:  # a batched request: every element
+            self.loop.cancel(rid)
 
     def _forget(self, stream: RequestStream) -> None:
         if stream.triton_id:
             with self.live_lock:
-                self.live.pop(stream.triton_id, None)
+                rids = self.live.get(stream.triton_id, set())
+                rids.discard(stream.rid)
+                if not rids:
+                    self.live.pop(stream.triton_id, None)
 
     def _on_output(self, stream: RequestStream, out, holder: dict[str, str]) -> None:
         if out.finish_reason == "error":
