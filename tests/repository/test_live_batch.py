@@ -113,3 +113,22 @@ def test_the_upstream_clients_batch_inputs_request(live_batch: Live, model: str)
     assert error is None, error.message() if error else None
     texts = {int(r["batch_index"]): r["text_output"].decode() for r in responses if r["text_output"] is not None}
     assert texts == {i: prompts[i] + live_batch.expected(max_tokens[i]) for i in range(size)}
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_words_apply_to_their_own_element_only(live_batch: Live, model: str, stream: bool) -> None:
+    items = batch_request([CYCLE_TEXT] * 3, [40, 40, 40], stream) + [
+        column("stop_words", ["世界".encode(), b"", "日本".encode()], np.object_)]
+    responses, error = send(live_batch, model, items)
+    assert error is None, error.message() if error else None
+    texts: dict[int, str] = defaultdict(str)
+    reasons: dict[int, bytes] = {}
+    for r in responses:
+        if r["text_output"] is not None:
+            texts[int(r["batch_index"])] += r["text_output"].decode()
+            reasons[int(r["batch_index"])] = r["finish_reason"]
+    full = live_batch.expected(40)
+    assert texts[0] == "你好，" and reasons[0] == b"stop"
+    assert texts[1] == full and reasons[1] == b"length"
+    assert texts[2] == full[:full.index("日本")] and reasons[2] == b"stop"
