@@ -5,7 +5,7 @@ Each element gets its own detokenizer and stop filter. Every response to the cli
 ``batch_index``: streamed, one per delta; not streamed, one with the whole text per element (the C++
 backend's and upstream BLS's way). Only the last element's last response carries the final flag.
 When an element's stop string fires, its later engine responses are dropped (the engine request is
-shared by the batch, so it is not cancelled for one element).
+shared by the batch, so it is cancelled only once every element has its answer).
 """
 
 from __future__ import annotations
@@ -89,6 +89,8 @@ def _drive(runs: list[_Run], calls: BlsCalls, request: Outputs, stream: bool) ->
         elif stream and delta:
             calls.send(with_batch_index(run.outputs(delta, False), index), False)
         if all(done):
+            if any(run.stops.stopped for run in runs):
+                calls.cancel_engine()  # an element our stop filter ended may still be generating in the engine
             return
     for index, run in enumerate(runs):  # the engine's stream ended: elements without a final answer end now
         if done[index]:
