@@ -9,6 +9,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every machine and every run: CI must not pass or fail by luck.
+# Run `pytest --hypothesis-profile=explore` to search new random examples.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile("ci")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_CACHE = Path(os.environ.get("TRTKIT_TEST_CACHE", REPO_ROOT / ".trtkit-cache"))
@@ -93,6 +100,23 @@ def live(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # typ
 
     repo = tmp_path_factory.mktemp("live") / "repo"
     deploy_repository(load_config(TINY_CONFIG), echo_model_dir, repo, target="cpu")
+    with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
+        yield Live(server, echo_model_dir)
+
+
+@pytest.fixture(scope="session")
+def live_batch(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The echo model served with max_batch_size 8: a batched request of B elements needs B <= max_batch_size
+    (Triton's rule), and the shared ``live`` server keeps the latency profile's 4."""
+    from tests.repository.live_client import Live
+    from trtkit.config import load_config
+    from trtkit.repository import deploy_repository
+    from trtkit.serve import TritonServer
+
+    config = load_config(TINY_CONFIG)
+    config.serve.max_batch_size = 8
+    repo = tmp_path_factory.mktemp("live-batch") / "repo"
+    deploy_repository(config, echo_model_dir, repo, target="cpu")
     with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
         yield Live(server, echo_model_dir)
 

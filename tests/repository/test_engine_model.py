@@ -256,3 +256,46 @@ def test_not_decoupled_failure_is_an_error_and_waiting_is_bounded(engine_model: 
     assert failure is not None and "IndexError" in failure and sink.outputs is None  # not an empty success
     never = WaitingSink(lambda outputs: None)  # a request nobody answers: the wait ends, with a reason
     assert "no answer within" in (never.wait(0.01) or "")
+
+
+def _batched(model: EngineModel, max_tokens: list[int], *, stream: bool, **extra: list) -> dict:
+    """One request of B copies of the prompt, each padded row cut by its input_lengths ([B, 1] tensors)."""
+    ids = model.tokenizer.encode(CYCLE_TEXT, add_special_tokens=False)
+    size = len(max_tokens)
+    return {"input_ids": np.array([ids + [0, 0]] * size, dtype=np.int32),
+            "input_lengths": np.array([[len(ids)]] * size, dtype=np.int32),
+            "request_output_len": np.array([[n] for n in max_tokens], dtype=np.int32),
+            "streaming": np.array([[stream]] * size), **{k: np.array([[v] for v in vs]) for k, vs in extra.items()}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_batched_request_becomes_one_engine_request_per_element(engine_model: EngineModel, stream: bool) -> None:
+    sink = Collect()
+    max_tokens = [5, 9, 3]
+    engine_model.submit(_batched(engine_model, max_tokens, stream=stream), sink)
+    assert sink.done.wait(60) and sink.error is None
+    assert [final for _, final in sink.responses].count(True) == 1 and sink.responses[-1][1]
+    by_element: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    for outputs, _ in sink.responses:
+        by_element[int(outputs["batch_index"][0, 0])] += outputs["output_ids"].reshape(-1).tolist()
+    if not stream:
+        assert sorted(int(o["batch_index"][0, 0]) for o, _ in sink.responses) == [0, 1, 2]
+    for index, n in enumerate(max_tokens):
+        single = Collect()
+        engine_model.submit(_request(engine_model, n, stream=False), single)
+        assert single.done.wait(60)
+        assert by_element[index] == single.responses[0][0]["output_ids"].reshape(-1).tolist(), index
+
+
+def test_a_bad_element_refuses_the_whole_batch_before_anything_runs(engine_model: EngineModel) -> None:
+    sink = Collect()
+    with pytest.raises(InvalidRequest, match=r"^batch element 1: beam_width 2"):
+        engine_model.submit(_batched(engine_model, [4, 4, 4], stream=True, beam_width=[1, 2, 1]), sink)
+    assert not sink.responses and not sink.done.is_set()
+
+
+def test_a_batch_needs_a_decoupled_model(engine_model: EngineModel) -> None:
+    plain = EngineModel(engine_model.loop, engine_model.tokenizer, engine_model.anchor, tokens_per_block=16,
+                        exclude_input_default=True, decoupled=False)
+    with pytest.raises(InvalidRequest, match="a batch of 2 .* needs a decoupled model"):
+        plain.submit(_batched(engine_model, [4, 4], stream=False), Collect())

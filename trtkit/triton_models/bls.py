@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trtkit.triton_models.batching import batch_size
 from trtkit.triton_models.detokenizer import DEFAULT_OPTIONS, DecodeOptions, IncrementalDetokenizer, Tokenizer
 from trtkit.triton_models.outputs import text_outputs
 from trtkit.triton_models.requests import (
@@ -67,6 +68,13 @@ class Bls:
 
     def engine_inputs(self, inputs: Tensors, pre: Outputs, stream: bool) -> Outputs:
         sampling_from(inputs)  # refuse bad values before any work
+        request = self.engine_request(inputs, pre, stream)
+        if (m := min_tokens_of(inputs)) > 0:
+            request["min_tokens"] = np.array([[m]], dtype=np.int32)
+        return request
+
+    def engine_request(self, inputs: Tensors, pre: Outputs, stream: bool) -> Outputs:
+        """The engine's inputs from preprocessing's outputs and the client's pass-through inputs (any batch)."""
         request: Outputs = {
             "input_ids": pre["INPUT_ID"], "input_lengths": pre["REQUEST_INPUT_LEN"],
             "request_output_len": pre["REQUEST_OUTPUT_LEN"], "end_id": pre["OUT_END_ID"],
@@ -81,11 +89,15 @@ class Bls:
             if name in inputs and inputs[name].size:
                 request[ENGINE_NAMES.get(name, name)] = inputs[name]
         request["streaming"] = np.array([[stream]])
-        if (m := min_tokens_of(inputs)) > 0:
-            request["min_tokens"] = np.array([[m]], dtype=np.int32)
         return request
 
     def run(self, inputs: Tensors, calls: BlsCalls) -> None:
+        size = batch_size(inputs)
+        if size > 1:
+            from trtkit.triton_models.bls_batch import run_batch
+
+            run_batch(self, inputs, calls, size)
+            return
         prompt = text(inputs, "text_input")
         if prompt is None:
             raise InvalidRequest("text_input is required")
@@ -93,18 +105,11 @@ class Bls:
         if stream and not self.decoupled:
             raise InvalidRequest("stream=true needs a decoupled model; deploy with serve.streaming: true")
         max_tokens = max_tokens_of(inputs, "max_tokens")
-        pre_inputs = {"QUERY": inputs["text_input"], "REQUEST_OUTPUT_LEN": inputs["max_tokens"]}
-        for src, dst in (("stop_words", "STOP_WORDS_DICT"), ("bad_words", "BAD_WORDS_DICT"), ("end_id", "END_ID"),
-                         ("pad_id", "PAD_ID")):
-            if src in inputs and inputs[src].size:
-                pre_inputs[dst] = inputs[src]
-        pre = calls.preprocess(pre_inputs)
+        pre = calls.preprocess(preprocessing_inputs(inputs))
         request = self.engine_inputs(inputs, pre, stream)
         echo = "" if bool(scalar(inputs, "exclude_input_in_output", True)) else prompt
-        run = _Run(IncrementalDetokenizer(self.tokenizer, self.anchor, self.options),
-                   StopFilter(word_list(inputs, "stop_words")), int(np.asarray(pre["REQUEST_INPUT_LEN"]).reshape(-1)[0]),
-                   max_tokens, self.tokens_per_block, echo, keep_text=not stream,
-                   per_response_counts=self.per_response_counts)
+        run = self.new_run(inputs, int(np.asarray(pre["REQUEST_INPUT_LEN"]).reshape(-1)[0]), max_tokens, echo,
+                           stream)
         for response in calls.engine(request, stream):
             if calls.is_cancelled():
                 calls.cancel_engine()  # the engine's blocks go back now, not when max_tokens runs out
@@ -123,6 +128,22 @@ class Bls:
                                "retry it")
         delta = run.finish()
         calls.send(run.outputs(delta if stream else run.text, True), True)
+
+
+    def new_run(self, inputs: Tensors, num_input: int, max_tokens: int, echo: str, stream: bool) -> _Run:
+        return _Run(IncrementalDetokenizer(self.tokenizer, self.anchor, self.options),
+                    StopFilter(word_list(inputs, "stop_words")), num_input, max_tokens, self.tokens_per_block, echo,
+                    keep_text=not stream, per_response_counts=self.per_response_counts)
+
+
+def preprocessing_inputs(inputs: Tensors) -> Outputs:
+    """The preprocessing model's inputs under its names (any batch: it answers one row per element)."""
+    pre_inputs = {"QUERY": inputs["text_input"], "REQUEST_OUTPUT_LEN": inputs["max_tokens"]}
+    for src, dst in (("stop_words", "STOP_WORDS_DICT"), ("bad_words", "BAD_WORDS_DICT"), ("end_id", "END_ID"),
+                     ("pad_id", "PAD_ID")):
+        if src in inputs and inputs[src].size:
+            pre_inputs[dst] = inputs[src]
+    return pre_inputs
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
+from trtkit.triton_models.batching import ElementSink, FinalCounter, batch_size, per_element, same_for_all
 from trtkit.triton_models.detokenizer import DEFAULT_OPTIONS, DecodeOptions
 from trtkit.triton_models.outputs import engine_outputs
 from trtkit.triton_models.preprocessing import list_to_words
@@ -94,7 +95,7 @@ class EngineModel:
         self.exclude_input_default = exclude_input_default
         self.decoupled = decoupled
         self.options = options
-        self.live: dict[str, str] = {}  # Triton request id -> engine request id, for the template's `stop` input
+        self.live: dict[str, set[str]] = {}  # Triton request id -> engine request ids, for the template's `stop` input
         self.engine_ids: set[str] = set()  # live engine request ids: `stop` also takes one as the request id
         self.live_lock = threading.Lock()
 
@@ -129,14 +130,33 @@ class EngineModel:
 
         As in the C++ backend, a request with ``stop`` = true cancels the live request that carries the
         same Triton request id (how the BLS cancels its engine call when its own client goes away)."""
-        from trtkit.errors import EngineError
-        from trtkit.refengine import SamplingParams
-
         if bool(scalar(inputs, "stop", False)):
             self.stop(triton_id)
             sink.close()
             return ""
-        parsed = self.parse(inputs)
+        size = batch_size(inputs)
+        if size == 1:
+            return self._start(self.parse(inputs), sink, request_id, triton_id)
+        if not self.decoupled:
+            raise InvalidRequest(f"a batch of {size} is answered with one response per element, which needs a "
+                                 f"decoupled model; deploy with serve.streaming: true or send one prompt per request")
+        parsed = per_element(inputs, size, self.parse)  # a bad element refuses the request before any starts
+        same_for_all([p.stream for p in parsed], "streaming")
+        counter, rids = FinalCounter(size), []
+        try:
+            for index, element in enumerate(parsed):
+                rids.append(self._start(element, ElementSink(sink, index, counter), None, triton_id))
+        except Exception:
+            counter.failed = True  # the elements already started answer nothing more: the error is the answer
+            for rid in rids:
+                self.loop.cancel(rid)
+            raise
+        return ",".join(rids)
+
+    def _start(self, parsed: ParsedRequest, sink: ResponseSink, request_id: str | None, triton_id: str) -> str:
+        from trtkit.errors import EngineError
+        from trtkit.refengine import SamplingParams
+
         stops = [self.tokenizer.decode(w, skip_special_tokens=False, clean_up_tokenization_spaces=False)
                  for w in parsed.stop_ids]
         s = parsed.sampling
@@ -159,25 +179,29 @@ class EngineModel:
             if not stream.done:
                 self.engine_ids.add(rid)
                 if triton_id:
-                    self.live[triton_id] = rid
+                    self.live.setdefault(triton_id, set()).add(rid)
         return rid
 
     def stop(self, triton_id: str) -> None:
         """Cancel the live request with this Triton request id, or with this engine request id (the key
         every response carries as ``cpu_request_key``: how postprocessing stops a cancelled ensemble stream)."""
         with self.live_lock:
-            rid = self.live.pop(triton_id, None) if triton_id else None
-            if rid is None and triton_id in self.engine_ids:
-                rid = triton_id
-        if rid is None:
+            rids = self.live.pop(triton_id, None) if triton_id else None
+            if not rids and triton_id in self.engine_ids:
+                rids = {triton_id}
+        if not rids:
             raise InvalidRequest(f"stop: no request with id {triton_id!r} is running; send the id of a live request")
-        self.loop.cancel(rid)
+        for rid in rids:  # a batched request: every element
+            self.loop.cancel(rid)
 
     def _forget(self, stream: RequestStream) -> None:
         with self.live_lock:
             self.engine_ids.discard(stream.engine_id)
-            if stream.triton_id and self.live.get(stream.triton_id) == stream.engine_id:
-                self.live.pop(stream.triton_id, None)
+            if stream.triton_id:
+                rids = self.live.get(stream.triton_id, set())
+                rids.discard(stream.engine_id)
+                if not rids:
+                    self.live.pop(stream.triton_id, None)
 
     def _on_output(self, stream: RequestStream, out, holder: dict[str, str]) -> None:
         if out.finish_reason == "error":

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtkit.triton_models.batching import batch_size, pad_rows, per_element
 from trtkit.triton_models.requests import (
     InvalidRequest,
     Tensors,
@@ -140,6 +141,13 @@ class Preprocessor:
             raise InvalidRequest(f"max_tokens {max_tokens} does not fit: prompt {num_input} + max_tokens must be "
                                  f"<= max_seq_len {lim.max_seq_len}; send max_tokens <= {room}")
 
+    def run_batch(self, inputs: Tensors) -> list[Preprocessed]:
+        """A request of B prompts ([B, 1] tensors, as the 1.2 preprocessing accepts): one result per element."""
+        size = batch_size(inputs, lambda name: CLIENT_NAMES.get(name, name))
+        if size == 1:
+            return [self.run(inputs)]
+        return per_element(inputs, size, self.run)
+
     def run(self, inputs: Tensors) -> Preprocessed:
         """``inputs`` under the preprocessing model's tensor names (``QUERY``, ...) or the client's."""
         inputs = client_view(inputs)
@@ -159,6 +167,34 @@ class Preprocessor:
         return Preprocessed(ids, max_tokens, self.encode_words(word_list(inputs, "stop_words"), "stop_words"),
                             self.encode_words(word_list(inputs, "bad_words"), "bad_words"), end_id, pad_id,
                             min_tokens_of(inputs))
+
+
+def batch_tensors(done: list[Preprocessed]) -> dict[str, np.ndarray]:
+    """The preprocessing model's outputs for B elements: prompts right-padded with each one's pad id into
+    [B, max_len] (REQUEST_INPUT_LEN says where each ends), word lists padded as [B, 2, L]."""
+    def column(values: list[int]) -> np.ndarray:
+        return np.array([[v] for v in values], dtype=np.int32)
+
+    ids = [np.array(d.input_ids, dtype=np.int32) for d in done]
+    padded = pad_rows(ids, 0)
+    for row, d in zip(padded, done, strict=True):
+        row[len(d.input_ids):] = d.pad_id
+    return {
+        "INPUT_ID": padded, "REQUEST_INPUT_LEN": column([len(d.input_ids) for d in done]),
+        "REQUEST_OUTPUT_LEN": column([d.max_tokens for d in done]),
+        "STOP_WORDS_IDS": _stack_words([d.stop_words for d in done]),
+        "BAD_WORDS_IDS": _stack_words([d.bad_words for d in done]),
+        "OUT_END_ID": column([d.end_id for d in done]), "OUT_PAD_ID": column([d.pad_id for d in done]),
+        "OUT_MIN_TOKENS": column([d.min_tokens for d in done]),
+    }
+
+
+def _stack_words(lists: list[np.ndarray]) -> np.ndarray:
+    """[B, 2, L] word lists: ids padded with 0, offsets with -1 (so padding ends no word)."""
+    out = pad_rows(lists, 0)
+    for index, words in enumerate(lists):
+        out[index, 1, words.shape[-1]:] = -1
+    return out
 
 
 def _token_id(value: object, name: str, vocab: int, default: int) -> int:

@@ -18,7 +18,7 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 PRE_OUTPUTS = ["INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS", "BAD_WORDS_IDS",
                "OUT_END_ID", "OUT_PAD_ID"]
 ENGINE_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs", "num_input_tokens",
-                  "num_output_tokens", "kv_cache_reused_blocks"]
+                  "num_output_tokens", "kv_cache_reused_blocks", "batch_index"]
 CPU_EXTRA_OUTPUTS = ["num_cached_tokens", "finish_reason"]
 
 
