@@ -32,12 +32,14 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
             process.wait(timeout=60)
 
 
-def _start(repo: Path, home: Path,
-           started: list[subprocess.Popen[str]]) -> tuple[subprocess.Popen[str], dict[str, str]]:
+def _start(repo: Path, home: Path, started: list[subprocess.Popen[str]], *, sigint: signal.Handlers = signal.SIG_DFL,
+           ) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """``sigint``: the disposition the process starts with (a shell's `&` hands SIGINT ignored)."""
     env = {**os.environ, "TRTKIT_HOME": str(home)}
     process = subprocess.Popen([*TRTKIT, "serve", str(repo), "--http-port", "0", "--grpc-port", "0",
                                 "--metrics-port", "0", "--skip-check"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env)
+                               stderr=subprocess.PIPE, text=True, env=env,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     started.append(process)
     urls = {}
     assert process.stdout is not None
@@ -55,8 +57,10 @@ def _shm_prefix(log_path: str) -> str:
     return match.group(0)
 
 
-def test_ctrl_c_stops_the_server_cleanly(tmp_path: Path, started: list[subprocess.Popen[str]]) -> None:
-    process, urls = _start(echo_repository(tmp_path / "repo"), tmp_path / "home", started)
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["foreground", "started-with-ampersand"])
+def test_ctrl_c_stops_the_server_cleanly(tmp_path: Path, started: list[subprocess.Popen[str]],
+                                         sigint: signal.Handlers) -> None:
+    process, urls = _start(echo_repository(tmp_path / "repo"), tmp_path / "home", started, sigint=sigint)
     assert urls["grpc"].startswith("127.0.0.1:") and urls["http"].startswith("http://127.0.0.1:")
     assert _echo(urls["grpc"], b"cli") == b"echo: cli"
     prefix = _shm_prefix(urls["log"])

@@ -133,6 +133,8 @@ def serve_until_interrupted(server: TritonServer, foreground: Callable[[TritonSe
     """Start, print the URLs on stdout, and stop cleanly on Ctrl-C, SIGTERM, or `trtkit serve --stop`.
     ``foreground`` (the gateway) runs in place of the wait loop; its return stops the server."""
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # Ctrl-C stops it even when started from a script with `&` (a shell then hands it SIGINT ignored)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         server.start()
         typer.echo(f"grpc    {server.grpc_url}\nhttp    {server.http_url}\nmetrics {server.metrics_url}\n"
@@ -153,6 +155,7 @@ def serve_until_interrupted(server: TritonServer, foreground: Callable[[TritonSe
     finally:
         server.stop()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

@@ -92,7 +92,7 @@ class ThrowawayPostgres:
     def _run(self, *args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
         argv = [str(self.bin_dir / args[0]), *args[1:]]
         if self.run_as:
-            argv = ["runuser", "-u", self.run_as, "--", *argv]
+            argv = [_runuser(), "-u", self.run_as, "--", *argv]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=self.root)
 
     def _initdb(self) -> None:
@@ -152,3 +152,12 @@ class ThrowawayPostgres:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.cleanup()
+
+
+def _runuser() -> str:
+    """util-linux's runuser, also when PATH lacks the sbin folders (a root shell started with a short PATH)."""
+    for candidate in (shutil.which("runuser"), "/usr/sbin/runuser", "/sbin/runuser"):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    raise ServerError("runuser (util-linux) not found: PostgreSQL refuses to run as root, and runuser starts it "
+                      "as the postgres user; install util-linux or run the tests as a normal user")
