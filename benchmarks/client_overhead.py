@@ -134,7 +134,11 @@ def bench_client(url: str, config, requests: int, max_tokens: int, work: Path) -
     from trtkit.client.governor import Governor
     from trtkit.config.schema import BudgetRule
 
+    # the guard still inspects every delta, but cannot trip within a forced length: on the random tiny model a
+    # guard stop (guard_repetition) would end a governed request short of the bare one's max_tokens
+    guard = replace(config.client.guard, max_ngram_repeats=max_tokens + 1, max_punctuation_run=max_tokens + 1)
     config = replace(config, client=replace(config.client, cache=replace(config.client.cache, enabled=False),
+                                            guard=guard,
                                             budgets=[BudgetRule(scope="user", period="day", max_tokens=10**9)]))
     timer, ledger_timer = _Timer(), _Timer()
     for owner, name in ((Governor, "prepare"), (Governor, "submit"), (Governor, "wait_committed"),
@@ -154,7 +158,9 @@ def bench_client(url: str, config, requests: int, max_tokens: int, work: Path) -
             client_times.append(time.perf_counter() - start)
             side.append(timer.seconds)
             commits.append(ledger_timer.seconds)
-            assert result.usage.completion_tokens > 0, result.usage
+            # both paths must generate the same tokens, or the pair compares unequal work
+            assert result.finish_reason == "length" and result.usage.completion_tokens == max_tokens, \
+                (result.finish_reason, result.usage)
 
         for i in range(3):  # warm both paths (metadata, channels, server caches), off the record
             raw_request(raw, PROMPTS[i], max_tokens)
