@@ -117,7 +117,7 @@ def triton_load(server):  # type: ignore[no-untyped-def]
     make_target = lambda: TritonStreamTarget(server.grpc_url)  # noqa: E731
 
     def run(args: argparse.Namespace, seconds: float, seed: int, per_client: int | None) -> SoakTally:
-        return run_clients(make_target, clients=args.clients, seconds=seconds, seed=seed, models=MODELS,
+        return run_clients(make_target, clients=args.clients, seconds=seconds, seed=seed, models=tuple(args.models),
                            cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S, requests_per_client=per_client)
 
     return run, HealthWatch(server)
@@ -255,6 +255,8 @@ def main() -> int:
     parser.add_argument("--cancel-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rss-every", type=float, default=60.0, help="seconds between RSS samples during the load")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS),
+                        help="Triton models the clients call (default both); to find which one a trend belongs to")
     parser.add_argument("--gateway", action="store_true", help="drive the load through the OpenAI gateway")
     args = parser.parse_args()
 

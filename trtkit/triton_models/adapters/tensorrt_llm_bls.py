@@ -48,8 +48,17 @@ class TritonPythonModel:
         if not self.engine_decoupled:
             yield triton_io.response_outputs(pb_utils, request.exec())
             return
-        for resp in request.exec(decoupled=True):
-            yield triton_io.response_outputs(pb_utils, resp)
+        responses = request.exec(decoupled=True)
+        try:
+            for resp in responses:
+                yield triton_io.response_outputs(pb_utils, resp)
+        finally:
+            # Read on to the final response even when the BLS is done early (client cancel, our stop string: the
+            # engine was told to stop, so it ends soon). The stub keeps a response iterator, with every response
+            # it received, in its map until its final response has been read: one left early is never freed.
+            # (python_backend src/pb_stub.cc response_iterator_map_, src/pb_response_iterator.cc Clear()).
+            for _ in responses:
+                pass
 
     def execute(self, requests):
         if not self.decoupled:
