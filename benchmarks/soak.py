@@ -7,7 +7,7 @@ max_tokens (1-64), 10% of requests cancelled after their first 1-3 responses.
 
 Reports completed, cancelled, failed and lost requests (lost: no answer and no error within the
 deadline); the KV blocks in use after the load (``nv_trt_llm_kv_cache_block_metrics``, polled until it
-settles); the RSS of tritonserver and of every stub at start (after a warm-up of 2 requests per client
+settles); the RSS of tritonserver and of every stub at start (after --warm-up-s seconds (60) of the same load
 at full concurrency), every --rss-every seconds (60) and at end, from /proc; p50/p99 latency of
 completed requests per minute; health events (process, readiness, stub pids polled every 0.5 s);
 the requests tritonserver still counts in flight when it is stopped after the load (from its log).
@@ -21,7 +21,7 @@ its HTTP stream after 1-3 content chunks. The RSS table adds ``gateway (soak pro
 process, which holds the gateway and the 64 clients. Extra target: the gateway's ledger holds exactly one
 row per request that completed or was cancelled (polled until it settles).
 
-Real run time: --minutes plus about 60 s (server start, warm-up, draining) on a shared 2-core machine.
+Real run time: --minutes plus --warm-up-s plus about 60 s (server start, draining) on a shared 2-core machine.
 Ends with one ``BENCH {json}`` line.
 """
 
@@ -165,7 +165,7 @@ def soak(server, args: argparse.Namespace, gateway: GatewayThread | None = None)
         load_warm, _ = gateway_load(server, gateway, warm_secret)
     # warm-up at full concurrency: buffers, threads and arenas sized by the peak load are there before the
     # start RSS is taken, so growth measures what the load leaves behind, not what it needs
-    warm = (load if gateway is None else load_warm)(args, 0.0, args.seed + 1, 2)
+    warm = (load if gateway is None else load_warm)(args, args.warm_up_s, args.seed + 1, None if args.warm_up_s else 2)
     rss_start, parts_start = snapshot(server.pid, gateway is not None), memory_breakdown(server.pid)
     kv_start = settled_kv_blocks(server.metrics_url)
     watch.start()
@@ -255,6 +255,8 @@ def main() -> int:
     parser.add_argument("--cancel-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rss-every", type=float, default=60.0, help="seconds between RSS samples during the load")
+    parser.add_argument("--warm-up-s", type=float, default=60.0,
+                        help="seconds of the full load before the start RSS is taken (0: 2 requests per client)")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS),
                         help="Triton models the clients call (default both); to find which one a trend belongs to")
     parser.add_argument("--gateway", action="store_true", help="drive the load through the OpenAI gateway")

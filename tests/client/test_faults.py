@@ -80,8 +80,8 @@ def test_cancelled_bls_streams_leave_nothing_behind_in_the_stub(fault_server, co
     """A BLS request that ends before the engine's final response (here: the client cancels after the first
     token) must still read the engine's responses to the end: the Python-backend stub keeps every response
     iterator, with all its responses (their tensors in shared memory), until its final response is read. Before
-    the fix 100 cancels here left ~4.5 MB of heap + shared memory behind for good (found by benchmarks/soak.py);
-    with it ~0.3 MB (allocator noise). Runs first on this module's fresh server, whose pool has
+    the fix every 100 cancels here left ~4.5 MB of heap + shared memory behind for good (found by
+    benchmarks/soak.py). Runs first on this module's fresh server, whose pool has
     no high-water mark from other tests that a leak could hide in."""
     with TritonLLMClient(fault_server.grpc_url, config=config, model_name="tensorrt_llm_bls") as client:
         def cancel_after_first_token(i: int) -> None:
@@ -89,14 +89,17 @@ def test_cancelled_bls_streams_leave_nothing_behind_in_the_stub(fault_server, co
             assert next(stream).text is not None
             stream.close()
 
-        for i in range(10):  # the pool's working set for one stream at a time
+        for i in range(40):  # the working set: one stream at a time, iterators kept ~1 s after their end
             cancel_after_first_token(i)
         bls = stub_pid(fault_server, "tensorrt_llm_bls")
-        before = heap_and_shared_kb(bls)
-        for i in range(100):
-            cancel_after_first_token(i)
-        grown = heap_and_shared_kb(bls) - before
-    assert grown < 2048, f"the BLS stub's heap + shared memory grew by {grown} kB over 100 cancelled streams"
+        growth = []
+        for batch in range(2):  # a leak grows both batches alike; a working set still filling, the first only
+            before = heap_and_shared_kb(bls)
+            for i in range(80):
+                cancel_after_first_token(i)
+            growth.append(heap_and_shared_kb(bls) - before)
+    assert growth[1] < 1536, f"the BLS stub's heap + shared memory grew by {growth} kB over two batches of 80 " \
+                             "cancelled streams"
 
 
 def test_a_server_stopped_for_5_s(fault_server, config) -> None:
@@ -126,13 +129,11 @@ def test_a_server_stopped_for_5_s(fault_server, config) -> None:
     assert sorted(r[0] for r in ledger_rows()) == ["deadline", "length"]
 
 
-def test_a_killed_engine_stub_mid_stream_ends_by_the_deadline_and_later_requests_fail_fast(
+def test_a_killed_engine_stub_mid_stream_ends_by_the_deadline_and_the_model_is_served_again(
         fault_server, config) -> None:
     """Triton 2.51 does not tell the in-flight request of a decoupled model that its stub died (nothing
-    more arrives), so the client's deadline ends it: a "deadline" row, never a hang. It does not restart
-    the stub of this decoupled model either: each later request fails at once with a clear error (and
-    an "error" row), until `trtkit serve` is restarted. (Where Triton restarts a stub, e.g. a model that is
-    not decoupled, the next request is served again.)"""
+    more arrives), so the client's deadline ends it: a "deadline" row, never a hang. Triton does not restart
+    the stub either; our server's stub watch reloads the model, and the next request is served again."""
     metrics = ClientMetrics()
     with TritonLLMClient(fault_server.grpc_url, config=config, metrics=metrics) as client, \
             budget_scope(max_tokens=10_000) as scope:
@@ -148,16 +149,18 @@ def test_a_killed_engine_stub_mid_stream_ends_by_the_deadline_and_later_requests
             first = "deadline"
         except ClientError:
             first = "error"
-        with pytest.raises(ClientError, match="Stub process 'tensorrt_llm_0_0' is not healthy"):
-            client.generate("Are you back?", SamplingParams(max_tokens=4))
         assert scope.reserved_tokens == 0
+        deadline = time.monotonic() + 180.0  # the engine loads again: seconds here, longer on a busy machine
+        while "tensorrt_llm" not in fault_server.stub_watch.reloads and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert fault_server.stub_watch.reloads == ["tensorrt_llm"]
+        answer = client.generate("Are you back?", SamplingParams(max_tokens=4, min_tokens=4))
+        assert answer.finish_reason == "length" and answer.usage.completion_tokens == 4
         assert metrics.value("trtkit_client_retries_total", model="tiny-llama") == 0  # not retried: an answer
-    assert [r[0] for r in ledger_rows()] == [first, "error"]
+    assert [r[0] for r in ledger_rows()] == [first, "length"]
 
 
 def test_a_killed_server_fails_streams_without_retry_and_new_requests_after_retries(fault_server, config) -> None:
-    fault_server.stop()  # a fresh start: the stub killed by the test before is not coming back
-    fault_server.start()
     metrics = ClientMetrics()
     with TritonLLMClient(fault_server.grpc_url, config=config, metrics=metrics) as client, \
             budget_scope(max_tokens=10_000) as scope:

@@ -3,7 +3,9 @@
 All logic lives in trtkit.triton_models.bls; this file makes the BLS calls and sends responses.
 Decoupled requests each run on their own thread, so one instance serves many streams at once."""
 
+import collections
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -22,6 +24,31 @@ ENGINE_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_
 CPU_EXTRA_OUTPUTS = ["num_cached_tokens", "finish_reason"]
 
 
+class RetiredIterators:
+    """Finished BLS response iterators, kept alive for a while before Python drops them.
+
+    Reading an iterator's final response queues its removal from the stub's response-iterator map, done
+    later on a stub thread. If Python dropped its own reference first, the map's removal would destroy
+    the iterator on that thread without the GIL, freeing Python objects: the stub crashes (a segfault
+    in libpython, seen under the soak's load when every early-ended stream was read to its end). Kept
+    here for KEEP_S (the stub thread takes well under a millisecond per message), the map lets go first
+    and the iterator dies in a Python thread that holds the GIL (python_backend pb_stub.cc SendCleanupId,
+    pb_response_iterator.cc ~ResponseIterator). What is kept is bounded by KEEP_S of traffic."""
+
+    KEEP_S = 1.0
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.kept = collections.deque()
+
+    def retire(self, responses):
+        now = time.monotonic()
+        with self.lock:
+            self.kept.append((now, responses))
+            while self.kept and now - self.kept[0][0] > self.KEEP_S:
+                self.kept.popleft()
+
+
 class TritonPythonModel:
     def initialize(self, args):
         params = triton_io.parameters(args)
@@ -36,6 +63,7 @@ class TritonPythonModel:
                        decoupled=self.decoupled, options=options,
                        per_response_counts=triton_io.flag(params, "engine_per_response_counts", False))
         self.threads = set()
+        self.retired = RetiredIterators()
 
     def _preprocess(self, inputs):
         request = pb_utils.InferenceRequest(model_name="preprocessing", requested_output_names=PRE_OUTPUTS,
@@ -49,16 +77,20 @@ class TritonPythonModel:
             yield triton_io.response_outputs(pb_utils, request.exec())
             return
         responses = request.exec(decoupled=True)
+        finished = False
         try:
             for resp in responses:
                 yield triton_io.response_outputs(pb_utils, resp)
+            finished = True
         finally:
-            # Read on to the final response even when the BLS is done early (client cancel, our stop string: the
-            # engine was told to stop, so it ends soon). The stub keeps a response iterator, with every response
-            # it received, in its map until its final response has been read: one left early is never freed.
-            # (python_backend src/pb_stub.cc response_iterator_map_, src/pb_response_iterator.cc Clear()).
-            for _ in responses:
-                pass
+            if not finished:
+                # Read on to the final response even when the BLS is done early (client cancel, our stop string:
+                # the engine was told to stop, so it ends soon). The stub keeps a response iterator, with every
+                # response it received, in its map until its final response has been read: one left early is
+                # never freed (python_backend src/pb_stub.cc response_iterator_map_, pb_response_iterator.cc).
+                for _ in responses:
+                    pass
+            self.retired.retire(responses)
 
     def execute(self, requests):
         if not self.decoupled:
@@ -109,8 +141,13 @@ class TritonPythonModel:
         request = pb_utils.InferenceRequest(model_name=self.engine_name, requested_output_names=["output_ids"],
                                             inputs=triton_io.to_tensors(pb_utils, stop), request_id=engine_id)
         try:
-            for _ in request.exec(decoupled=True) if self.engine_decoupled else [request.exec()]:
+            if not self.engine_decoupled:
+                request.exec()
+                return
+            responses = request.exec(decoupled=True)
+            for _ in responses:
                 pass
+            self.retired.retire(responses)
         except Exception:  # the engine request may have finished on its own meanwhile
             pass
 
