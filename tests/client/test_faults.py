@@ -93,7 +93,7 @@ def test_cancelled_bls_streams_leave_nothing_behind_in_the_stub(fault_server, co
             cancel_after_first_token(i)
         bls = stub_pid(fault_server, "tensorrt_llm_bls")
         growth = []
-        for batch in range(2):  # a leak grows both batches alike; a working set still filling, the first only
+        for _ in range(2):  # a leak grows both batches alike; a working set still filling, the first only
             before = heap_and_shared_kb(bls)
             for i in range(80):
                 cancel_after_first_token(i)

@@ -40,6 +40,12 @@ def test_server_answers_grpc_on_loopback_with_distinct_free_ports(echo_server: T
     assert echo_server.log_path.is_file() and echo_server.log_path.stat().st_size > 0
 
 
+def test_tritonserver_runs_with_two_malloc_arenas_unless_told_otherwise(echo_server: TritonServer) -> None:
+    """One glibc arena per thread let tritonserver's heap creep up under the soak (+13.7% in 5 minutes)."""
+    environ = Path(f"/proc/{echo_server.pid}/environ").read_bytes().split(b"\0")
+    assert b"MALLOC_ARENA_MAX=2" in environ
+
+
 def test_stop_leaves_no_stub_no_shm_and_no_record(tmp_path: Path) -> None:
     reused_log = tmp_path / "triton.log"  # an earlier run's failure above must not fail this one
     reused_log.write_text("E1202 model_lifecycle.cc:1] \"failed to load 'echo' version 1: Internal: old run\"\n")
