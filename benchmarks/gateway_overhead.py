@@ -39,6 +39,9 @@ sys.path.insert(0, str(ROOT))
 PROMPTS = ["Explain why the sky is blue.", "Write a short poem about rivers.", "List three uses of copper.",
            "What is a binary search tree?", "Describe the water cycle.", "How do vaccines work?"]
 TTFT_TARGET_MS, TPS_TARGET, ECHO_TARGET_RPS = 3.0, 0.95, 500.0
+# The gateway always calls Triton's tensorrt_llm_bls (cancellation reaches a running step only there); the
+# direct client calls the same model, so the difference is the gateway's own cost, not BLS vs ensemble.
+GATEWAY_TRITON_MODEL = "tensorrt_llm_bls"
 
 
 def bench_config(work: Path) -> Path:
@@ -156,7 +159,17 @@ async def direct(client, n: int, concurrency: int, max_tokens: int) -> dict[str,
     return {"ttft_ms": statistics.median(ttfts) * 1e3, "tokens_per_s": tokens / wall, "wall_s": wall}
 
 
-async def echo_rate(url: str, secret: str, n: int) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its children (Triton's Python stubs), from /proc via psutil."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    return sum(sum(p.cpu_times()[:2]) for p in [proc, *proc.children(recursive=True)])
+
+
+async def echo_rate(url: str, secret: str, n: int, gateway_pid: int, triton_pid: int) -> dict[str, float]:
+    """Requests/s, and the CPU milliseconds each request cost in the gateway, in Triton and in this load
+    generator: on 2 cores the rate cannot pass 2000 / (their sum), whatever the gateway does."""
     import httpx
 
     body = {"model": "tiny-llama", "prompt": "Hi", "max_tokens": 1, "temperature": 0}
@@ -173,10 +186,14 @@ async def echo_rate(url: str, secret: str, n: int) -> dict[str, float]:
 
         await _concurrently(min(64, n), 64, one)  # warm the connections
         codes.clear()
+        cpu0 = cpu_seconds(gateway_pid), cpu_seconds(triton_pid), time.process_time()
         wall = await _concurrently(n, 64, one)
+        cpu1 = cpu_seconds(gateway_pid), cpu_seconds(triton_pid), time.process_time()
     if errors:
         print(f"echo path: {len(errors)} transport errors, first: {errors[0]}", file=sys.stderr)
-    return {"requests_per_s": codes.count(200) / wall, "ok": codes.count(200), "requests": n}
+    gateway_ms, triton_ms, loadgen_ms = ((b - a) * 1e3 / n for a, b in zip(cpu0, cpu1, strict=True))
+    return {"requests_per_s": codes.count(200) / wall, "ok": codes.count(200), "requests": n,
+            "gateway_cpu_ms": gateway_ms, "triton_cpu_ms": triton_ms, "loadgen_cpu_ms": loadgen_ms}
 
 
 async def direct_echo_rate(config, url: str, n: int) -> float:  # type: ignore[no-untyped-def]
@@ -184,18 +201,18 @@ async def direct_echo_rate(config, url: str, n: int) -> float:  # type: ignore[n
     the governance cost without the gateway, to show where the time goes."""
     from trtkit.client import AsyncTritonLLMClient, SamplingParams
 
-    async with AsyncTritonLLMClient(url, config=config, ledger=True) as client:
+    async with AsyncTritonLLMClient(url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
         await _concurrently(64, 64, lambda i: client.generate("Hi", SamplingParams(max_tokens=1)))
         wall = await _concurrently(n, 64, lambda i: client.generate("Hi", SamplingParams(max_tokens=1)))
     return n / wall
 
 
 async def paths(config, tiny_url: str, gw_url: str, echo_url: str, echo_gw_url: str, secret: str,  # type: ignore[no-untyped-def]
-                args) -> dict:
+                args, pids: tuple[int, int]) -> dict:
     from trtkit.client import AsyncTritonLLMClient
 
     rounds: dict[str, list[dict[str, float]]] = {"gateway": [], "direct": []}
-    async with AsyncTritonLLMClient(tiny_url, config=config, ledger=True) as client:
+    async with AsyncTritonLLMClient(tiny_url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
         await direct(client, args.concurrency, args.concurrency, 4)  # warm both paths
         await via_gateway(gw_url, secret, args.concurrency, args.concurrency, 4)
         print("gateway vs direct ...", file=sys.stderr)
@@ -204,12 +221,14 @@ async def paths(config, tiny_url: str, gw_url: str, echo_url: str, echo_gw_url: 
                                                        args.max_tokens))
             rounds["direct"].append(await direct(client, args.requests // 2, args.concurrency, args.max_tokens))
     print("echo repository path ...", file=sys.stderr)
-    echo = await echo_rate(echo_gw_url, secret, args.echo_requests)
+    echo = await echo_rate(echo_gw_url, secret, args.echo_requests, *pids)
     echo_direct = await direct_echo_rate(config, echo_url, args.echo_requests)
     pick = lambda name, field: statistics.mean(r[field] for r in rounds[name])  # noqa: E731
     return {"gateway_ttft_ms": pick("gateway", "ttft_ms"), "direct_ttft_ms": pick("direct", "ttft_ms"),
             "gateway_tokens_per_s": pick("gateway", "tokens_per_s"), "direct_tokens_per_s": pick("direct", "tokens_per_s"),
-            "echo_requests_per_s": echo["requests_per_s"], "echo_direct_requests_per_s": echo_direct, "echo_ok": echo["ok"], "echo_requests": echo["requests"]}
+            "echo_requests_per_s": echo["requests_per_s"], "echo_direct_requests_per_s": echo_direct, "echo_ok": echo["ok"], "echo_requests": echo["requests"],
+            "echo_gateway_cpu_ms": echo["gateway_cpu_ms"], "echo_triton_cpu_ms": echo["triton_cpu_ms"],
+            "echo_loadgen_cpu_ms": echo["loadgen_cpu_ms"]}
 
 
 def main() -> None:
@@ -234,12 +253,17 @@ def main() -> None:
             gw, gw_url = start_gateway(tiny.grpc_url, env, work / "tiny-llama-nocache.yaml")
             echo_gw, echo_url = start_gateway(echo.grpc_url, env, work / "tiny-llama-nocache.yaml")
             try:
-                figures = asyncio.run(paths(config, tiny.grpc_url, gw_url, echo.grpc_url, echo_url, secret, args))
+                figures = asyncio.run(paths(config, tiny.grpc_url, gw_url, echo.grpc_url, echo_url, secret, args,
+                                            (echo_gw.pid, echo.pid)))
             finally:
                 for process in (gw, echo_gw):
                     process.terminate()
                     process.wait(timeout=60)
     report(figures, args)
+
+
+def cpu_sum(f: dict) -> float:
+    return max(1e-6, f["echo_gateway_cpu_ms"] + f["echo_triton_cpu_ms"] + f["echo_loadgen_cpu_ms"])
 
 
 def report(f: dict, args) -> None:  # type: ignore[no-untyped-def]
@@ -254,7 +278,11 @@ def report(f: dict, args) -> None:  # type: ignore[no-untyped-def]
             ("gateway on echo repository, requests/s", f"{f['echo_requests_per_s']:.0f}", f">= {ECHO_TARGET_RPS:g}"),
             ("  of which answered 200", f"{f['echo_ok']}/{f['echo_requests']}", ""),
             ("asyncio client direct on echo repository, requests/s", f"{f['echo_direct_requests_per_s']:.0f}",
-             "(where the time goes)")]
+             "(where the time goes)"),
+            ("echo path CPU ms per request: gateway process", f"{f['echo_gateway_cpu_ms']:.2f}", ""),
+            ("echo path CPU ms per request: Triton (server + Python stubs)", f"{f['echo_triton_cpu_ms']:.2f}", ""),
+            ("echo path CPU ms per request: load generator (httpx)", f"{f['echo_loadgen_cpu_ms']:.2f}", ""),
+            ("  so the 2-core ceiling, requests/s = 2000 / sum", f"{2000 / cpu_sum(f):.0f}", "")]
     width = max(len(r[0]) for r in rows)
     print(f"{'measure'.ljust(width)}  {'value':>10}  target")
     for name, value, target in rows:
