@@ -2,21 +2,27 @@
 Triton, on the same workload in one run, and the gateway's request rate on the echo repository.
 
     python benchmarks/gateway_overhead.py [--requests 64] [--concurrency 16] [--max-tokens 32]
-                                          [--echo-requests 2000] [--quick]
+                                          [--echo-requests 2000] [--alone 16] [--quick]
 
 Starts two tritonservers (the tiny model; the echo model, whose engine work is negligible) and two
 `trtkit gateway` processes with governance on: an API key with RPM, TPM and a token budget, the
 store's atomic holds, the runaway guard, the durable ledger (one fsynced row per request).
+The direct client calls the same Triton model as the gateway (tensorrt_llm_bls), so the differences
+below are the gateway's (HTTP, auth, the store, SSE) and the OpenAI SDK's, not BLS against ensemble.
 
+0. `--alone` streamed requests one at a time each way: TTFT without queueing (the gateway's own latency).
 1. Same streamed greedy requests, `--concurrency` at a time, alternating rounds of
    (a) `openai.AsyncOpenAI` -> gateway -> Triton and (b) `AsyncTritonLLMClient` -> Triton.
    Targets: median TTFT overhead (a - b) <= 3 ms; tokens/s of (a) >= 95% of (b).
 2. (c) raw httpx -> gateway -> echo repository, max_tokens 1, 64 connections: requests/s.
-   Target: >= 500 requests/s on 2 cores.
-The load generator shares the machine's cores with the servers; where the time goes is printed.
-Real run time on the shared 2-core machine: `--quick` about 75 s including two server starts (measured);
-the full run was not timed there (estimated 3-4 min). On that busy machine the quick figures swung between
-runs (TTFT overhead -7.7 ms and +523 ms; tokens/s ratio 105% and 74%): rerun it on a quiet machine.
+   Target: >= 500 requests/s on 2 cores. Also printed: the CPU milliseconds each echo request costs in
+   the gateway process, in Triton (server and Python stubs) and in this load generator. All three share
+   the 2 cores, so 2000 / (their sum) bounds the rate whatever the gateway does.
+The load generator shares the machine's cores with the servers; at concurrency 16 the engine is the
+bottleneck, so any CPU the gateway and the SDK take shows up multiplied in queueing (TTFT at 16).
+Real run time on the shared 2-core machine: `--quick` 80-100 s including two server starts (measured);
+the full run was not timed there (estimated 3-4 min). On that busy machine (load average 4 to 9, other
+helpers' tests) the figures at concurrency 16 swung by hundreds of ms between runs: rerun it on a quiet machine.
 Ends with one ``BENCH {json}`` line.
 """
 
@@ -215,6 +221,9 @@ async def paths(config, tiny_url: str, gw_url: str, echo_url: str, echo_gw_url: 
     async with AsyncTritonLLMClient(tiny_url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
         await direct(client, args.concurrency, args.concurrency, 4)  # warm both paths
         await via_gateway(gw_url, secret, args.concurrency, args.concurrency, 4)
+        # one at a time first: the gateway's own latency, without queueing behind the engine's batch
+        alone = {"gateway": await via_gateway(gw_url, secret, args.alone, 1, 4),
+                 "direct": await direct(client, args.alone, 1, 4)}
         print("gateway vs direct ...", file=sys.stderr)
         for _ in range(2):  # alternate, so drift in the shared machine hits both paths alike
             rounds["gateway"].append(await via_gateway(gw_url, secret, args.requests // 2, args.concurrency,
@@ -225,6 +234,7 @@ async def paths(config, tiny_url: str, gw_url: str, echo_url: str, echo_gw_url: 
     echo_direct = await direct_echo_rate(config, echo_url, args.echo_requests)
     pick = lambda name, field: statistics.mean(r[field] for r in rounds[name])  # noqa: E731
     return {"gateway_ttft_ms": pick("gateway", "ttft_ms"), "direct_ttft_ms": pick("direct", "ttft_ms"),
+            "gateway_alone_ttft_ms": alone["gateway"]["ttft_ms"], "direct_alone_ttft_ms": alone["direct"]["ttft_ms"],
             "gateway_tokens_per_s": pick("gateway", "tokens_per_s"), "direct_tokens_per_s": pick("direct", "tokens_per_s"),
             "echo_requests_per_s": echo["requests_per_s"], "echo_direct_requests_per_s": echo_direct, "echo_ok": echo["ok"], "echo_requests": echo["requests"],
             "echo_gateway_cpu_ms": echo["gateway_cpu_ms"], "echo_triton_cpu_ms": echo["triton_cpu_ms"],
@@ -237,6 +247,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--echo-requests", type=int, default=2000)
+    parser.add_argument("--alone", type=int, default=16, help="requests sent one at a time (TTFT without queueing)")
     parser.add_argument("--quick", action="store_true", help="fewer requests")
     args = parser.parse_args()
     if args.quick:
@@ -269,7 +280,11 @@ def cpu_sum(f: dict) -> float:
 def report(f: dict, args) -> None:  # type: ignore[no-untyped-def]
     ttft_overhead = f["gateway_ttft_ms"] - f["direct_ttft_ms"]
     tps_ratio = f["gateway_tokens_per_s"] / f["direct_tokens_per_s"]
-    rows = [("direct gRPC client TTFT, median ms", f"{f['direct_ttft_ms']:.1f}", ""),
+    alone = f["gateway_alone_ttft_ms"] - f["direct_alone_ttft_ms"]
+    rows = [("TTFT one request at a time: direct / via gateway, median ms",
+             f"{f['direct_alone_ttft_ms']:.1f} / {f['gateway_alone_ttft_ms']:.1f}", ""),
+            ("  so the gateway's own TTFT overhead, ms", f"{alone:.1f}", "(no queueing)"),
+            ("direct gRPC client TTFT, median ms", f"{f['direct_ttft_ms']:.1f}", ""),
             ("openai SDK via gateway TTFT, median ms", f"{f['gateway_ttft_ms']:.1f}", ""),
             ("gateway TTFT overhead, ms", f"{ttft_overhead:.1f}", f"<= {TTFT_TARGET_MS:g}"),
             (f"direct tokens/s at concurrency {args.concurrency}", f"{f['direct_tokens_per_s']:.0f}", ""),
@@ -289,7 +304,8 @@ def report(f: dict, args) -> None:  # type: ignore[no-untyped-def]
         print(f"{name.ljust(width)}  {value:>10}  {target}")
     met = {"ttft_overhead": ttft_overhead <= TTFT_TARGET_MS, "tokens_per_s_ratio": tps_ratio >= TPS_TARGET,
            "echo_requests_per_s": f["echo_requests_per_s"] >= ECHO_TARGET_RPS}
-    print("BENCH " + json.dumps({"figures": f | {"ttft_overhead_ms": ttft_overhead, "tokens_per_s_ratio": tps_ratio},
+    print("BENCH " + json.dumps({"figures": f | {"ttft_overhead_ms": ttft_overhead, "tokens_per_s_ratio": tps_ratio,
+                                                "alone_ttft_overhead_ms": alone},
                                  "targets": {"ttft_overhead_ms": TTFT_TARGET_MS, "tokens_per_s_ratio": TPS_TARGET,
                                              "echo_requests_per_s": ECHO_TARGET_RPS}, "met": met}))
 
