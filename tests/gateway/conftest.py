@@ -5,7 +5,6 @@ Each gateway has its own store and ledger under a session temp folder; tests cre
 
 from __future__ import annotations
 
-import asyncio
 import re
 import secrets
 import threading
@@ -20,7 +19,7 @@ from trtkit.client.ledger import Ledger
 from trtkit.config.schema import ModelConfig
 from trtkit.gateway import build_gateway
 from trtkit.gateway.keys import ApiKey, hash_secret, new_secret
-from trtkit.gateway.server import free_port
+from trtkit.gateway.server import free_port, run_in_loop, uvicorn_config
 from trtkit.gateway.store import SqliteGatewayStore
 
 
@@ -35,9 +34,10 @@ class RunningGateway:
         self.gateway = build_gateway(config, backend, store=self.store, ledger=Ledger(self.ledger_path))
         self.port = free_port("127.0.0.1")
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(self.gateway.app, host="127.0.0.1", port=self.port,  # type: ignore[arg-type]
-                                                    log_level="warning", lifespan="off"))
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
+        uv_config = uvicorn_config(self.gateway.app, "127.0.0.1", self.port)  # the CLI's stack (uvloop, httptools)
+        self.server = uvicorn.Server(uv_config)
+        self.thread = threading.Thread(target=lambda: run_in_loop(self._serve(), uv_config.get_loop_factory()),
+                                       daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:

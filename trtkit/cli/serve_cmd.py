@@ -118,9 +118,13 @@ def gateway_foreground(config: ModelConfig, port: int | None, no_auth: bool) -> 
 
     def run(server: TritonServer) -> None:
         from trtkit.gateway import run_gateway
+        from trtkit.gateway.server import free_port
 
-        typer.echo(f"gateway http://{config.gateway.bind}:{port if port is not None else config.gateway.port}/v1")
-        run_gateway(config, server.grpc_url, port=port, no_auth=no_auth)
+        bind = config.gateway.bind
+        chosen = (port if port is not None else config.gateway.port) or free_port(bind)  # 0: the URL says which
+        typer.echo(f"gateway http://{bind}:{chosen}/v1")
+        sys.stdout.flush()
+        run_gateway(config, server.grpc_url, port=chosen, no_auth=no_auth)
 
     return run
 

@@ -170,7 +170,8 @@ class ClientSection:
 
 @dataclass(slots=True)
 class GatewaySection:
-    port: int = bounded(8000, ge=0, le=65535, doc="OpenAI-compatible HTTP port of `trtkit gateway`; 0 picks one")
+    # 9000, not 8000: Triton's HTTP port defaults to 8000, and `serve --gateway` / `quickstart --keep` run both
+    port: int = bounded(9000, ge=0, le=65535, doc="OpenAI-compatible HTTP port of `trtkit gateway`; 0 picks one")
     bind: str = described("127.0.0.1", doc="address to bind; anything but loopback requires API keys")
     max_body_bytes: int = bounded(262144, ge=1024, doc="larger request bodies get 413 before any parsing")
     max_tokens_overflow: Literal["clamp", "reject"] = described(

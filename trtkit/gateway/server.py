@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import socket
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
@@ -21,6 +24,9 @@ from trtkit.gateway.app import Door, create_app
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.serving import ServingContext
 from trtkit.gateway.store import GatewayStore, SqliteGatewayStore
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +87,6 @@ def free_port(bind: str) -> int:
 def run_gateway(config: ModelConfig, backend: str, *, port: int | None = None, bind: str | None = None,
                 no_auth: bool = False) -> None:
     """Serve until interrupted."""
-    import asyncio
-
     import uvicorn
 
     bind = bind or config.gateway.bind
@@ -92,11 +96,35 @@ def run_gateway(config: ModelConfig, backend: str, *, port: int | None = None, b
     if no_auth:
         log.warning("API keys are OFF (--no-auth): anyone on this machine can use the model")
     log.warning("gateway for '%s' on http://%s:%d/v1 -> Triton gRPC %s", config.name, bind, port, backend)
+    uv_config = uvicorn_config(gateway.app, bind, port)
+    run_in_loop(_serve(uvicorn.Server(uv_config), gateway), uv_config.get_loop_factory())
+
+
+def uvicorn_config(app: object, bind: str, port: int) -> uvicorn.Config:
+    """The one uvicorn setup (the CLI and the live tests share it)."""
+    import uvicorn
+
     # keep-alive longer than clients' pools keep idle connections, so a reused connection is not closed
     # under a request in flight (uvicorn's 5 s default races with httpx/openai connection reuse).
-    server = uvicorn.Server(uvicorn.Config(gateway.app, host=bind, port=port, log_level="warning",  # type: ignore[arg-type]
-                                           access_log=False, lifespan="off", timeout_keep_alive=75))
-    asyncio.run(_serve(server, gateway))
+    # loop/http "auto": uvloop and httptools (dependencies) when importable; less CPU per request than
+    # asyncio + h11 (benchmarks/gateway_overhead.py prints the gateway's CPU per request).
+    return uvicorn.Config(app, host=bind, port=port, log_level="warning", access_log=False,  # type: ignore[arg-type]
+                          lifespan="off", timeout_keep_alive=75, loop="auto", http="auto")
+
+
+def run_in_loop(main: Coroutine[Any, Any, None], loop_factory: Callable[[], asyncio.AbstractEventLoop] | None) -> None:
+    """asyncio.run on the loop uvicorn picked (uvloop when installed)."""
+    if loop_factory is None:
+        asyncio.run(main)
+        return
+    loop = loop_factory()
+    try:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(main)
+    finally:
+        asyncio.set_event_loop(None)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 async def _serve(server: object, gateway: Gateway) -> None:

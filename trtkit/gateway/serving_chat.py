@@ -2,32 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from typing import Any
 
-from fastapi.responses import JSONResponse, Response
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from trtkit.client.results import GenerationResult
 from trtkit.gateway import responses
 from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.protocol import ChatCompletionRequest, ChatMessage
-from trtkit.gateway.sampling import sampling_params
-from trtkit.gateway.serving import (
-    CallInfo,
-    CancellingStreamResponse,
-    Generation,
-    ServingContext,
-    check_model,
-    created_now,
-    observe,
-    run_or_cancel,
-    sse_error,
-    start_generation,
-)
+from trtkit.gateway.serving import ServingContext
+from trtkit.gateway.serving_endpoint import ServingEndpoint
 
 
-class ServingChat:
+class ServingChat(ServingEndpoint[ChatCompletionRequest]):
+    id_prefix = "chatcmpl"
+
     def __init__(self, ctx: ServingContext) -> None:
-        self.ctx = ctx
+        super().__init__(ctx)
         self.counter = ctx.client.governor.counter
 
     def render(self, messages: list[ChatMessage]) -> str:
@@ -42,45 +34,17 @@ class ServingChat:
             return self.counter.render_chat(plain, use_template=False)
         return self.counter.render_chat(plain, use_template=True)
 
-    async def create(self, request: ChatCompletionRequest, call: CallInfo) -> Response:
-        check_model(self.ctx, request.model, call.key)
-        params = sampling_params(request)
-        prompt = self.render(request.messages)
-        generation = await start_generation(self.ctx, call, prompt, params, request.user)
-        response_id = f"chatcmpl-{generation.request_id}"
-        if request.stream:
-            include_usage = bool(request.stream_options and request.stream_options.include_usage)
-            return CancellingStreamResponse(self._events(generation, response_id, include_usage),
-                                            generation.headers, lambda: self.ctx.metrics.disconnects.labels("true").inc())
-        finished, result = await run_or_cancel(generation.result(), call.receive)
-        if not finished:
-            self.ctx.metrics.disconnects.labels("false").inc()
-            return Response(status_code=499)
-        observe(self.ctx, result)
-        body = responses.chat_completion(response_id, self.ctx.model, result)
-        return JSONResponse(body.model_dump(exclude_none=False), headers=generation.headers)
+    def prompt_of(self, request: ChatCompletionRequest) -> str:
+        return self.render(request.messages)
 
-    async def _events(self, generation: Generation, response_id: str, include_usage: bool) -> AsyncIterator[bytes]:
-        model, created = self.ctx.model, created_now()
-        yield responses.sse(responses.chat_chunk(response_id, model, created, text="", role=True))
-        chunks = generation.chunks()
-        try:
-            async for chunk in chunks:
-                if chunk.text:
-                    yield responses.sse(responses.chat_chunk(response_id, model, created, text=chunk.text))
-                if chunk.result is not None:
-                    result = chunk.result
-                    observe(self.ctx, result)
-                    yield responses.sse(responses.chat_chunk(response_id, model, created,
-                                                             finish_reason=result.finish_reason, result=result))
-                    if include_usage:
-                        yield responses.sse(responses.chat_chunk(response_id, model, created, usage=result.usage))
-            yield responses.SSE_DONE
-        except Exception as exc:  # the backend failed mid-stream: say so in the stream, never a traceback
-            yield sse_error(exc)
-        finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
-            await generation.rest.aclose()  # type: ignore[attr-defined]
+    def body(self, response_id: str, result: GenerationResult) -> ChatCompletion:
+        return responses.chat_completion(response_id, self.ctx.model, result)
+
+    def chunk(self, response_id: str, created: int, **fields: Any) -> ChatCompletionChunk:
+        return responses.chat_chunk(response_id, self.ctx.model, created, **fields)
+
+    def opening_chunks(self, response_id: str, created: int) -> Iterator[ChatCompletionChunk]:
+        yield responses.chat_chunk(response_id, self.ctx.model, created, text="", role=True)
 
 
 def _text(message: ChatMessage, index: int) -> str:

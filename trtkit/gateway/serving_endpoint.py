@@ -1,0 +1,98 @@
+"""What the two generating endpoints share: one request in, a JSON body or a stream of SSE chunks out.
+
+``ServingChat`` and ``ServingCompletions`` differ only in how the prompt is made from the request and
+which ``openai`` types carry the answer; the flow (model check, sampling validation, admission, stream
+or wait, disconnect handling, metrics) is written once here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Generic, TypeVar
+
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+
+from trtkit.client.results import GenerationResult
+from trtkit.gateway import responses
+from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
+from trtkit.gateway.sampling import sampling_params
+from trtkit.gateway.serving import (
+    CallInfo,
+    CancellingStreamResponse,
+    Generation,
+    ServingContext,
+    check_model,
+    created_now,
+    observe,
+    run_or_cancel,
+    sse_error,
+    start_generation,
+)
+
+RequestT = TypeVar("RequestT", ChatCompletionRequest, CompletionRequest)
+
+
+class ServingEndpoint(Generic[RequestT]):
+    id_prefix = ""  # "chatcmpl" / "cmpl", as OpenAI names its response ids
+
+    def __init__(self, ctx: ServingContext) -> None:
+        self.ctx = ctx
+
+    # What an endpoint defines -------------------------------------------------------------------------
+    def prompt_of(self, request: RequestT) -> str:
+        raise NotImplementedError
+
+    def body(self, response_id: str, result: GenerationResult) -> BaseModel:
+        """The non-streamed response object."""
+        raise NotImplementedError
+
+    def chunk(self, response_id: str, created: int, **fields: Any) -> BaseModel:
+        """One stream chunk: ``text=``, or ``finish_reason=`` + ``result=``, or ``usage=`` (the include_usage
+        chunk, no choice)."""
+        raise NotImplementedError
+
+    def opening_chunks(self, response_id: str, created: int) -> Iterator[BaseModel]:
+        """Chunks sent before the first text (chat sends the assistant role)."""
+        return iter(())
+
+    # The shared flow -----------------------------------------------------------------------------------
+    async def create(self, request: RequestT, call: CallInfo) -> Response:
+        check_model(self.ctx, request.model, call.key)
+        params = sampling_params(request)
+        prompt = self.prompt_of(request)
+        generation = await start_generation(self.ctx, call, prompt, params, request.user)
+        response_id = f"{self.id_prefix}-{generation.request_id}"
+        if request.stream:
+            include_usage = bool(request.stream_options and request.stream_options.include_usage)
+            return CancellingStreamResponse(self._events(generation, response_id, include_usage),
+                                            generation.headers, lambda: self.ctx.metrics.disconnects.labels("true").inc())
+        finished, result = await run_or_cancel(generation.result(), call.receive)
+        if not finished:
+            self.ctx.metrics.disconnects.labels("false").inc()
+            return Response(status_code=499)
+        observe(self.ctx, result)
+        return JSONResponse(self.body(response_id, result).model_dump(exclude_none=False), headers=generation.headers)
+
+    async def _events(self, generation: Generation, response_id: str, include_usage: bool) -> AsyncIterator[bytes]:
+        created = created_now()
+        for opening in self.opening_chunks(response_id, created):
+            yield responses.sse(opening)
+        chunks = generation.chunks()
+        try:
+            async for chunk in chunks:
+                if chunk.text:
+                    yield responses.sse(self.chunk(response_id, created, text=chunk.text))
+                if chunk.result is not None:
+                    result = chunk.result
+                    observe(self.ctx, result)
+                    yield responses.sse(self.chunk(response_id, created, finish_reason=result.finish_reason,
+                                                   result=result))
+                    if include_usage:
+                        yield responses.sse(self.chunk(response_id, created, usage=result.usage))
+            yield responses.SSE_DONE
+        except Exception as exc:  # the backend failed mid-stream: say so in the stream, never a traceback
+            yield sse_error(exc)
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+            await generation.rest.aclose()  # type: ignore[attr-defined]
