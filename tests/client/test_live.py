@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import threading
 import time
+import uuid
 from dataclasses import replace
 
 import pytest
@@ -53,10 +54,12 @@ def nocache_config(tiny_config):
 
 
 def test_usage_equals_tokenizer_and_engine_counts(live_server, nocache_config, tiny_counter) -> None:
+    # a prefix no other test sends: the session server's KV cache may hold LONG_PROMPT's blocks from another test
+    prompt = f"[usage {uuid.uuid4().hex}] {LONG_PROMPT}"
     with TritonLLMClient(live_server.grpc_url, config=nocache_config, caller=Caller(user="ann")) as client:
-        first = client.generate(LONG_PROMPT, SamplingParams(max_tokens=12))
-        second = client.generate(LONG_PROMPT, SamplingParams(max_tokens=12))
-    expected_prompt = tiny_counter.count_prompt(LONG_PROMPT)
+        first = client.generate(prompt, SamplingParams(max_tokens=12))
+        second = client.generate(prompt, SamplingParams(max_tokens=12))
+    expected_prompt = tiny_counter.count_prompt(prompt)
     assert expected_prompt >= 32
     assert first.usage.prompt_tokens == second.usage.prompt_tokens == expected_prompt  # server count == ours
     assert first.finish_reason == "length" and first.usage.completion_tokens == 12
