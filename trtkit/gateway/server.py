@@ -6,7 +6,6 @@ import ipaddress
 import logging
 import socket
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -20,7 +19,8 @@ from trtkit.gateway.admission import StoreRuleBook
 from trtkit.gateway.app import Door, create_app
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.serving import ServingContext
-from trtkit.gateway.store import GatewayStore, SqliteGatewayStore
+from trtkit.gateway.store import GatewayStore, open_gateway_store
+from trtkit.store import gateway_store_url
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,12 @@ def build_gateway(config: ModelConfig, backend: str, *, no_auth: bool = False, b
     # passes a cancellation on to a running step only there (an ensemble checks it between steps only:
     # triton-inference-server/core#263, server#6739).
     config = replace(config, client=replace(config.client, model_name=GATEWAY_TRITON_MODEL))
-    store = store or SqliteGatewayStore(Path(config.gateway.store) if config.gateway.store else None)
-    orphans = store.release_orphans()
-    if orphans:
-        log.warning("released %d budget holds left by a gateway that stopped mid-request", orphans)
+    # $TRTKIT_GATEWAY_STORE (the k8s Secret) wins over gateway.store; unset: $TRTKIT_HOME/gateway.db.
+    store = store or open_gateway_store(gateway_store_url(config.gateway.store),
+                                        lease_seconds=config.gateway.lease_seconds)
+    expired = store.release_expired()
+    if expired:
+        log.warning("released %d budget holds whose lease ran out (a gateway stopped mid-request)", expired)
     registry = CollectorRegistry()
     rulebook = StoreRuleBook(store, list(config.client.budgets))
     client = AsyncTritonLLMClient(backend, config=config, ledger=ledger or Ledger(),

@@ -1,0 +1,169 @@
+"""The gateway's shared state on one database (SQLite or PostgreSQL): keys, budget holds with leases,
+rate windows. Every limit is enforced by a conditional statement inside one transaction, so concurrent
+requests on any number of replicas can never reserve past a limit: the database decides."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Protocol
+
+from trtkit.errors import ClientError
+from trtkit.store import holds
+from trtkit.store.db import Database, Session
+from trtkit.store.leases import LeaseKeeper
+from trtkit.store.migrations import migrate
+from trtkit.store.records import ApiKey, BudgetLimit, Hold, RateLimit
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 30.0
+RATE_WINDOW_KEEP_S = 180  # rate windows older than this are pruned by the sweeper
+
+
+class GatewayStore(Protocol):
+    """What the gateway and `trtkit keys` need. ``reserve`` raises ``Refused`` (a limit said no) or
+    ``StoreUnavailable`` (the database did not answer: nothing was admitted)."""
+
+    lease_seconds: float
+
+    def add_key(self, key: ApiKey, secret_hash: str) -> None: ...
+    def find_key(self, key_id: str) -> tuple[ApiKey, str] | None: ...
+    def list_keys(self) -> list[ApiKey]: ...
+    def revoke_key(self, name_or_id: str) -> bool: ...
+    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None) -> Hold: ...
+    def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None: ...
+    def renew(self) -> int: ...
+    def release_expired(self, now: float | None = None) -> int: ...
+    def account(self, account: str, period_start: float) -> tuple[int, int, float, float] | None: ...
+    def close(self) -> None: ...
+
+
+class SqlGatewayStore:
+    """Thread-safe. Holds of this store are renewed by a background ``LeaseKeeper`` while in flight; the
+    same keeper frees any replica's holds whose lease ran out (a replica killed with kill -9)."""
+
+    def __init__(self, db: Database, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, keep_leases: bool = True) -> None:
+        if lease_seconds <= 0:
+            raise ClientError(f"lease_seconds must be > 0, got {lease_seconds}; set gateway.lease_seconds")
+        self.db = db
+        self.url = db.url
+        self.lease_seconds = float(lease_seconds)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        migrate(db)
+        self._live: dict[str, Hold] = {}  # in-flight holds: the keeper renews their leases
+        self._live_lock = threading.Lock()
+        self._keeper = LeaseKeeper(self, self.lease_seconds) if keep_leases else None
+
+    # -- keys -------------------------------------------------------------------------------------------
+    def add_key(self, key: ApiKey, secret_hash: str) -> None:
+        def work(s: Session) -> None:
+            if s.execute("SELECT 1 FROM api_keys WHERE name = ?", (key.name,)).fetchone() is not None:
+                raise ClientError(f"a key named '{key.name}' exists; pick another --name or revoke it")
+            s.execute('INSERT INTO api_keys (key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, '
+                      "rpm, tpm, models, created_at, revoked_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL)",
+                      (key.key_id, key.name, secret_hash, key.user, key.budget_tokens, key.budget_cost, key.period,
+                       key.rpm, key.tpm, json.dumps(list(key.models)), key.created_at))
+        self.db.transact(work)
+
+    def find_key(self, key_id: str) -> tuple[ApiKey, str] | None:
+        row = self.db.read(lambda s: s.execute(_KEY_SELECT + " WHERE key_id = ?", (key_id,)).fetchone())
+        return None if row is None else (_key_of(row), row[2])
+
+    def list_keys(self) -> list[ApiKey]:
+        rows = self.db.read(lambda s: s.execute(_KEY_SELECT + " ORDER BY created_at").fetchall())
+        return [_key_of(r) for r in rows]
+
+    def revoke_key(self, name_or_id: str) -> bool:
+        return bool(self.db.transact(lambda s: s.execute(
+            "UPDATE api_keys SET revoked_at = ? WHERE (name = ? OR key_id = ?) AND revoked_at IS NULL",
+            (time.time(), name_or_id, name_or_id)).rowcount))
+
+    # -- admission --------------------------------------------------------------------------------------
+    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None) -> Hold:
+        """All holds or none, in one transaction; raises Refused naming the limit that said no."""
+        hold = Hold(uuid.uuid4().hex, tokens, cost, holds.merged_budgets(budgets), rate)
+        now = time.time()
+
+        def work(s: Session) -> dict[str, int]:
+            refused = holds.never_fits(s, tokens, cost, hold.budgets, rate)
+            if refused is not None:
+                raise refused
+            rate_state = holds.take_rate(s, rate, tokens) if rate is not None else {}
+            if hold.budgets:
+                holds.take_budgets(s, hold.budgets, tokens, cost)
+            holds.insert_reservation(s, hold, self.owner, now, now + self.lease_seconds)
+            return rate_state
+
+        hold.rate_state = self.db.transact(work, durable=False)  # holds are transient; the ledger is the record
+        with self._live_lock:
+            self._live[hold.id] = hold
+        return hold
+
+    def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None:
+        with self._live_lock:
+            self._live.pop(hold.id, None)
+        claimed = self.db.transact(lambda s: holds.settle_hold(s, hold, used_tokens, used_cost), durable=False)
+        if not claimed:
+            log.warning("hold %s had expired and was freed before its request finished; its use is added now "
+                        "(raise gateway.lease_seconds if this repeats)", hold.id)
+
+    # -- leases -----------------------------------------------------------------------------------------
+    def renew(self) -> int:
+        """Push the lease of every in-flight hold of this store one lease ahead; returns how many."""
+        with self._live_lock:
+            ids = list(self._live)
+        renewed = 0
+        expires_at = time.time() + self.lease_seconds
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            renewed += self.db.transact(lambda s, c=chunk: s.execute(  # type: ignore[misc]
+                f"UPDATE reservations SET expires_at = ? WHERE id IN ({', '.join('?' * len(c))})",
+                (expires_at, *c)).rowcount, durable=False)
+        return renewed
+
+    def release_expired(self, now: float | None = None) -> int:
+        """Free every hold (of any replica) whose lease ran out; returns how many. Safe to run anywhere,
+        any number of times at once: each hold is freed exactly once."""
+        when = time.time() if now is None else now
+        return int(self.db.transact(lambda s: holds.free_expired(s, when), durable=False))
+
+    def prune_rate_windows(self, now: float | None = None) -> int:
+        cutoff = int((time.time() if now is None else now) - RATE_WINDOW_KEEP_S)
+        return int(self.db.transact(lambda s: s.execute("DELETE FROM rate_windows WHERE window_start < ?",
+                                                        (cutoff,)).rowcount, durable=False))
+
+    def in_flight(self) -> int:
+        with self._live_lock:
+            return len(self._live)
+
+    def account(self, account: str, period_start: float) -> tuple[int, int, float, float] | None:
+        """(used_tokens, reserved_tokens, used_cost, reserved_cost), for reports and tests."""
+        row = self.db.read(lambda s: s.execute(holds._BUDGET_STATE, (account, period_start)).fetchone())
+        return None if row is None else (int(row[0]), int(row[1]), float(row[2]), float(row[3]))
+
+    def reservations(self) -> int:
+        return int(self.db.read(lambda s: s.execute("SELECT COUNT(*) FROM reservations").fetchone()[0]))
+
+    def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
+        self.db.close()
+
+
+_KEY_SELECT = ('SELECT key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, rpm, tpm, models, '
+               "created_at, revoked_at FROM api_keys")
+
+
+def _key_of(row: tuple) -> ApiKey:
+    return ApiKey(key_id=row[0], name=row[1], user=row[3],
+                  budget_tokens=None if row[4] is None else int(row[4]),
+                  budget_cost=None if row[5] is None else float(row[5]), period=row[6],
+                  rpm=None if row[7] is None else int(row[7]), tpm=None if row[8] is None else int(row[8]),
+                  models=tuple(json.loads(row[9])), created_at=float(row[10]),
+                  revoked_at=None if row[11] is None else float(row[11]))
