@@ -69,7 +69,7 @@ class PostgresDatabase:
                     self._discard(conn)
                     if attempt == 1 and not commit_sent:  # a stale pooled connection: nothing was committed
                         continue
-                    raise self._unavailable(exc) from exc
+                    raise self._unavailable(exc, commit_unknown=commit_sent) from exc
                 self._rollback(conn)
                 if isinstance(exc, _ROLLED_BACK) and attempt <= MAX_ROLLBACK_RETRIES:
                     continue
@@ -138,10 +138,13 @@ class PostgresDatabase:
             return
         self._release(conn)
 
-    def _unavailable(self, exc: Exception) -> StoreUnavailable:
+    def _unavailable(self, exc: Exception, *, commit_unknown: bool = False) -> StoreUnavailable:
+        """``commit_unknown``: the connection died after COMMIT was sent, so the work may have committed."""
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return StoreUnavailable(f"PostgreSQL store {self.url.redacted()} is unreachable ({first_line}); check the "
-                                f"server runs and the URL, requests are refused until it answers")
+        error = StoreUnavailable(f"PostgreSQL store {self.url.redacted()} is unreachable ({first_line}); check "
+                                 f"the server runs and the URL; requests are refused until it answers")
+        error.commit_unknown = commit_unknown  # type: ignore[attr-defined]
+        return error
 
     def close(self) -> None:
         with self._lock:
