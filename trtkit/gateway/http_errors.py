@@ -55,9 +55,10 @@ def http_error(exc: BaseException) -> HttpError:
     if isinstance(exc, BudgetExceededError):
         return HttpError(429, str(exc), "insufficient_quota", "insufficient_quota", reason="budget")
     if isinstance(exc, StoreUnavailable):  # never admitted unmetered: refused until the store answers again
-        return HttpError(503, f"the governance store is unavailable, so no request can be metered; retry shortly "
-                              f"({exc})", "server_error", "store_unavailable", headers={"retry-after": "1"},
-                         reason="store")
+        log.warning("refusing a request: %s", exc)  # the database's address stays in the log, not in the answer
+        return HttpError(503, "the gateway's governance store (keys, budgets, usage) is unavailable, so no request "
+                              "can be admitted; retry shortly", "server_error", "store_unavailable",
+                         headers={"retry-after": "1"}, reason="store")
     if isinstance(exc, ServerUnavailableError):
         return HttpError(503, str(exc), "server_error", "backend_unavailable", reason="backend")
     if isinstance(exc, ClientError):
