@@ -29,7 +29,9 @@ RATE_WINDOW_KEEP_S = 180  # rate windows older than this are pruned by the sweep
 
 class GatewayStore(Protocol):
     """What the gateway and `trtkit keys` need. ``reserve`` raises ``Refused`` (a limit said no) or
-    ``StoreUnavailable`` (the database did not answer: nothing was admitted)."""
+    ``StoreUnavailable`` (the database did not answer: nothing was admitted). ``settle`` never raises
+    ``StoreUnavailable``: a settle the database did not receive is retried by the keeper (``retry_settles``).
+    ``renew`` / ``release_expired`` are what the keeper runs; tests and tools may call them directly."""
 
     lease_seconds: float
 
