@@ -54,5 +54,10 @@ class InvalidInputError(TrtkitError, ValueError):
     """A request input is outside its valid range (served models answer INVALID_ARGUMENT)."""
 
 
+class StoreUnavailable(TrtkitError):
+    """The governance store (keys, budgets, rate windows, usage ledger) cannot be reached: a PostgreSQL
+    server that is down or refuses us, a SQLite file that cannot be opened or stays locked."""
+
+
 class BenchError(TrtkitError):
     """A `trtkit bench` run cannot proceed (bad endpoint, load, workload or SLO option, unreadable run folder)."""

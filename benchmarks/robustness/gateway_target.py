@@ -45,12 +45,12 @@ class GatewayThread:
         from trtkit.client.ledger import Ledger
         from trtkit.gateway import build_gateway
         from trtkit.gateway.server import free_port
-        from trtkit.gateway.store import SqliteGatewayStore
+        from trtkit.gateway.store import open_gateway_store
 
         folder.mkdir(parents=True, exist_ok=True)
         config = replace(config, client=replace(config.client, cache=replace(config.client.cache, enabled=False)))
         self.config, self.ledger_path = config, folder / "usage.db"
-        self.store = SqliteGatewayStore(folder / "gateway.db")
+        self.store = open_gateway_store(folder / "gateway.db")
         self.gateway = build_gateway(config, backend, store=self.store, ledger=Ledger(self.ledger_path))
         self.url = f"http://127.0.0.1:{free_port('127.0.0.1')}"
         self.server = uvicorn.Server(uvicorn.Config(self.gateway.app, host="127.0.0.1",  # type: ignore[arg-type]

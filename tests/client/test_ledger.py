@@ -22,11 +22,12 @@ from trtkit.client.ledger import (
     usage_report,
 )
 
+# Declared types portable to PostgreSQL (SQLite reads BIGINT as INTEGER and DOUBLE PRECISION as REAL affinity).
 EXPECTED_COLUMNS = [
-    ("id", "INTEGER"), ("ts", "REAL"), ("model", "TEXT"), ("user", "TEXT"), ("key_id", "TEXT"),
-    ("session", "TEXT"), ("request_id", "TEXT"), ("prompt_tokens", "INTEGER"), ("completion_tokens", "INTEGER"),
-    ("cached_tokens", "INTEGER"), ("ttft_ms", "REAL"), ("latency_ms", "REAL"), ("finish_reason", "TEXT"),
-    ("cost", "REAL"), ("cache_hit", "INTEGER"), ("cached_tokens_unit", "TEXT"),
+    ("id", "INTEGER"), ("ts", "DOUBLE PRECISION"), ("model", "TEXT"), ("user", "TEXT"), ("key_id", "TEXT"),
+    ("session", "TEXT"), ("request_id", "TEXT"), ("prompt_tokens", "BIGINT"), ("completion_tokens", "BIGINT"),
+    ("cached_tokens", "BIGINT"), ("ttft_ms", "DOUBLE PRECISION"), ("latency_ms", "DOUBLE PRECISION"),
+    ("finish_reason", "TEXT"), ("cost", "DOUBLE PRECISION"), ("cache_hit", "INTEGER"), ("cached_tokens_unit", "TEXT"),
 ]
 
 
@@ -41,11 +42,11 @@ def test_migrations_create_the_exact_columns_and_are_recorded(isolated_home: Pat
     db = sqlite3.connect(default_ledger_path())
     columns = [(r[1], r[2]) for r in db.execute("PRAGMA table_info(requests)")]
     assert columns == EXPECTED_COLUMNS
-    applied = [r[0] for r in db.execute("SELECT name FROM _migrations ORDER BY name")]
-    assert applied == [m.__name__ for m in MIGRATIONS] == ["m001_create_requests", "m002_report_indexes",
-                                                           "m003_cached_tokens_unit"]
+    applied = [r[0] for r in db.execute("SELECT name FROM schema_version ORDER BY version")]
+    assert applied == [m.name for m in MIGRATIONS]
+    assert applied[:3] == ["m001_create_requests", "m002_report_indexes", "m003_cached_tokens_unit"]
     indexes = {r[1] for r in db.execute("PRAGMA index_list(requests)")}
-    assert {"requests_ts", "requests_user_ts", "requests_session"} <= indexes
+    assert {"requests_ts", "requests_user_ts", "requests_session", "requests_key_ts"} <= indexes
 
 
 def test_cached_tokens_are_marked_block_granular(isolated_home: Path) -> None:
@@ -60,7 +61,7 @@ def test_reopening_applies_nothing_twice_and_keeps_rows(isolated_home: Path) -> 
         ledger.record(row())
     with Ledger() as ledger:
         assert ledger.count() == 1
-        assert len(ledger.query("SELECT * FROM _migrations")) == len(MIGRATIONS)
+        assert len(ledger.query("SELECT * FROM schema_version")) == len(MIGRATIONS)
 
 
 def test_ledger_lives_under_trtkit_home_is_private_and_in_wal_mode(isolated_home: Path) -> None:

@@ -1,8 +1,7 @@
-"""The store and the keys CLI without a server: atomic holds under threads, hashed secrets, usage --by key."""
+"""The keys and usage CLI without a server: hashed secrets, usage --by key (store contract: tests/store/)."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 from typer.testing import CliRunner
@@ -10,45 +9,7 @@ from typer.testing import CliRunner
 from trtkit.cli.main import app
 from trtkit.client.ledger import Ledger, LedgerRow
 from trtkit.gateway.keys import key_id_of, secret_matches
-from trtkit.gateway.store import BudgetLimit, RateLimit, Refused, SqliteGatewayStore
-
-
-def test_fifty_threads_never_reserve_past_a_budget(tmp_path) -> None:
-    store = SqliteGatewayStore(tmp_path / "gw.db")
-    limit = BudgetLimit("key:team", 0.0, 100, None)
-    admitted, refused = [], []
-
-    def one() -> None:
-        try:
-            admitted.append(store.reserve(10, 0.0, [limit], None))
-        except Refused:
-            refused.append(1)
-
-    threads = [threading.Thread(target=one) for _ in range(50)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(admitted) == 10 and len(refused) == 40
-    for hold in admitted:
-        store.settle(hold, 7, 0.0)
-    assert store.account("key:team", 0.0) == (70, 0, 0.0, 0.0)  # settled to real use, nothing held
-
-
-def test_a_refused_hold_takes_nothing_and_orphans_are_released(tmp_path) -> None:
-    store = SqliteGatewayStore(tmp_path / "gw.db")
-    rate = RateLimit("k1", int(time.time() // 60) * 60, 1, None)
-    budget = BudgetLimit("key:a", 0.0, 50, None)
-    store.reserve(20, 0.0, [budget], rate)
-    try:
-        store.reserve(20, 0.0, [budget], rate)  # the rate limit refuses: the budget must be untouched
-        raise AssertionError("the second request in the minute was admitted")
-    except Refused as refused:
-        assert refused.what == "requests"
-    assert store.account("key:a", 0.0) == (0, 20, 0.0, 0.0)
-    restarted = SqliteGatewayStore(tmp_path / "gw.db")  # a new gateway process after a crash
-    assert restarted.release_orphans() == 1
-    assert restarted.account("key:a", 0.0) == (0, 0, 0.0, 0.0)
+from trtkit.gateway.store import open_gateway_store
 
 
 def test_keys_cli_prints_the_secret_once_and_stores_only_its_hash(tmp_path) -> None:
@@ -60,7 +21,7 @@ def test_keys_cli_prints_the_secret_once_and_stores_only_its_hash(tmp_path) -> N
     secret = created.stdout.strip().splitlines()[0]
     key_id = key_id_of(secret)
     assert key_id is not None
-    store = SqliteGatewayStore(db)
+    store = open_gateway_store(db, keep_leases=False)
     key, stored_hash = store.find_key(key_id)  # type: ignore[misc]
     assert key.name == "team-a" and key.budget_tokens == 1000 and secret_matches(secret, stored_hash)
     raw = db.read_bytes() + (db.parent / "gw.db-wal").read_bytes() if (db.parent / "gw.db-wal").exists() \
@@ -87,21 +48,3 @@ def test_usage_by_key_counts_refusals(tmp_path) -> None:
     rows = {r["key"]: r for r in json.loads(result.stdout)}
     assert rows["team-a"]["requests"] == 2 and rows["team-a"]["refused"] == 1 and rows["team-a"]["total_tokens"] == 15
     assert rows["team-b"]["refused"] == 0
-
-
-def test_holds_of_a_live_gateway_process_are_not_released(tmp_path) -> None:
-    import subprocess
-    import sys
-
-    db = tmp_path / "gw.db"
-    script = ("import sys, time; from pathlib import Path; from trtkit.gateway.store import *; "
-              "s = SqliteGatewayStore(Path(sys.argv[1])); s.reserve(5, 0.0, [BudgetLimit('key:x', 0.0, 100, None)], "
-              "None); print('held', flush=True); time.sleep(60)")
-    other = subprocess.Popen([sys.executable, "-c", script, str(db)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert other.stdout is not None and other.stdout.readline().strip() == "held"
-        assert SqliteGatewayStore(db).release_orphans() == 0  # that gateway still runs
-    finally:
-        other.kill()
-        other.wait()
-    assert SqliteGatewayStore(db).release_orphans() == 1  # now it is gone

@@ -120,10 +120,11 @@ def chat(config_path: ConfigArg, url: UrlOpt = None,
 def usage(by: Annotated[str, typer.Option("--by", help="day | model | user | key | session")] = "day",
           fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
           days: Annotated[float | None, typer.Option("--days", help="Only the last N days")] = None,
-          ledger_path: Annotated[Path | None, typer.Option("--ledger", help="Ledger file; default "
-                                                           "$TRTKIT_HOME/usage.db")] = None) -> None:
+          ledger_url: Annotated[str | None, typer.Option("--ledger", help="Ledger: sqlite:///PATH, a file path or "
+                                                         "postgresql://...; default $TRTKIT_HOME/usage.db")] = None
+          ) -> None:
     """Report the usage ledger by day, model, user, API key (the gateway's key names) or session."""
-    from trtkit.client.ledger import Ledger, format_report, usage_report
+    from trtkit.client.ledger import format_report, open_ledger, usage_report
     from trtkit.errors import ClientError
 
     if by not in ("day", "model", "user", "key", "session"):
@@ -131,7 +132,9 @@ def usage(by: Annotated[str, typer.Option("--by", help="day | model | user | key
     if fmt not in ("table", "csv", "json"):
         raise ClientError(f"--format {fmt!r} is unknown; use table, csv or json")
     since = time.time() - days * 86400 if days else None
-    with Ledger(ledger_path) as ledger:
+    from trtkit.store import ledger_url as resolve_ledger_url
+
+    with open_ledger(resolve_ledger_url(ledger_url, "--ledger")) as ledger:
         typer.echo(format_report(usage_report(ledger, by, since), fmt, by))  # type: ignore[arg-type]
 
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from trtkit.cli.options import ConfigArg
 
-StoreOpt = Annotated[Path | None, typer.Option("--store", help="Gateway database; default gateway.store from the "
-                                               "config, else $TRTKIT_HOME/gateway.db")]
+StoreOpt = Annotated[str | None, typer.Option("--store", help="Gateway store: sqlite:///PATH, a file path or "
+                                              "postgresql://...; default $TRTKIT_GATEWAY_STORE, else "
+                                              "$TRTKIT_HOME/gateway.db")]
 
 keys_app = typer.Typer(help="API keys of the gateway: create (prints the secret once), list, revoke.",
                        no_args_is_help=True)
@@ -37,10 +37,10 @@ def gateway(config_path: ConfigArg,
     run_gateway(load_config(config_path), backend, port=port, bind=bind, no_auth=no_auth)
 
 
-def _store(path: Path | None):  # type: ignore[no-untyped-def]
-    from trtkit.gateway.store import SqliteGatewayStore
+def _store(url: str | None):  # type: ignore[no-untyped-def]
+    from trtkit.store import open_gateway_store, parse_store_url
 
-    return SqliteGatewayStore(path)
+    return open_gateway_store(parse_store_url(url, "--store") if url else None, keep_leases=False)
 
 
 @keys_app.command("create")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from trtkit.client.budgets import BudgetGuard
 from trtkit.client.caller import Caller
 from trtkit.client.governor import Governor
-from trtkit.client.ledger import Ledger
+from trtkit.client.ledger import Ledger, open_ledger
 from trtkit.client.metrics import ClientMetrics
 from trtkit.client.tokens import TokenCounter
 from trtkit.config.schema import ModelConfig
@@ -36,8 +36,9 @@ class ClientSetup:
 def make_setup(config: ModelConfig, *, caller: Caller | None, ledger: Ledger | None | bool,
                counter: TokenCounter | None, metrics: ClientMetrics | None, model_name: str | None,
                budgets: BudgetGuard | None = None) -> ClientSetup:
-    """``ledger=True`` opens the default ledger under TRTKIT_HOME; ``False``/``None`` records nothing."""
-    store = Ledger() if ledger is True else (ledger or None)
+    """``ledger=True`` opens the ledger at ``client.store`` (default: TRTKIT_HOME/usage.db); ``False``/``None``
+    records nothing."""
+    store = open_ledger(config.client.store) if ledger is True else (ledger or None)
     governor = Governor(config, counter or TokenCounter.from_config(config), store, metrics, budgets)
     if config.client.metrics_port is not None and metrics is None:
         governor.metrics.serve(config.client.metrics_port)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from trtkit.config.k8s_schema import K8S_RULES
 from trtkit.config.schema import ModelConfig
+from trtkit.config.store_url import parse_store_url
 from trtkit.errors import ConfigError
 
 Rule = Callable[[ModelConfig], "str | None"]
@@ -115,11 +116,21 @@ def _beam_search_no_streaming_reuse(c: ModelConfig) -> str | None:
     return None
 
 
+def _store_urls_parse(c: ModelConfig) -> str | None:
+    for field, value in (("gateway.store", c.gateway.store), ("client.store", c.client.store)):
+        if value is not None:
+            try:
+                parse_store_url(value, field)
+            except ConfigError as exc:
+                return str(exc)
+    return None
+
+
 RULES: list[Rule] = [
     _input_below_seq, _num_tokens_cover_input, _opt_tokens_within_max, _tokens_per_block_power_of_two,
     _serve_batch_within_build, _distinct_ports, _client_input_within_engine, _client_max_tokens_fit,
     _summary_fits_context, _budget_has_limit, _kv_quant_needs_quantization_backend, _beam_search_no_streaming_reuse,
-    *K8S_RULES,
+    _store_urls_parse, *K8S_RULES,
 ]
 
 

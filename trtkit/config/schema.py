@@ -166,6 +166,8 @@ class ClientSection:
     guard: GuardSection = described(factory=GuardSection)
     pricing: PricingSection = described(factory=PricingSection)
     metrics_port: int | None = bounded(None, ge=0, le=65535, doc="client-side Prometheus counters")
+    store: str | None = described(None, doc="usage ledger: sqlite:///PATH or postgresql://...; default "
+                                        "$TRTKIT_HOME/usage.db (the gateway: its PostgreSQL store, if it has one)")
 
 
 @dataclass(slots=True)
@@ -176,7 +178,10 @@ class GatewaySection:
     max_body_bytes: int = bounded(262144, ge=1024, doc="larger request bodies get 413 before any parsing")
     max_tokens_overflow: Literal["clamp", "reject"] = described(
         "clamp", doc="max_tokens beyond the context: clamp to what fits, or answer 400")
-    store: str | None = described(None, doc="keys/budgets/rate-limit database; default $TRTKIT_HOME/gateway.db")
+    store: str | None = described(None, doc="keys/budgets/rate-limit store: sqlite:///PATH or postgresql://...; "
+                                        "$TRTKIT_GATEWAY_STORE wins; default $TRTKIT_HOME/gateway.db")
+    lease_seconds: float = bounded(30.0, ge=1.0, le=3600.0, doc="a budget hold's lease: renewed while its request "
+                                   "runs, freed by any replica once it runs out (a gateway killed mid-request)")
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from trtkit.client.transport import ServerUnavailableError
-from trtkit.errors import BudgetExceededError, ClientError, InputTooLongError
+from trtkit.errors import BudgetExceededError, ClientError, InputTooLongError, StoreUnavailable
 from trtkit.gateway.errors import (
     AuthenticationError,
     ModelNotFoundError,
@@ -54,6 +54,11 @@ def http_error(exc: BaseException) -> HttpError:
                          reason="rate_limit")
     if isinstance(exc, BudgetExceededError):
         return HttpError(429, str(exc), "insufficient_quota", "insufficient_quota", reason="budget")
+    if isinstance(exc, StoreUnavailable):  # never admitted unmetered: refused until the store answers again
+        log.warning("refusing a request: %s", exc)  # the database's address stays in the log, not in the answer
+        return HttpError(503, "the gateway's governance store (keys, budgets, usage) is unavailable, so no request "
+                              "can be admitted; retry shortly", "server_error", "store_unavailable",
+                         headers={"retry-after": "1"}, reason="store")
     if isinstance(exc, ServerUnavailableError):
         return HttpError(503, str(exc), "server_error", "backend_unavailable", reason="backend")
     if isinstance(exc, ClientError):

@@ -10,31 +10,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass, field
+
+from trtkit.store.records import ApiKey
 
 SECRET_PREFIX = "tk-"
-
-
-@dataclass(slots=True, frozen=True)
-class ApiKey:
-    key_id: str  # public; appears in `keys list`
-    name: str  # the tenant name written to the ledger (key_id column) and metrics
-    user: str = ""
-    budget_tokens: int | None = None
-    budget_cost: float | None = None
-    period: str = "month"
-    rpm: int | None = None
-    tpm: int | None = None
-    models: tuple[str, ...] = field(default_factory=tuple)  # empty: every model
-    created_at: float = 0.0
-    revoked_at: float | None = None
-
-    @property
-    def is_revoked(self) -> bool:
-        return self.revoked_at is not None
-
-    def allows_model(self, model: str) -> bool:
-        return not self.models or model in self.models
+__all__ = ["ApiKey", "SECRET_PREFIX", "new_secret", "hash_secret", "key_id_of", "secret_matches"]
 
 
 def new_secret() -> tuple[str, str]:

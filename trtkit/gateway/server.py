@@ -8,14 +8,13 @@ import logging
 import socket
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
 from trtkit.client.aio_client import AsyncTritonLLMClient
 from trtkit.client.budgets import BudgetGuard
-from trtkit.client.ledger import Ledger
+from trtkit.client.ledger import Ledger, open_ledger
 from trtkit.client.metrics import ClientMetrics
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ConfigError
@@ -23,7 +22,8 @@ from trtkit.gateway.admission import StoreRuleBook
 from trtkit.gateway.app import Door, create_app
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.serving import ServingContext
-from trtkit.gateway.store import GatewayStore, SqliteGatewayStore
+from trtkit.gateway.store import GatewayStore, open_gateway_store
+from trtkit.store import StoreUrl, gateway_store_url, ledger_url
 
 if TYPE_CHECKING:
     import uvicorn
@@ -63,19 +63,30 @@ def build_gateway(config: ModelConfig, backend: str, *, no_auth: bool = False, b
     # passes a cancellation on to a running step only there (an ensemble checks it between steps only:
     # triton-inference-server/core#263, server#6739).
     config = replace(config, client=replace(config.client, model_name=GATEWAY_TRITON_MODEL))
-    store = store or SqliteGatewayStore(Path(config.gateway.store) if config.gateway.store else None)
-    orphans = store.release_orphans()
-    if orphans:
-        log.warning("released %d budget holds left by a gateway that stopped mid-request", orphans)
+    # $TRTKIT_GATEWAY_STORE (the k8s Secret) wins over gateway.store; unset: $TRTKIT_HOME/gateway.db.
+    store_url = gateway_store_url(config.gateway.store)
+    store = store or open_gateway_store(store_url, lease_seconds=config.gateway.lease_seconds)
+    expired = store.release_expired()
+    if expired:
+        log.warning("released %d budget holds whose lease ran out (a gateway stopped mid-request)", expired)
     registry = CollectorRegistry()
     rulebook = StoreRuleBook(store, list(config.client.budgets))
-    client = AsyncTritonLLMClient(backend, config=config, ledger=ledger or Ledger(),
+    client = AsyncTritonLLMClient(backend, config=config, ledger=ledger or open_ledger(gateway_ledger_url(config)),
                                   metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
     client.governor.default_max_tokens = None  # no max_tokens: all the room the prompt leaves
     client.governor.max_tokens_overflow = config.gateway.max_tokens_overflow
     ctx = ServingContext(config, client, rulebook, GatewayMetrics(registry))
     app = create_app(ctx, Door(store, require_auth=not no_auth, max_body_bytes=config.gateway.max_body_bytes))
     return Gateway(app, client, store)
+
+
+def gateway_ledger_url(config: ModelConfig) -> StoreUrl:
+    """``client.store`` if set; else a PostgreSQL gateway store holds the ledger too (one database for a
+    fleet's governance); else $TRTKIT_HOME/usage.db."""
+    if config.client.store:
+        return ledger_url(config.client.store)
+    store_url = gateway_store_url(config.gateway.store)
+    return store_url if store_url.backend == "postgresql" else ledger_url(None)
 
 
 def free_port(bind: str) -> int:

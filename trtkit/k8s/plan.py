@@ -13,11 +13,12 @@ from typing import TypeVar
 from trtkit import __version__
 from trtkit.config.k8s_schema import is_dns_label
 from trtkit.config.schema import ModelConfig
+from trtkit.config.store_url import GATEWAY_STORE_ENV
 from trtkit.errors import ConfigError
 
 GPU_RESOURCE = "nvidia.com/gpu"
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002  # each pod has its own network: Triton's defaults
-STORE_ENV = "TRTKIT_GATEWAY_STORE"  # the gateway's store URL, from the Secret
+STORE_ENV = GATEWAY_STORE_ENV  # the gateway's store URL, from the Secret (the gateway reads this name)
 CONFIG_MOUNT = "/etc/trtkit/config"
 CONFIG_FILE = "model.yaml"
 PROBE_PERIOD_S = 10

@@ -14,9 +14,9 @@ GroupBy = Literal["day", "model", "user", "key", "session"]
 ReportFormat = Literal["table", "csv", "json"]
 
 _GROUP_SQL: dict[str, str] = {
-    "day": "date(ts, 'unixepoch')",  # UTC days: the same report on every machine
+    "day": "",  # UTC days (the same report on every machine), in the ledger's SQL dialect
     "model": "model",
-    "user": "user",
+    "user": '"user"',
     "key": "key_id",
     "session": "session",
 }
@@ -40,11 +40,11 @@ class ReportRow:
 def usage_report(ledger: Ledger, by: GroupBy = "day", since: float | None = None) -> list[ReportRow]:
     if by not in _GROUP_SQL:
         raise ValueError(f"unknown grouping {by!r}")
-    key = _GROUP_SQL[by]
+    key = _GROUP_SQL[by] or ledger.dialect.utc_day("ts")
     sql = (f"SELECT {key}, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens), SUM(cached_tokens), "
-           f"SUM(prompt_tokens + completion_tokens), SUM(cache_hit), SUM(finish_reason LIKE 'refused:%'), SUM(cost), AVG(ttft_ms), "
-           f"AVG(latency_ms) "
-           f"FROM requests WHERE ts >= ? GROUP BY {key} ORDER BY {key}")
+           f"SUM(prompt_tokens + completion_tokens), SUM(cache_hit), "
+           f"SUM(CASE WHEN finish_reason LIKE 'refused:%' THEN 1 ELSE 0 END), SUM(cost), AVG(ttft_ms), "
+           f"AVG(latency_ms) FROM requests WHERE ts >= ? GROUP BY {key} ORDER BY {key}")
     rows = ledger.query(sql, [since or 0.0])
     return [ReportRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
                       float(r[8]), None if r[9] is None else round(float(r[9]), 3), round(float(r[10]), 3))

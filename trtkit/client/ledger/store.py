@@ -1,9 +1,10 @@
-"""The usage ledger: one SQLite row per request, durable when ``record`` returns.
+"""The usage ledger: one row per request, durable when ``record`` returns, on SQLite or PostgreSQL.
 
-Durability: WAL journal with ``synchronous=FULL``, so every COMMIT fsyncs the WAL and a committed
-row survives a killed process or a power cut. ``record`` returns only after its row's commit.
-Throughput comes from group commit, not from weaker settings: rows recorded concurrently (a batch
-call, many threads) share one transaction and one fsync.
+Durability: on SQLite a WAL journal with ``synchronous=FULL``, so every COMMIT fsyncs the WAL and a
+committed row survives a killed process or a power cut; on PostgreSQL a normal (synchronous) commit.
+``record`` returns only after its row's commit. Throughput comes from group commit, not from weaker
+settings: rows recorded concurrently (a batch call, many threads) share one transaction and one fsync.
+A PostgreSQL restart is outlived: a batch that certainly did not commit is retried for a while.
 """
 
 from __future__ import annotations
@@ -12,22 +13,25 @@ import asyncio
 import logging
 import os
 import queue
-import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, fields
 from operator import attrgetter
 from pathlib import Path
 
-from trtkit.client.ledger.migrations import migrate
-from trtkit.errors import ClientError
-from trtkit.paths import trtkit_home
+from trtkit.errors import ClientError, StoreUnavailable, TrtkitError
+from trtkit.store.db import Database, open_database
+from trtkit.store.dialect import Dialect
+from trtkit.store.migrations import migrate
+from trtkit.store.url import LEDGER_DB_FILENAME, StoreUrl, ledger_url
 
 log = logging.getLogger(__name__)
 
-LEDGER_FILENAME = "usage.db"
+LEDGER_FILENAME = LEDGER_DB_FILENAME
 MAX_ROWS_PER_COMMIT = 4096
+OUTAGE_RETRY_S = 15.0  # how long a batch waits for an unreachable database before its callers get the error
 
 
 @dataclass(slots=True, frozen=True)
@@ -50,7 +54,15 @@ class LedgerRow:
 
 ROW_COLUMNS = tuple(f.name for f in fields(LedgerRow))
 _values = attrgetter(*ROW_COLUMNS)  # a flat tuple, ~20x cheaper than dataclasses.astuple
-_INSERT = f"INSERT INTO requests ({', '.join(ROW_COLUMNS)}) VALUES ({', '.join('?' * len(ROW_COLUMNS))})"
+_CACHE_HIT = ROW_COLUMNS.index("cache_hit")
+# "user" is reserved in PostgreSQL: quoted, as everywhere in our SQL.
+_INSERT = (f"INSERT INTO requests ({', '.join(f'{chr(34)}{c}{chr(34)}' for c in ROW_COLUMNS)}) "
+           f"VALUES ({', '.join('?' * len(ROW_COLUMNS))})")
+
+
+def _row_values(row: LedgerRow) -> tuple:
+    values = _values(row)
+    return values[:_CACHE_HIT] + (int(values[_CACHE_HIT]),) + values[_CACHE_HIT + 1:]  # PostgreSQL: 0/1, not bool
 
 
 @dataclass(slots=True)
@@ -62,14 +74,14 @@ class _Ticket:
 
 
 def default_ledger_path() -> Path:
-    return trtkit_home() / LEDGER_FILENAME
+    path = ledger_url(None).path
+    assert path is not None
+    return path
 
 
-def open_private_file(path: Path) -> None:
-    """Create the database file with mode 0600 before SQLite does; its -wal/-shm files inherit the mode."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
-    os.chmod(path, 0o600)
+def open_ledger(url: str | os.PathLike[str] | StoreUrl | None = None) -> Ledger:
+    """The ledger at ``url``: sqlite:///PATH, a file path or postgresql://...; None: $TRTKIT_HOME/usage.db."""
+    return Ledger(url=url if isinstance(url, StoreUrl) else ledger_url(url))
 
 
 def _settle_waiters(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
@@ -84,25 +96,24 @@ def _settle_waiters(waiters: list[asyncio.Future[None]], error: BaseException | 
 
 class Ledger:
     """Thread-safe. One writer thread owns the writes: it takes every row queued since its last
-    commit and commits them in one transaction (group commit); each caller waits for its own."""
+    commit and commits them in one transaction (group commit); each caller waits for its own.
+    ``Ledger(path)`` is a SQLite file; ``Ledger(url=...)`` (or ``open_ledger``) any store URL."""
 
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = Path(path) if path else default_ledger_path()
-        open_private_file(self.path)
-        self._db = self._connect()
+    def __init__(self, path: Path | None = None, *, url: StoreUrl | None = None) -> None:
+        self.url = url or (StoreUrl("sqlite", Path(path), None) if path else ledger_url(None))
+        self.path = self.url.path  # the SQLite file; None on PostgreSQL
+        self.where = self.url.redacted()
+        self._db: Database = open_database(self.url)  # reads (and migrations); a SQLite file is made 0600
         migrate(self._db)
-        self._read_lock = threading.Lock()
         self._queue: queue.SimpleQueue[_Ticket | None] = queue.SimpleQueue()
-        self._writer = threading.Thread(target=self._write_loop, args=(self._connect(),), name="trtkit-ledger",
-                                        daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, args=(open_database(self.url),),
+                                        name="trtkit-ledger", daemon=True)
         self._writer.start()
         self._closed = False
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        return db
+    @property
+    def dialect(self) -> Dialect:
+        return self._db.dialect
 
     def record(self, row: LedgerRow) -> None:
         self.record_many([row])
@@ -132,10 +143,10 @@ class Ledger:
 
     def _enqueue(self, ticket: _Ticket) -> None:
         if self._closed:
-            raise ClientError(f"ledger {self.path} is closed; open a new Ledger")
+            raise ClientError(f"ledger {self.where} is closed; open a new Ledger")
         self._queue.put(ticket)
 
-    def _write_loop(self, db: sqlite3.Connection) -> None:
+    def _write_loop(self, db: Database) -> None:
         stop = False
         while not stop:
             batch = [self._queue.get()]
@@ -148,19 +159,9 @@ class Ledger:
                 self._commit(db, tickets)
         db.close()
 
-    @staticmethod
-    def _commit(db: sqlite3.Connection, batch: list[_Ticket]) -> None:
-        error: ClientError | None = None
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany(_INSERT, [_values(r) for t in batch for r in t.rows])
-            db.execute("COMMIT")
-        except Exception as exc:  # every caller in the batch must learn its rows were not stored
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            log.error("ledger commit of %d requests failed: %s", len(batch), exc)
-            error = ClientError(f"usage ledger: could not record ({exc}); check the disk and the file's "
-                                f"permissions")
+    def _commit(self, db: Database, batch: list[_Ticket]) -> None:
+        values = [_row_values(r) for t in batch for r in t.rows]
+        error = _insert_durably(db, values, self.where)
         by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         for ticket in batch:
             if ticket.committed is not None:
@@ -177,8 +178,9 @@ class Ledger:
                 pass
 
     def query(self, sql: str, params: Iterable[object] = ()) -> list[tuple]:
-        with self._read_lock:
-            return list(self._db.execute(sql, tuple(params)))
+        """Read-only SQL with ``?`` placeholders (quote "user"); runs on either backend."""
+        args = tuple(params)
+        return [tuple(r) for r in self._db.read(lambda s: s.execute(sql, args).fetchall())]
 
     def spent(self, column: str, value: str | None, since: float) -> tuple[int, float]:
         """(tokens, cost) recorded since ``since`` where ``column`` == value (None: everyone)."""
@@ -187,7 +189,7 @@ class Ledger:
         where = "ts >= ?"
         params: list[object] = [since]
         if value is not None:
-            where += f" AND {column} = ?"
+            where += f' AND "{column}" = ?'
             params.append(value)
         sql = f"SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0), COALESCE(SUM(cost), 0) " \
               f"FROM requests WHERE {where}"
@@ -204,11 +206,29 @@ class Ledger:
         self._closed = True
         self._queue.put(None)
         self._writer.join()
-        with self._read_lock:
-            self._db.close()
+        self._db.close()
 
     def __enter__(self) -> Ledger:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _insert_durably(db: Database, values: list[tuple], where: str) -> TrtkitError | None:
+    """One transaction for the batch. A database that is unreachable before COMMIT was sent (nothing
+    committed) is retried for OUTAGE_RETRY_S, so a PostgreSQL restart loses no row and adds none."""
+    deadline = time.monotonic() + OUTAGE_RETRY_S
+    while True:
+        try:
+            db.transact(lambda s: s.executemany(_INSERT, values))
+            return None
+        except StoreUnavailable as exc:
+            if getattr(exc, "commit_unknown", False) or time.monotonic() >= deadline:
+                log.error("ledger commit of %d rows failed: %s", len(values), exc)
+                return StoreUnavailable(f"usage ledger {where}: could not record ({exc})")
+            time.sleep(0.2)
+        except Exception as exc:  # every caller in the batch must learn its rows were not stored
+            log.error("ledger commit of %d rows failed: %s", len(values), exc)
+            return ClientError(f"usage ledger {where}: could not record ({exc}); check the disk, the file's "
+                               f"permissions or the database")

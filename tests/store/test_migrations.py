@@ -1,0 +1,92 @@
+"""SQLite files of every earlier schema migrate in place: rows survive, the new columns work."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.store.legacy_schemas import old_gateway, old_ledger
+from trtkit.client.ledger import LedgerRow, open_ledger
+from trtkit.store import (
+    MIGRATIONS,
+    BudgetLimit,
+    open_database,
+    open_gateway_store,
+    parse_store_url,
+    schema_version,
+)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3])
+def test_an_old_ledger_migrates_in_place_and_keeps_its_rows(tmp_path: Path, steps: int) -> None:
+    path = tmp_path / "usage.db"
+    old_ledger(path, steps, rows=5)
+    with open_ledger(path) as ledger:
+        assert ledger.count() == 5
+        assert ledger.query('SELECT request_id, "user", prompt_tokens, cost, cached_tokens_unit FROM requests '
+                            "ORDER BY id")[0] == ("old-0", "u0", 10, 0.25, "block")
+        ledger.record(LedgerRow(1_700_000_100.0, "new", "u1", "k", "s", "new-0", 3, 4, 0, None, 9.0, "stop", 0.5))
+        assert ledger.count() == 6 and ledger.spent("user", "u1", 0.0) == (2 * 15 + 7, 0.25 * 2 + 0.5)
+    db = sqlite3.connect(path)
+    assert [r[0] for r in db.execute("SELECT version FROM schema_version ORDER BY version")] == \
+        [m.version for m in MIGRATIONS]
+    indexes = {r[1] for r in db.execute("PRAGMA index_list(requests)")}
+    assert {"requests_ts", "requests_user_ts", "requests_session", "requests_key_ts"} <= indexes
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_an_old_gateway_file_migrates_and_its_holds_get_leases(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.db"
+    old_gateway(path)
+    store = open_gateway_store(path, lease_seconds=30, keep_leases=False)
+    key, secret_hash = store.find_key("abcdef012345")  # type: ignore[misc]
+    assert key.name == "team-old" and key.budget_tokens == 500 and key.rpm == 5 and secret_hash == "h4sh"
+    assert store.account("key:team-old", 0.0) == (100, 40, 0.0, 0.0)
+    # The hold from before leases has expires_at 0: its gateway is gone, any sweep frees it.
+    assert store.release_expired() == 1
+    assert store.account("key:team-old", 0.0) == (100, 0, 0.0, 0.0)
+    hold = store.reserve(50, 0.0, [BudgetLimit("key:team-old", 0.0, 500, None)], None)
+    (expires_at,) = sqlite3.connect(path).execute("SELECT expires_at FROM reservations").fetchone()
+    assert expires_at > 0 and store.release_expired() == 0
+    store.settle(hold, 20, 0.0)
+    assert store.account("key:team-old", 0.0) == (120, 0, 0.0, 0.0)
+    store.close()
+
+
+def test_migrating_twice_applies_nothing_twice(store_url: str) -> None:
+    from trtkit.store import migrate
+
+    db = open_database(parse_store_url(store_url))
+    migrate(db)
+    assert migrate(db) == [] and schema_version(db) == MIGRATIONS[-1].version
+    db.close()
+
+
+def test_replicas_starting_together_migrate_once(store_url: str) -> None:
+    import threading
+
+    opened, errors = [], []
+    start = threading.Barrier(4)
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            opened.append(open_gateway_store(store_url, keep_leases=False))
+        except Exception as exc:  # collected: the assertion below names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(opened) == 4
+    db = open_database(parse_store_url(store_url))
+    versions = db.read(lambda s: s.execute("SELECT version FROM schema_version ORDER BY version").fetchall())
+    assert [v[0] for v in versions] == [m.version for m in MIGRATIONS]
+    db.close()
+    for store in opened:
+        store.close()

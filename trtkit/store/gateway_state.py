@@ -1,0 +1,202 @@
+"""The gateway's shared state on one database (SQLite or PostgreSQL): keys, budget holds with leases,
+rate windows. Every limit is enforced by a conditional statement inside one transaction, so concurrent
+requests on any number of replicas can never reserve past a limit: the database decides."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Protocol
+
+from trtkit.errors import ClientError, StoreUnavailable
+from trtkit.store import holds
+from trtkit.store.db import Database, Session
+from trtkit.store.leases import LeaseKeeper
+from trtkit.store.migrations import migrate
+from trtkit.store.records import ApiKey, BudgetLimit, Hold, RateLimit
+from trtkit.store.session import LimitReached
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 30.0
+RATE_WINDOW_KEEP_S = 180  # rate windows older than this are pruned by the sweeper
+
+
+class GatewayStore(Protocol):
+    """What the gateway and `trtkit keys` need. ``reserve`` raises ``Refused`` (a limit said no) or
+    ``StoreUnavailable`` (the database did not answer: nothing was admitted). ``settle`` never raises
+    ``StoreUnavailable``: a settle the database did not receive is retried by the keeper (``retry_settles``).
+    ``renew`` / ``release_expired`` are what the keeper runs; tests and tools may call them directly."""
+
+    lease_seconds: float
+
+    def add_key(self, key: ApiKey, secret_hash: str) -> None: ...
+    def find_key(self, key_id: str) -> tuple[ApiKey, str] | None: ...
+    def list_keys(self) -> list[ApiKey]: ...
+    def revoke_key(self, name_or_id: str) -> bool: ...
+    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None) -> Hold: ...
+    def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None: ...
+    def renew(self) -> int: ...
+    def retry_settles(self) -> int: ...
+    def release_expired(self, now: float | None = None) -> int: ...
+    def account(self, account: str, period_start: float) -> tuple[int, int, float, float] | None: ...
+    def reservations(self) -> int: ...
+    def close(self) -> None: ...
+
+
+class SqlGatewayStore:
+    """Thread-safe. Holds of this store are renewed by a background ``LeaseKeeper`` while in flight; the
+    same keeper frees any replica's holds whose lease ran out (a replica killed with kill -9)."""
+
+    def __init__(self, db: Database, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, keep_leases: bool = True) -> None:
+        if lease_seconds <= 0:
+            raise ClientError(f"lease_seconds must be > 0, got {lease_seconds}; set gateway.lease_seconds")
+        self.db = db
+        self.url = db.url
+        self.lease_seconds = float(lease_seconds)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        migrate(db)
+        self._live: dict[str, Hold] = {}  # in-flight holds: the keeper renews their leases
+        self._unsettled: dict[str, tuple[int, float]] = {}  # hold id -> use, settles deferred by an outage
+        self._live_lock = threading.Lock()
+        self._keeper = LeaseKeeper(self, self.lease_seconds) if keep_leases else None
+
+    # -- keys -------------------------------------------------------------------------------------------
+    def add_key(self, key: ApiKey, secret_hash: str) -> None:
+        def work(s: Session) -> None:
+            if s.execute("SELECT 1 FROM api_keys WHERE name = ?", (key.name,)).fetchone() is not None:
+                raise ClientError(f"a key named '{key.name}' exists; pick another --name or revoke it")
+            s.execute('INSERT INTO api_keys (key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, '
+                      "rpm, tpm, models, created_at, revoked_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL)",
+                      (key.key_id, key.name, secret_hash, key.user, key.budget_tokens, key.budget_cost, key.period,
+                       key.rpm, key.tpm, json.dumps(list(key.models)), key.created_at))
+        self.db.transact(work)
+
+    def find_key(self, key_id: str) -> tuple[ApiKey, str] | None:
+        row = self.db.read(lambda s: s.execute(_KEY_SELECT + " WHERE key_id = ?", (key_id,)).fetchone())
+        return None if row is None else (_key_of(row), row[2])
+
+    def list_keys(self) -> list[ApiKey]:
+        rows = self.db.read(lambda s: s.execute(_KEY_SELECT + " ORDER BY created_at").fetchall())
+        return [_key_of(r) for r in rows]
+
+    def revoke_key(self, name_or_id: str) -> bool:
+        return bool(self.db.transact(lambda s: s.execute(
+            "UPDATE api_keys SET revoked_at = ? WHERE (name = ? OR key_id = ?) AND revoked_at IS NULL",
+            (time.time(), name_or_id, name_or_id)).rowcount))
+
+    # -- admission --------------------------------------------------------------------------------------
+    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None) -> Hold:
+        """All holds or none, in one transaction sent in one flight; raises Refused naming the limit that
+        said no. Holds are transient (the ledger is the record), so their commits need not wait for the disk."""
+        hold = Hold(uuid.uuid4().hex, tokens, cost, holds.merged_budgets(budgets), rate)
+        impossible = holds.never_fits(tokens, cost, hold.budgets, rate)
+        if impossible is not None:
+            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate))
+        now = time.time()
+        try:
+            results = self.db.batch(holds.reserve_statements(hold, self.owner, now, now + self.lease_seconds))
+        except LimitReached:
+            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate)) from None
+        if rate is not None:
+            requests, used = results[0].rows[0]
+            hold.rate_state = {"requests": int(requests), "tokens": int(used)}
+        with self._live_lock:
+            self._live[hold.id] = hold
+        return hold
+
+    def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None:
+        """Never raises StoreUnavailable (the request is done; its ledger row is the record): a settle the
+        database never received is kept, its lease renewed, and retried by the keeper until it lands."""
+        lock_suffix = " FOR UPDATE" if self.db.dialect.name == "postgresql" else ""
+        try:
+            results = self.db.batch(holds.settle_statements(hold, used_tokens, used_cost, lock_suffix))
+        except StoreUnavailable as exc:
+            if getattr(exc, "commit_unknown", False):  # it may have landed: applying it again could count twice
+                self._forget(hold)
+                log.error("settle of hold %s may be lost (%s); its lease frees it if so", hold.id, exc)
+            else:
+                with self._live_lock:
+                    self._unsettled[hold.id] = (used_tokens, used_cost)
+                log.warning("settle of hold %s deferred until the store answers: %s", hold.id, exc)
+            return
+        self._forget(hold)
+        if results[-1].rowcount != 1:
+            log.warning("hold %s had expired and was freed before its request finished; its use is added now "
+                        "(raise gateway.lease_seconds if this repeats)", hold.id)
+
+    def _forget(self, hold: Hold) -> None:
+        with self._live_lock:
+            self._live.pop(hold.id, None)
+            self._unsettled.pop(hold.id, None)
+
+    def retry_settles(self) -> int:
+        """Apply settles deferred by an outage; returns how many are still waiting."""
+        with self._live_lock:  # claimed by this call (two callers must not apply one settle twice)
+            waiting = [(self._live[i], use) for i, use in self._unsettled.items() if i in self._live]
+            self._unsettled.clear()
+        for hold, (used_tokens, used_cost) in waiting:
+            self.settle(hold, used_tokens, used_cost)
+        with self._live_lock:
+            return len(self._unsettled)
+
+    # -- leases -----------------------------------------------------------------------------------------
+    def renew(self) -> int:
+        """Push the lease of every in-flight hold of this store one lease ahead; returns how many."""
+        with self._live_lock:
+            ids = list(self._live)
+        renewed = 0
+        expires_at = time.time() + self.lease_seconds
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            renewed += self.db.transact(lambda s, c=chunk: s.execute(  # type: ignore[misc]
+                f"UPDATE reservations SET expires_at = ? WHERE id IN ({', '.join('?' * len(c))})",
+                (expires_at, *c)).rowcount, durable=False)
+        return renewed
+
+    def release_expired(self, now: float | None = None) -> int:
+        """Free every hold (of any replica) whose lease ran out; returns how many. Safe to run anywhere,
+        any number of times at once: each hold is freed exactly once."""
+        when = time.time() if now is None else now
+        return int(self.db.transact(lambda s: holds.free_expired(s, when), durable=False))
+
+    def prune_rate_windows(self, now: float | None = None) -> int:
+        cutoff = int((time.time() if now is None else now) - RATE_WINDOW_KEEP_S)
+        return int(self.db.transact(lambda s: s.execute("DELETE FROM rate_windows WHERE window_start < ?",
+                                                        (cutoff,)).rowcount, durable=False))
+
+    def in_flight(self) -> int:
+        with self._live_lock:
+            return len(self._live)
+
+    def account(self, account: str, period_start: float) -> tuple[int, int, float, float] | None:
+        """(used_tokens, reserved_tokens, used_cost, reserved_cost), for reports and tests."""
+        row = self.db.read(lambda s: s.execute(holds._BUDGET_STATE, (account, period_start)).fetchone())
+        return None if row is None else (int(row[0]), int(row[1]), float(row[2]), float(row[3]))
+
+    def reservations(self) -> int:
+        """Holds in the store now, of every replica (0 once all requests settled or their leases were swept)."""
+        return int(self.db.read(lambda s: s.execute("SELECT COUNT(*) FROM reservations").fetchone()[0]))
+
+    def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.stop()
+        self.db.close()
+
+
+_KEY_SELECT = ('SELECT key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, rpm, tpm, models, '
+               "created_at, revoked_at FROM api_keys")
+
+
+def _key_of(row: tuple) -> ApiKey:
+    return ApiKey(key_id=row[0], name=row[1], user=row[3],
+                  budget_tokens=None if row[4] is None else int(row[4]),
+                  budget_cost=None if row[5] is None else float(row[5]), period=row[6],
+                  rpm=None if row[7] is None else int(row[7]), tpm=None if row[8] is None else int(row[8]),
+                  models=tuple(json.loads(row[9])), created_at=float(row[10]),
+                  revoked_at=None if row[11] is None else float(row[11]))

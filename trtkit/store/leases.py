@@ -1,0 +1,56 @@
+"""The background keeper of a gateway store: renews this replica's in-flight leases, frees expired ones
+(any replica's), prunes old rate windows. A database outage is logged and outlived, never fatal."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from trtkit.errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    from trtkit.store.gateway_state import SqlGatewayStore
+
+log = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    """Wakes three times a lease: a hold survives two missed renewals before any sweeper may free it."""
+
+    def __init__(self, store: SqlGatewayStore, lease_seconds: float) -> None:
+        self.store = store
+        self.interval_s = lease_seconds / 3.0
+        self._stop = threading.Event()
+        self._outage = False
+        self._thread = threading.Thread(target=self._run, name="trtkit-store-leases", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.tick()
+
+    def tick(self) -> None:
+        try:
+            self.store.renew()
+            self.store.retry_settles()
+            freed = self.store.release_expired()
+            self.store.prune_rate_windows()
+        except StoreUnavailable as exc:
+            if not self._outage:
+                log.warning("store unreachable, leases not renewed: %s", exc)
+            self._outage = True
+            return
+        except Exception:  # a bug must not stop renewals for good: log it and try again next tick
+            log.exception("lease keeper tick failed")
+            return
+        if self._outage:
+            log.warning("store reachable again; leases renewed")
+        self._outage = False
+        if freed:
+            log.warning("freed %d budget holds whose lease ran out (a gateway stopped mid-request)", freed)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)

@@ -1,0 +1,138 @@
+"""The one schema history of the store, for SQLite and PostgreSQL alike; ``schema_version`` records it.
+
+Every database gets every table (a SQLite ledger file carries empty gateway tables and vice versa),
+so one URL may serve both the gateway and the ledger. Never edit a released migration: append one.
+``{id_pk}`` is the only dialect word (an auto-numbered row id); types are BIGINT / DOUBLE PRECISION,
+which SQLite reads as INTEGER / REAL affinity.
+
+Files written before this list existed migrate in place: a ledger recorded its steps in
+``_migrations`` (names m001..m003, kept as versions 1..3 here); a gateway file had no history and its
+tables match version 4 (``IF NOT EXISTS`` adopts them).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from trtkit.store.db import Database, Session
+
+log = logging.getLogger(__name__)
+
+_MIGRATION_LOCK_ID = 7_400_113  # pg_advisory_xact_lock key: replicas starting together migrate one at a time
+
+
+@dataclass(slots=True, frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "m001_create_requests", ("""
+        CREATE TABLE requests (
+            id {id_pk},
+            ts DOUBLE PRECISION NOT NULL,
+            model TEXT NOT NULL,
+            "user" TEXT NOT NULL DEFAULT '',
+            key_id TEXT NOT NULL DEFAULT '',
+            session TEXT NOT NULL DEFAULT '',
+            request_id TEXT NOT NULL DEFAULT '',
+            prompt_tokens BIGINT NOT NULL,
+            completion_tokens BIGINT NOT NULL,
+            cached_tokens BIGINT NOT NULL DEFAULT 0,
+            ttft_ms DOUBLE PRECISION,
+            latency_ms DOUBLE PRECISION NOT NULL,
+            finish_reason TEXT NOT NULL,
+            cost DOUBLE PRECISION NOT NULL DEFAULT 0,
+            cache_hit INTEGER NOT NULL DEFAULT 0
+        )""",)),
+    Migration(2, "m002_report_indexes", (
+        "CREATE INDEX requests_ts ON requests (ts)",
+        'CREATE INDEX requests_user_ts ON requests ("user", ts)',
+        "CREATE INDEX requests_session ON requests (session)")),
+    # cached_tokens come from whole reused KV blocks: a block-granular figure, clamped to the prompt.
+    Migration(3, "m003_cached_tokens_unit", (
+        "ALTER TABLE requests ADD COLUMN cached_tokens_unit TEXT NOT NULL DEFAULT 'block'",)),
+    Migration(4, "m004_gateway_tables", (
+        """CREATE TABLE IF NOT EXISTS api_keys (
+            key_id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, secret_hash TEXT NOT NULL, "user" TEXT NOT NULL,
+            budget_tokens BIGINT, budget_cost DOUBLE PRECISION, period TEXT NOT NULL, rpm BIGINT, tpm BIGINT,
+            models TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, revoked_at DOUBLE PRECISION)""",
+        """CREATE TABLE IF NOT EXISTS budget_accounts (
+            account TEXT NOT NULL, period_start DOUBLE PRECISION NOT NULL, max_tokens BIGINT,
+            max_cost DOUBLE PRECISION, reserved_tokens BIGINT NOT NULL DEFAULT 0,
+            reserved_cost DOUBLE PRECISION NOT NULL DEFAULT 0, used_tokens BIGINT NOT NULL DEFAULT 0,
+            used_cost DOUBLE PRECISION NOT NULL DEFAULT 0, PRIMARY KEY (account, period_start))""",
+        """CREATE TABLE IF NOT EXISTS rate_windows (
+            key_id TEXT NOT NULL, window_start BIGINT NOT NULL, requests BIGINT NOT NULL DEFAULT 0,
+            tokens BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (key_id, window_start))""",
+        """CREATE TABLE IF NOT EXISTS reservations (
+            id TEXT PRIMARY KEY, owner TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, body TEXT NOT NULL)""")),
+    # Leases: a hold is freed by any replica once expires_at passes unrenewed (0 for holds made before
+    # leases existed: their gateway is gone after the upgrade, so they are free at once).
+    Migration(5, "m005_reservation_leases", (
+        "ALTER TABLE reservations ADD COLUMN expires_at DOUBLE PRECISION NOT NULL DEFAULT 0",
+        "CREATE INDEX reservations_expires ON reservations (expires_at)",
+        "CREATE INDEX requests_key_ts ON requests (key_id, ts)")),
+)
+
+_LEGACY_LEDGER_NAMES = {m.name: m.version for m in MIGRATIONS[:3]}
+
+
+def migrate(db: Database) -> list[str]:
+    """Apply the migrations not yet recorded, all in one transaction; returns the names applied now."""
+    return db.transact(_migrate)
+
+
+def schema_version(db: Database) -> int:
+    return int(db.read(lambda s: s.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]))
+
+
+def _migrate(session: Session) -> list[str]:
+    if session.dialect.name == "postgresql":
+        session.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK_ID})")
+    session.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT PRIMARY KEY, name TEXT NOT NULL, "
+                    "applied_at DOUBLE PRECISION NOT NULL)")
+    done = {int(row[0]) for row in session.execute("SELECT version FROM schema_version").fetchall()}
+    if not done:
+        done = _adopt_legacy_ledger(session)
+    applied = []
+    for migration in MIGRATIONS:
+        if migration.version in done:
+            continue
+        for statement in migration.statements:
+            session.execute(statement.replace("{id_pk}", session.dialect.id_primary_key))
+        _record(session, migration)
+        applied.append(migration.name)
+    if applied:
+        log.info("store schema: applied %s", ", ".join(applied))
+    return applied
+
+
+def _adopt_legacy_ledger(session: Session) -> set[int]:
+    """A ledger file from before ``schema_version``: its ``_migrations`` names map onto versions 1..3."""
+    if not _table_exists(session, "_migrations"):
+        return set()
+    names = {row[0] for row in session.execute("SELECT name FROM _migrations").fetchall()}
+    adopted = set()
+    for migration in MIGRATIONS:
+        if _LEGACY_LEDGER_NAMES.get(migration.name) is not None and migration.name in names:
+            _record(session, migration)
+            adopted.add(migration.version)
+    return adopted
+
+
+def _record(session: Session, migration: Migration) -> None:
+    session.execute("INSERT INTO schema_version (version, name, applied_at) VALUES (?, ?, ?)",
+                    (migration.version, migration.name, time.time()))
+
+
+def _table_exists(session: Session, table: str) -> bool:
+    if session.dialect.name == "sqlite":
+        sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    else:
+        sql = "SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?"
+    return session.execute(sql, (table,)).fetchone() is not None
