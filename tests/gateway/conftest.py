@@ -25,13 +25,13 @@ from trtkit.gateway.store import open_gateway_store
 
 
 class RunningGateway:
-    def __init__(self, config: ModelConfig, backend: str, folder: Path) -> None:
+    def __init__(self, config: ModelConfig, backend: str, folder: Path, store_url: str | None = None) -> None:
         import uvicorn
 
         folder.mkdir(parents=True, exist_ok=True)
         self.config = config
         self.ledger_path = folder / "usage.db"
-        self.store = open_gateway_store(folder / "gateway.db")
+        self.store = open_gateway_store(store_url or folder / "gateway.db")
         self.gateway = build_gateway(config, backend, store=self.store, ledger=Ledger(self.ledger_path))
         self.port = free_port("127.0.0.1")
         self.url = f"http://127.0.0.1:{self.port}"

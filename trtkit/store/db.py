@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 
 from trtkit.errors import StoreUnavailable
 from trtkit.store.dialect import SQLITE, Dialect
-from trtkit.store.session import Rows, Session
+from trtkit.store.session import LimitReached, Result, Rows, Session, Statement
 from trtkit.store.sqlite_file import open_private_file
 from trtkit.store.url import StoreUrl
 
@@ -34,6 +34,7 @@ class Database(Protocol):
 
     def transact(self, work: Callable[[Session], T], *, durable: bool = True) -> T: ...
     def read(self, work: Callable[[Session], T]) -> T: ...
+    def batch(self, statements: Sequence[Statement]) -> list[Result]: ...
     def close(self) -> None: ...
 
 
@@ -98,6 +99,23 @@ class SqliteDatabase:
                     raise self._unavailable(exc) from exc
                 raise
             return result
+
+    def batch(self, statements: Sequence[Statement]) -> list[Result]:
+        """Fixed statements in one transaction; a guard that fires raises LimitReached (rolled back)."""
+        def run(session: Session) -> list[Result]:
+            results = []
+            for sql, params in statements:
+                cur = session.execute(sql, params)
+                rows = cur.fetchall()
+                results.append(Result(rows, cur.rowcount))
+            return results
+
+        try:
+            return self.transact(run, durable=False)
+        except sqlite3.IntegrityError as exc:
+            if "NOT NULL constraint failed" in str(exc):  # a guard's x / 0 is NULL in SQLite
+                raise LimitReached(str(exc)) from exc
+            raise
 
     def read(self, work: Callable[[Session], T]) -> T:
         with self._lock:

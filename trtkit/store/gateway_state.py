@@ -19,6 +19,7 @@ from trtkit.store.db import Database, Session
 from trtkit.store.leases import LeaseKeeper
 from trtkit.store.migrations import migrate
 from trtkit.store.records import ApiKey, BudgetLimit, Hold, RateLimit
+from trtkit.store.session import LimitReached
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class GatewayStore(Protocol):
     def renew(self) -> int: ...
     def release_expired(self, now: float | None = None) -> int: ...
     def account(self, account: str, period_start: float) -> tuple[int, int, float, float] | None: ...
+    def reservations(self) -> int: ...
     def close(self) -> None: ...
 
 
@@ -86,21 +88,20 @@ class SqlGatewayStore:
 
     # -- admission --------------------------------------------------------------------------------------
     def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None) -> Hold:
-        """All holds or none, in one transaction; raises Refused naming the limit that said no."""
+        """All holds or none, in one transaction sent in one flight; raises Refused naming the limit that
+        said no. Holds are transient (the ledger is the record), so their commits need not wait for the disk."""
         hold = Hold(uuid.uuid4().hex, tokens, cost, holds.merged_budgets(budgets), rate)
+        impossible = holds.never_fits(tokens, cost, hold.budgets, rate)
+        if impossible is not None:
+            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate))
         now = time.time()
-
-        def work(s: Session) -> dict[str, int]:
-            refused = holds.never_fits(s, tokens, cost, hold.budgets, rate)
-            if refused is not None:
-                raise refused
-            rate_state = holds.take_rate(s, rate, tokens) if rate is not None else {}
-            if hold.budgets:
-                holds.take_budgets(s, hold.budgets, tokens, cost)
-            holds.insert_reservation(s, hold, self.owner, now, now + self.lease_seconds)
-            return rate_state
-
-        hold.rate_state = self.db.transact(work, durable=False)  # holds are transient; the ledger is the record
+        try:
+            results = self.db.batch(holds.reserve_statements(hold, self.owner, now, now + self.lease_seconds))
+        except LimitReached:
+            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate)) from None
+        if rate is not None:
+            requests, used = results[0].rows[0]
+            hold.rate_state = {"requests": int(requests), "tokens": int(used)}
         with self._live_lock:
             self._live[hold.id] = hold
         return hold
@@ -108,8 +109,9 @@ class SqlGatewayStore:
     def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None:
         with self._live_lock:
             self._live.pop(hold.id, None)
-        claimed = self.db.transact(lambda s: holds.settle_hold(s, hold, used_tokens, used_cost), durable=False)
-        if not claimed:
+        lock_suffix = " FOR UPDATE" if self.db.dialect.name == "postgresql" else ""
+        results = self.db.batch(holds.settle_statements(hold, used_tokens, used_cost, lock_suffix))
+        if results[-1].rowcount != 1:
             log.warning("hold %s had expired and was freed before its request finished; its use is added now "
                         "(raise gateway.lease_seconds if this repeats)", hold.id)
 
@@ -148,6 +150,7 @@ class SqlGatewayStore:
         return None if row is None else (int(row[0]), int(row[1]), float(row[2]), float(row[3]))
 
     def reservations(self) -> int:
+        """Holds in the store now, of every replica (0 once all requests settled or their leases were swept)."""
         return int(self.db.read(lambda s: s.execute("SELECT COUNT(*) FROM reservations").fetchone()[0]))
 
     def close(self) -> None:

@@ -10,25 +10,30 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from trtkit.store.db import Session
 from trtkit.store.records import BudgetLimit, Hold, RateLimit, Refused
+from trtkit.store.session import Session, Statement
 
 _BUDGET_STATE = ("SELECT used_tokens, reserved_tokens, used_cost, reserved_cost FROM budget_accounts "
                  "WHERE account = ? AND period_start = ?")
 _RATE_STATE = "SELECT requests, tokens FROM rate_windows WHERE key_id = ? AND window_start = ?"
+# The guard ``x / (CASE WHEN fits THEN 1 ELSE 0 END)`` fails the statement when a limit would be passed
+# (see session.LimitReached), so a whole admission goes in one flight and rolls back whole.
+_GUARD = "/ (CASE WHEN {fits} THEN 1 ELSE 0 END)"
+_BUDGET_FITS = ("(excluded.max_tokens IS NULL OR budget_accounts.used_tokens + budget_accounts.reserved_tokens"
+                " + excluded.reserved_tokens <= excluded.max_tokens)"
+                " AND (excluded.max_cost IS NULL OR budget_accounts.used_cost + budget_accounts.reserved_cost"
+                " + excluded.reserved_cost <= excluded.max_cost)")
 _BUDGET_UPSERT_TAIL = (
     " ON CONFLICT (account, period_start) DO UPDATE SET"
-    " reserved_tokens = budget_accounts.reserved_tokens + excluded.reserved_tokens,"
-    " reserved_cost = budget_accounts.reserved_cost + excluded.reserved_cost,"
+    " reserved_tokens = budget_accounts.reserved_tokens + excluded.reserved_tokens " + _GUARD.format(fits=_BUDGET_FITS) +
+    ", reserved_cost = budget_accounts.reserved_cost + excluded.reserved_cost,"
     # Limits are re-applied on every hold: a key's budget edited later takes effect at once.
-    " max_tokens = excluded.max_tokens, max_cost = excluded.max_cost"
-    " WHERE (excluded.max_tokens IS NULL OR budget_accounts.used_tokens + budget_accounts.reserved_tokens"
-    " + excluded.reserved_tokens <= excluded.max_tokens)"
-    " AND (excluded.max_cost IS NULL OR budget_accounts.used_cost + budget_accounts.reserved_cost"
-    " + excluded.reserved_cost <= excluded.max_cost)"
-    " RETURNING account, period_start")
+    " max_tokens = excluded.max_tokens, max_cost = excluded.max_cost")
 _BUDGET_ROW = ("(?, CAST(? AS DOUBLE PRECISION), CAST(? AS BIGINT), CAST(? AS DOUBLE PRECISION), "
                "CAST(? AS BIGINT), CAST(? AS DOUBLE PRECISION))")
+# Settle and the sweeper hand back a hold only while its reservation row exists: the row is locked first
+# (PostgreSQL: FOR UPDATE; SQLite: one writer at a time), so a hold is never given back twice.
+_HELD = "CASE WHEN EXISTS (SELECT 1 FROM reservations WHERE id = ?) THEN ? ELSE 0 END"
 
 
 def merged_budgets(budgets: Iterable[BudgetLimit]) -> list[BudgetLimit]:
@@ -47,74 +52,91 @@ def _tighter(a: float | None, b: float | None):  # type: ignore[no-untyped-def]
     return b if a is None else a if b is None else min(a, b)
 
 
-def never_fits(session: Session, tokens: int, cost: float, budgets: list[BudgetLimit],
-               rate: RateLimit | None) -> Refused | None:
-    """A request larger than a limit on its own: refused without taking a hold (the upserts below only
-    check limits against rows that exist, so a first hold relies on this check)."""
+def never_fits(tokens: int, cost: float, budgets: list[BudgetLimit],
+               rate: RateLimit | None) -> BudgetLimit | RateLimit | None:
+    """A limit the request passes on its own (checked here: a first hold inserts its row unguarded)."""
     if rate is not None and rate.tpm is not None and tokens > rate.tpm:
-        row = session.execute(_RATE_STATE, (rate.key_id, rate.window_start)).fetchone()
-        return Refused(rate, "tokens", tuple(row) if row else (0, 0))
+        return rate
     for b in budgets:
         if (b.max_tokens is not None and tokens > b.max_tokens) or (b.max_cost is not None and cost > b.max_cost):
-            row = session.execute(_BUDGET_STATE, (b.account, b.period_start)).fetchone()
-            return Refused(b, "budget", tuple(row) if row else (0, 0, 0.0, 0.0))
+            return b
     return None
 
 
-def take_rate(session: Session, rate: RateLimit, tokens: int) -> dict[str, int]:
-    conditions = []
+def reserve_statements(hold: Hold, owner: str, now: float, expires_at: float) -> list[Statement]:
+    """The rate window, the budgets (one statement, rows in lock order), the reservation row: one flight."""
+    statements: list[Statement] = []
+    if hold.rate is not None:
+        statements.append(_rate_statement(hold.rate, hold.tokens))
+    if hold.budgets:
+        params: list[object] = []
+        for b in hold.budgets:
+            params += [b.account, b.period_start, b.max_tokens, b.max_cost, hold.tokens, hold.cost]
+        statements.append(("INSERT INTO budget_accounts (account, period_start, max_tokens, max_cost, "
+                           "reserved_tokens, reserved_cost) VALUES " + ", ".join([_BUDGET_ROW] * len(hold.budgets))
+                           + _BUDGET_UPSERT_TAIL, params))
+    statements.append(("INSERT INTO reservations (id, owner, created_at, expires_at, body) VALUES (?, ?, ?, ?, ?)",
+                       (hold.id, owner, now, expires_at, json.dumps(hold_body(hold)))))
+    return statements
+
+
+def _rate_statement(rate: RateLimit, tokens: int) -> Statement:
+    fits = []
     params: list[object] = [rate.key_id, rate.window_start, tokens]
     if rate.rpm is not None:
-        conditions.append("rate_windows.requests + 1 <= ?")
+        fits.append("rate_windows.requests + 1 <= ?")
         params.append(rate.rpm)
     if rate.tpm is not None:
-        conditions.append("rate_windows.tokens + excluded.tokens <= ?")
+        fits.append("rate_windows.tokens + excluded.tokens <= ?")
         params.append(rate.tpm)
-    row = session.execute(
-        "INSERT INTO rate_windows (key_id, window_start, requests, tokens) VALUES (?, ?, 1, ?) "
-        "ON CONFLICT (key_id, window_start) DO UPDATE SET requests = rate_windows.requests + 1, "
-        "tokens = rate_windows.tokens + excluded.tokens WHERE " + " AND ".join(conditions) +
-        " RETURNING requests, tokens", params).fetchone()
-    if row is None:
-        used = tuple(session.execute(_RATE_STATE, (rate.key_id, rate.window_start)).fetchone())
-        what = "requests" if rate.rpm is not None and used[0] + 1 > rate.rpm else "tokens"
-        raise Refused(rate, what, used)
-    return {"requests": int(row[0]), "tokens": int(row[1])}
+    guard = _GUARD.format(fits=" AND ".join(fits) or "1 = 1")
+    return ("INSERT INTO rate_windows (key_id, window_start, requests, tokens) VALUES (?, ?, 1, ?) "
+            f"ON CONFLICT (key_id, window_start) DO UPDATE SET requests = rate_windows.requests + 1 {guard}, "
+            "tokens = rate_windows.tokens + excluded.tokens RETURNING requests, tokens", params)
 
 
-def take_budgets(session: Session, budgets: list[BudgetLimit], tokens: int, cost: float) -> None:
-    """All budgets in one statement; any one short refuses the lot (the caller's transaction rolls back)."""
-    params: list[object] = []
+def refusal(session: Session, tokens: int, cost: float, budgets: list[BudgetLimit],
+            rate: RateLimit | None) -> Refused:
+    """Which limit said no, with its counters now (read after the rolled-back admission)."""
+    if rate is not None:
+        row = session.execute(_RATE_STATE, (rate.key_id, rate.window_start)).fetchone()
+        used = (int(row[0]), int(row[1])) if row else (0, 0)
+        if rate.rpm is not None and used[0] + 1 > rate.rpm:
+            return Refused(rate, "requests", used)
+        if rate.tpm is not None and used[1] + tokens > rate.tpm:
+            return Refused(rate, "tokens", used)
+    states = []
     for b in budgets:
-        params += [b.account, b.period_start, b.max_tokens, b.max_cost, tokens, cost]
-    sql = ("INSERT INTO budget_accounts (account, period_start, max_tokens, max_cost, reserved_tokens, "
-           "reserved_cost) VALUES " + ", ".join([_BUDGET_ROW] * len(budgets)) + _BUDGET_UPSERT_TAIL)
-    taken = {(str(r[0]), float(r[1])) for r in session.execute(sql, params).fetchall()}
-    for b in budgets:
-        if (b.account, float(b.period_start)) not in taken:
-            raise Refused(b, "budget", tuple(session.execute(_BUDGET_STATE, (b.account, b.period_start)).fetchone()))
+        row = session.execute(_BUDGET_STATE, (b.account, b.period_start)).fetchone()
+        state = (int(row[0]), int(row[1]), float(row[2]), float(row[3])) if row else (0, 0, 0.0, 0.0)
+        states.append((b, state))
+        if (b.max_tokens is not None and state[0] + state[1] + tokens > b.max_tokens) or \
+                (b.max_cost is not None and state[2] + state[3] + cost > b.max_cost):
+            return Refused(b, "budget", state)
+    # Freed meanwhile (a settle between the refusal and this read): still refused, naming the nearest limit.
+    if states:
+        return Refused(states[0][0], "budget", states[0][1])
+    assert rate is not None
+    row = session.execute(_RATE_STATE, (rate.key_id, rate.window_start)).fetchone()
+    return Refused(rate, "requests" if rate.rpm is not None else "tokens", tuple(row) if row else (0, 0))
 
 
-def insert_reservation(session: Session, hold: Hold, owner: str, now: float, expires_at: float) -> None:
-    session.execute("INSERT INTO reservations (id, owner, created_at, expires_at, body) VALUES (?, ?, ?, ?, ?)",
-                    (hold.id, owner, now, expires_at, json.dumps(hold_body(hold))))
-
-
-def settle_hold(session: Session, hold: Hold, used_tokens: int, used_cost: float) -> bool:
-    """Turn a hold into use. If a sweeper already freed it (its lease ran out), only the use is added.
-    Returns whether the hold was still there."""
-    claimed = session.execute("DELETE FROM reservations WHERE id = ?", (hold.id,)).rowcount == 1
-    held_tokens, held_cost = (hold.tokens, hold.cost) if claimed else (0, 0.0)
+def settle_statements(hold: Hold, used_tokens: int, used_cost: float, lock_suffix: str) -> list[Statement]:
+    """Turn a hold into use in one flight: lock its reservation row, give back what it held only if the row
+    is still there (a sweeper may have freed it when its lease ran out), add the use, delete the row."""
+    statements: list[Statement] = [("SELECT id FROM reservations WHERE id = ?" + lock_suffix, (hold.id,))]
     if hold.rate is not None:  # TPM counts what was used, once known
         r = hold.rate
-        session.execute("UPDATE rate_windows SET tokens = tokens - ? WHERE key_id = ? AND window_start = ?",
-                        (held_tokens - used_tokens, r.key_id, r.window_start))
-    for b in merged_budgets(hold.budgets):
-        session.execute(
-            "UPDATE budget_accounts SET reserved_tokens = reserved_tokens - ?, reserved_cost = reserved_cost - ?, "
-            "used_tokens = used_tokens + ?, used_cost = used_cost + ? WHERE account = ? AND period_start = ?",
-            (held_tokens, held_cost, used_tokens, used_cost, b.account, b.period_start))
-    return claimed
+        statements.append((f"UPDATE rate_windows SET tokens = tokens - {_HELD} + ? WHERE key_id = ? AND "
+                           "window_start = ?", (hold.id, hold.tokens, used_tokens, r.key_id, r.window_start)))
+    for b in hold.budgets:
+        statements.append((f"UPDATE budget_accounts SET reserved_tokens = reserved_tokens - {_HELD}, "
+                           f"reserved_cost = reserved_cost - {_HELD}, used_tokens = used_tokens + ?, "
+                           "used_cost = used_cost + ? WHERE account = ? AND period_start = ?",
+                           (hold.id, hold.tokens, hold.id, hold.cost, used_tokens, used_cost, b.account,
+                            b.period_start)))
+    statements.append(("DELETE FROM reservations WHERE id = ?", (hold.id,)))
+    return statements
 
 
 def free_expired(session: Session, now: float) -> int:

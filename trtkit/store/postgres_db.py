@@ -6,6 +6,7 @@ by itself when the server is back."""
 from __future__ import annotations
 
 import logging
+import select
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -15,7 +16,7 @@ from psycopg import errors as pg_errors
 
 from trtkit.errors import StoreUnavailable
 from trtkit.store.dialect import POSTGRESQL, Dialect
-from trtkit.store.session import Session
+from trtkit.store.session import LimitReached, Result, Session, Statement
 from trtkit.store.url import StoreUrl
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,29 @@ class PostgresDatabase:
             self._release(conn)
             return result
 
+    def batch(self, statements: Sequence[Statement]) -> list[Result]:
+        """Fixed statements sent in one flight (pipeline mode): one round trip, one implicit transaction
+        that commits at the Sync or rolls back whole. Not retried once sent (it may have committed)."""
+        conn = self._acquire()
+        try:
+            with conn.pipeline():
+                cursors = [conn.execute(POSTGRESQL.sql(sql), tuple(params)) for sql, params in statements]  # type: ignore[arg-type]
+            results = [Result(c.fetchall() if c.description else [], c.rowcount) for c in cursors]
+        except pg_errors.DivisionByZero as exc:
+            self._release(conn)
+            raise LimitReached(str(exc)) from exc
+        except psycopg.Error as exc:
+            if conn.broken or conn.closed:
+                self._discard(conn)
+                raise self._unavailable(exc, commit_unknown=True) from exc
+            self._release(conn)
+            raise
+        except BaseException:
+            self._discard(conn)
+            raise
+        self._release(conn)
+        return results
+
     def read(self, work: Callable[[Session], T]) -> T:
         for attempt in (1, 2):
             conn = self._acquire()
@@ -113,8 +137,11 @@ class PostgresDatabase:
         with self._lock:
             if self._closed:
                 raise StoreUnavailable(f"the store {self.url.redacted()} was closed; open it again")
-            if self._idle:
-                return self._idle.pop()
+            while self._idle:
+                conn = self._idle.pop()
+                if _still_open(conn):
+                    return conn
+                self._discard(conn)
         return self._connect()
 
     def _release(self, conn: psycopg.Connection[Any]) -> None:
@@ -152,3 +179,15 @@ class PostgresDatabase:
             idle, self._idle = self._idle, []
         for conn in idle:
             self._discard(conn)
+
+
+def _still_open(conn: psycopg.Connection[Any]) -> bool:
+    """An idle connection has nothing to read; if its socket is readable the server closed it (a restart,
+    an admin's terminate). Costs one poll, no round trip, so a stale connection is never sent work."""
+    if conn.closed or conn.broken:
+        return False
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return not readable
