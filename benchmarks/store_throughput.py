@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import tempfile
@@ -141,48 +142,71 @@ def percentile(sorted_values: list[float], pct: float) -> float:
 
 
 def profile_admission(url: str, samples: int = 200) -> dict:
-    """Statements and round trips of one admission and one settle on PostgreSQL, timed from the client
-    (each ``Connection.execute`` of the store's autocommit connections is one round trip)."""
+    """Statements and round trips of one admission and one settle on PostgreSQL, timed from the client.
+    A round trip is an ``execute`` outside a pipeline, or one pipeline block (its statements go in one
+    flight and come back at its Sync)."""
+    import contextlib
+
     import psycopg
 
     store = open_gateway_store(url, lease_seconds=300, keep_leases=False)
     budgets, rate = limits_for(f"profile-{time.time_ns()}")
     store.settle(store.reserve(PROMPT_PLUS_MAX_TOKENS, 0.0, budgets, rate), 64, 0.0)
-    calls: list[tuple[str, float]] = []
-    original = psycopg.Connection.execute
+    trace: dict = {"statements": [], "round_trips": 0, "wire_s": 0.0, "depth": 0}
+    original_execute, original_pipeline = psycopg.Connection.execute, psycopg.Connection.pipeline
 
-    def timed(self, query, params=None, **kw):  # type: ignore[no-untyped-def]
+    def execute(self, query, params=None, **kw):  # type: ignore[no-untyped-def]
+        trace["statements"].append(str(query).split()[0].upper())
+        if trace["depth"]:
+            return original_execute(self, query, params, **kw)
+        trace["round_trips"] += 1
         t0 = time.perf_counter()
         try:
-            return original(self, query, params, **kw)
+            return original_execute(self, query, params, **kw)
         finally:
-            calls.append((str(query).split()[0].upper(), time.perf_counter() - t0))
+            trace["wire_s"] += time.perf_counter() - t0
 
-    psycopg.Connection.execute = timed  # type: ignore[method-assign]
+    @contextlib.contextmanager
+    def pipeline(self):  # type: ignore[no-untyped-def]
+        trace["round_trips"] += 1
+        trace["depth"] += 1
+        t0 = time.perf_counter()
+        try:
+            with original_pipeline(self) as p:
+                yield p
+        finally:
+            trace["depth"] -= 1
+            trace["wire_s"] += time.perf_counter() - t0
+
+    psycopg.Connection.execute, psycopg.Connection.pipeline = execute, pipeline  # type: ignore[method-assign,assignment]
+    admissions, settles = [], []
     try:
-        reserve_calls, settle_calls, reserve_s = [], [], []
         for _ in range(samples):
-            calls.clear()
-            t0 = time.perf_counter()
-            hold = store.reserve(PROMPT_PLUS_MAX_TOKENS, 0.0, budgets, rate)
-            reserve_s.append(time.perf_counter() - t0)
-            reserve_calls.append(list(calls))
-            calls.clear()
-            store.settle(hold, 64, 0.0)
-            settle_calls.append(list(calls))
+            admissions.append(_traced(trace, lambda: store.reserve(PROMPT_PLUS_MAX_TOKENS, 0.0, budgets, rate)))
+            hold = admissions[-1].pop("result")
+            settles.append(_traced(trace, lambda h=hold: store.settle(h, 64, 0.0)))
+            settles[-1].pop("result")
     finally:
-        psycopg.Connection.execute = original  # type: ignore[method-assign]
+        psycopg.Connection.execute, psycopg.Connection.pipeline = original_execute, original_pipeline  # type: ignore[method-assign]
         store.close()
-    return {"admission": _breakdown(reserve_calls, reserve_s), "settle_round_trips": len(settle_calls[-1]),
-            "settle_statements": [verb for verb, _ in settle_calls[-1]]}
+    return {"admission": _summary(admissions), "settle": _summary(settles)}
 
 
-def _breakdown(per_call: list[list[tuple[str, float]]], totals: list[float]) -> dict:
-    steps = [verb for verb, _ in per_call[-1]]
-    median_ms = [round(statistics.median(c[i][1] for c in per_call) * 1000, 3) for i in range(len(steps))]
-    total = statistics.median(totals) * 1000
-    return {"round_trips": len(steps), "statements": steps, "median_ms_each": median_ms,
-            "median_total_ms": round(total, 3), "median_outside_sql_ms": round(total - sum(median_ms), 3)}
+def _traced(trace: dict, call) -> dict:  # type: ignore[no-untyped-def]
+    trace.update(statements=[], round_trips=0, wire_s=0.0)
+    t0 = time.perf_counter()
+    result = call()
+    total = time.perf_counter() - t0
+    return {"result": result, "statements": list(trace["statements"]), "round_trips": trace["round_trips"],
+            "total_s": total, "wire_s": trace["wire_s"]}
+
+
+def _summary(samples: list[dict]) -> dict:
+    total = statistics.median(x["total_s"] for x in samples) * 1000
+    wire = statistics.median(x["wire_s"] for x in samples) * 1000
+    return {"round_trips": samples[-1]["round_trips"], "statements": samples[-1]["statements"],
+            "median_total_ms": round(total, 3), "median_on_the_wire_ms": round(wire, 3),
+            "median_in_python_ms": round(total - wire, 3)}
 
 
 def main() -> None:
@@ -223,22 +247,23 @@ def report(rows: list[dict], profile: dict, seconds: float, hot_key: bool) -> No
     met = {"pg_32_writers_admissions_per_s": rate is not None and rate >= TARGET_ADMISSIONS_PER_S,
            "pg_32_writers_p99_ms": p99 is not None and p99 <= TARGET_P99_MS}
     adm = profile["admission"]
-    print(f"\none PostgreSQL admission, 1 writer: {adm['round_trips']} round trips {adm['statements']}, "
-          f"median {adm['median_total_ms']} ms ({adm['median_ms_each']} ms each, "
-          f"{adm['median_outside_sql_ms']} ms in Python); settle: {profile['settle_round_trips']} round trips "
-          f"{profile['settle_statements']}")
+    for name, part in profile.items():
+        print(f"{'' if name == 'settle' else chr(10)}one PostgreSQL {name}, 1 writer: {part['round_trips']} round "
+              f"trip(s), statements {part['statements']}, median {part['median_total_ms']} ms "
+              f"({part['median_on_the_wire_ms']} ms waiting on the server, {part['median_in_python_ms']} ms in Python)")
     states = pg32.get("pg_backend_states", {}) if pg32 else {}
     for name, ok in met.items():
         if not ok:
             print(f"MISSED {name}: {rate if 'per_s' in name else p99} (target "
                   f"{TARGET_ADMISSIONS_PER_S if 'per_s' in name else TARGET_P99_MS}); where the time goes: each "
-                  f"admission is {adm['round_trips']} sequential round trips (and each settle "
-                  f"{profile['settle_round_trips']}); at 32 writers PostgreSQL's backends spent "
+                  f"admission is {adm['round_trips']} round trip(s) (each settle "
+                  f"{profile['settle']['round_trips']}), {adm['median_total_ms']} ms alone; at 32 writers PostgreSQL's backends spent "
                   f"{states.get('Client:ClientRead', 0):.0%} of their samples waiting for the writer's next statement "
                   f"and {sum(v for k, v in states.items() if k.startswith(('Lock', 'LWLock'))):.1%} on locks: the "
                   f"writers (CPU-starved processes on a shared machine) are the bottleneck, not the database")
     print("BENCH " + json.dumps({"benchmark": "store_throughput", "writers_are": "processes",
-                                 "seconds_per_cell": seconds, "hot_key": hot_key, "rows": rows,
+                                 "seconds_per_cell": seconds, "hot_key": hot_key,
+                                 "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "rows": rows,
                                  "profile": profile,
                                  "targets": {"pg_32_writers_admissions_per_s": TARGET_ADMISSIONS_PER_S,
                                              "pg_32_writers_p99_ms": TARGET_P99_MS}, "met": met}))

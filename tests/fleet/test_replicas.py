@@ -207,3 +207,27 @@ def test_kill_9_mid_stream_leaves_no_stranded_reservation(fleet: Fleet) -> None:
     response = httpx.post(f"{fleet.live()[0].url}/v1/completions", json=body(),
                           headers={"authorization": f"Bearer {secret}"}, timeout=300)
     assert response.status_code == 200, response.text
+
+
+def test_database_down_every_replica_answers_503_and_recovers_by_itself(fleet: Fleet,
+                                                                        request: pytest.FixtureRequest) -> None:
+    if not fleet.store_url.startswith("postgresql"):
+        pytest.skip("an embedded SQLite file has no server to lose")
+    cluster = request.getfixturevalue("postgres_cluster")
+    _, secret = fleet.key(budget_tokens=100_000, rpm=1000)
+    headers = {"authorization": f"Bearer {secret}"}
+
+    def statuses() -> list[httpx.Response]:
+        return [httpx.post(f"{r.url}/v1/completions", json=body(), headers=headers, timeout=300) for r in fleet.live()]
+
+    assert [r.status_code for r in statuses()] == [200] * len(fleet.live())
+    cluster.stop(mode="immediate")  # a crash
+    try:
+        down = statuses()
+        assert [r.status_code for r in down] == [503] * len(fleet.live())  # refused, never admitted unmetered
+        assert all(r.json()["error"]["code"] == "store_unavailable" for r in down)
+    finally:
+        cluster.start()
+    # back: every replica serves again without a restart (the first tries may still meet a dead connection)
+    wait_for(lambda: [r.status_code for r in statuses()] == [200] * len(fleet.live()), timeout_s=120,
+             what="every replica to serve again after the database came back")
