@@ -63,3 +63,30 @@ def test_migrating_twice_applies_nothing_twice(store_url: str) -> None:
     migrate(db)
     assert migrate(db) == [] and schema_version(db) == MIGRATIONS[-1].version
     db.close()
+
+
+def test_replicas_starting_together_migrate_once(store_url: str) -> None:
+    import threading
+
+    opened, errors = [], []
+    start = threading.Barrier(4)
+
+    def open_one() -> None:
+        start.wait()
+        try:
+            opened.append(open_gateway_store(store_url, keep_leases=False))
+        except Exception as exc:  # collected: the assertion below names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(opened) == 4
+    db = open_database(parse_store_url(store_url))
+    versions = db.read(lambda s: s.execute("SELECT version FROM schema_version ORDER BY version").fetchall())
+    assert [v[0] for v in versions] == [m.version for m in MIGRATIONS]
+    db.close()
+    for store in opened:
+        store.close()

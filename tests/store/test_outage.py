@@ -33,8 +33,7 @@ def test_database_down_refuses_and_back_recovers_by_itself(postgres_cluster, pos
         postgres_cluster.stop(mode="immediate")  # a crash: no checkpoint, recovery on start
         with pytest.raises(StoreUnavailable, match="unreachable"):
             store.reserve(10, 0.0, BUDGET, None)
-        with pytest.raises(StoreUnavailable):
-            store.settle(hold, 5, 0.0)
+        store.settle(hold, 5, 0.0)  # the request is done: its settle waits for the database, it does not fail
         late = threading.Thread(target=ledger.record, args=(_row(50),))  # waits out the outage, then lands
         late.start()
         postgres_cluster.start()
@@ -42,6 +41,8 @@ def test_database_down_refuses_and_back_recovers_by_itself(postgres_cluster, pos
         assert not late.is_alive()
         again = store.reserve(10, 0.0, BUDGET, None)  # the same store object, reconnected
         store.settle(again, 10, 0.0)
+        assert store.retry_settles() == 0  # the deferred settle landed once
+        assert store.account("key:outage", 0.0) == (15, 0, 0.0, 0.0) and store.reservations() == 0
         assert ledger.count() == 51
         assert len({r[0] for r in ledger.query("SELECT request_id FROM requests")}) == 51
     finally:

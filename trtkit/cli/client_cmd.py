@@ -132,7 +132,9 @@ def usage(by: Annotated[str, typer.Option("--by", help="day | model | user | key
     if fmt not in ("table", "csv", "json"):
         raise ClientError(f"--format {fmt!r} is unknown; use table, csv or json")
     since = time.time() - days * 86400 if days else None
-    with open_ledger(ledger_url) as ledger:
+    from trtkit.store import ledger_url as resolve_ledger_url
+
+    with open_ledger(resolve_ledger_url(ledger_url, "--ledger")) as ledger:
         typer.echo(format_report(usage_report(ledger, by, since), fmt, by))  # type: ignore[arg-type]
 
 

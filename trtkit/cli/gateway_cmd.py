@@ -38,9 +38,9 @@ def gateway(config_path: ConfigArg,
 
 
 def _store(url: str | None):  # type: ignore[no-untyped-def]
-    from trtkit.store import open_gateway_store
+    from trtkit.store import open_gateway_store, parse_store_url
 
-    return open_gateway_store(url, keep_leases=False)
+    return open_gateway_store(parse_store_url(url, "--store") if url else None, keep_leases=False)
 
 
 @keys_app.command("create")

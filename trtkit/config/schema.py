@@ -166,8 +166,8 @@ class ClientSection:
     guard: GuardSection = described(factory=GuardSection)
     pricing: PricingSection = described(factory=PricingSection)
     metrics_port: int | None = bounded(None, ge=0, le=65535, doc="client-side Prometheus counters")
-    store: str | None = described(None, doc="usage ledger: sqlite:///PATH or postgresql://...; "
-                                        "default $TRTKIT_HOME/usage.db")
+    store: str | None = described(None, doc="usage ledger: sqlite:///PATH or postgresql://...; default "
+                                        "$TRTKIT_HOME/usage.db (the gateway: its PostgreSQL store, if it has one)")
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Protocol
 
-from trtkit.errors import ClientError
+from trtkit.errors import ClientError, StoreUnavailable
 from trtkit.store import holds
 from trtkit.store.db import Database, Session
 from trtkit.store.leases import LeaseKeeper
@@ -29,7 +29,9 @@ RATE_WINDOW_KEEP_S = 180  # rate windows older than this are pruned by the sweep
 
 class GatewayStore(Protocol):
     """What the gateway and `trtkit keys` need. ``reserve`` raises ``Refused`` (a limit said no) or
-    ``StoreUnavailable`` (the database did not answer: nothing was admitted)."""
+    ``StoreUnavailable`` (the database did not answer: nothing was admitted). ``settle`` never raises
+    ``StoreUnavailable``: a settle the database did not receive is retried by the keeper (``retry_settles``).
+    ``renew`` / ``release_expired`` are what the keeper runs; tests and tools may call them directly."""
 
     lease_seconds: float
 
@@ -40,6 +42,7 @@ class GatewayStore(Protocol):
     def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None) -> Hold: ...
     def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None: ...
     def renew(self) -> int: ...
+    def retry_settles(self) -> int: ...
     def release_expired(self, now: float | None = None) -> int: ...
     def account(self, account: str, period_start: float) -> tuple[int, int, float, float] | None: ...
     def reservations(self) -> int: ...
@@ -59,6 +62,7 @@ class SqlGatewayStore:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         migrate(db)
         self._live: dict[str, Hold] = {}  # in-flight holds: the keeper renews their leases
+        self._unsettled: dict[str, tuple[int, float]] = {}  # hold id -> use, settles deferred by an outage
         self._live_lock = threading.Lock()
         self._keeper = LeaseKeeper(self, self.lease_seconds) if keep_leases else None
 
@@ -107,13 +111,39 @@ class SqlGatewayStore:
         return hold
 
     def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None:
-        with self._live_lock:
-            self._live.pop(hold.id, None)
+        """Never raises StoreUnavailable (the request is done; its ledger row is the record): a settle the
+        database never received is kept, its lease renewed, and retried by the keeper until it lands."""
         lock_suffix = " FOR UPDATE" if self.db.dialect.name == "postgresql" else ""
-        results = self.db.batch(holds.settle_statements(hold, used_tokens, used_cost, lock_suffix))
+        try:
+            results = self.db.batch(holds.settle_statements(hold, used_tokens, used_cost, lock_suffix))
+        except StoreUnavailable as exc:
+            if getattr(exc, "commit_unknown", False):  # it may have landed: applying it again could count twice
+                self._forget(hold)
+                log.error("settle of hold %s may be lost (%s); its lease frees it if so", hold.id, exc)
+            else:
+                with self._live_lock:
+                    self._unsettled[hold.id] = (used_tokens, used_cost)
+                log.warning("settle of hold %s deferred until the store answers: %s", hold.id, exc)
+            return
+        self._forget(hold)
         if results[-1].rowcount != 1:
             log.warning("hold %s had expired and was freed before its request finished; its use is added now "
                         "(raise gateway.lease_seconds if this repeats)", hold.id)
+
+    def _forget(self, hold: Hold) -> None:
+        with self._live_lock:
+            self._live.pop(hold.id, None)
+            self._unsettled.pop(hold.id, None)
+
+    def retry_settles(self) -> int:
+        """Apply settles deferred by an outage; returns how many are still waiting."""
+        with self._live_lock:  # claimed by this call (two callers must not apply one settle twice)
+            waiting = [(self._live[i], use) for i, use in self._unsettled.items() if i in self._live]
+            self._unsettled.clear()
+        for hold, (used_tokens, used_cost) in waiting:
+            self.settle(hold, used_tokens, used_cost)
+        with self._live_lock:
+            return len(self._unsettled)
 
     # -- leases -----------------------------------------------------------------------------------------
     def renew(self) -> int:

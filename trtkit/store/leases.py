@@ -33,6 +33,7 @@ class LeaseKeeper:
     def tick(self) -> None:
         try:
             self.store.renew()
+            self.store.retry_settles()
             freed = self.store.release_expired()
             self.store.prune_rate_windows()
         except StoreUnavailable as exc:

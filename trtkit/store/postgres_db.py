@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import select
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 3  # a gateway answers 503 fast rather than hanging on a dead database
 MAX_IDLE_CONNECTIONS = 64
+RECONNECT_PAUSE_S = 0.25  # after a failed connect, fail fast for this long (a down host can take seconds)
 MAX_ROLLBACK_RETRIES = 3  # deadlock / serialization failure: the database rolled back, try again
 _ROLLED_BACK = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.TransactionRollback)
 
@@ -50,6 +52,7 @@ class PostgresDatabase:
         self._idle: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._last_failure: tuple[float, StoreUnavailable] | None = None
         self._release(self._connect())  # fail now, with a clear message, if the URL is wrong
 
     def transact(self, work: Callable[[Session], T], *, durable: bool = True) -> T:
@@ -125,13 +128,19 @@ class PostgresDatabase:
         raise AssertionError("unreachable")
 
     def _connect(self) -> psycopg.Connection[Any]:
+        failed = self._last_failure
+        if failed is not None and time.monotonic() - failed[0] < RECONNECT_PAUSE_S:
+            raise failed[1]  # the server just refused: answer at once instead of queueing on connect timeouts
         try:
             conn = psycopg.connect(self.url.dsn or "", autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
             if self.fast_commit:
                 conn.execute("SET synchronous_commit = off")
-            return conn
         except psycopg.Error as exc:
-            raise self._unavailable(exc) from exc
+            error = self._unavailable(exc)
+            self._last_failure = (time.monotonic(), error)
+            raise error from exc
+        self._last_failure = None
+        return conn
 
     def _acquire(self) -> psycopg.Connection[Any]:
         with self._lock:
