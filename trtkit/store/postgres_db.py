@@ -133,6 +133,10 @@ class PostgresDatabase:
             raise failed[1]  # the server just refused: answer at once instead of queueing on connect timeouts
         try:
             conn = psycopg.connect(self.url.dsn or "", autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            # No server-side prepared statements: a refusal aborts its pipeline, and psycopg then believes
+            # statements of that flight prepared that the server never parsed ("_pg3_N does not exist" on
+            # every later use of the connection; psycopg/psycopg#280 suggests this setting).
+            conn.prepare_threshold = None
             if self.fast_commit:
                 conn.execute("SET synchronous_commit = off")
         except psycopg.Error as exc:
