@@ -17,8 +17,8 @@ Targets (issue 13): >= 2,000 admissions/s on PostgreSQL at 32 writers, p99 admis
 (PostgreSQL, 32 writers). A missed target is printed with a profile of one admission on PostgreSQL:
 statements, round trips and the time of each, measured from the client.
 
-Real run time: the full run (8 s per cell, 6 cells, one cluster start) about 75 s; ``--quick``
-(2 s per cell) about 30 s, measured on the shared 2-core machine. Ends with one ``BENCH {json}`` line.
+Real run time on the shared 2-core machine (measured): the full run (8 s per cell, 6 cells, one cluster
+start) 55 s; ``--quick`` (2 s per cell) 27 s. Ends with one ``BENCH {json}`` line.
 """
 
 from __future__ import annotations
