@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 3  # a gateway answers 503 fast rather than hanging on a dead database
 MAX_IDLE_CONNECTIONS = 64
-RECONNECT_PAUSE_S = 0.25  # after a failed connect, fail fast for this long (a down host can take seconds)
+SLOW_CONNECT_S = 0.5  # a connect that failed only after this long (an unreachable host) ...
+RECONNECT_PAUSE_S = 1.0  # ... is not tried again for this long: requests fail fast instead of each waiting
 MAX_ROLLBACK_RETRIES = 3  # deadlock / serialization failure: the database rolled back, try again
 _ROLLED_BACK = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.TransactionRollback)
 
@@ -52,7 +53,7 @@ class PostgresDatabase:
         self._idle: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
         self._closed = False
-        self._last_failure: tuple[float, StoreUnavailable] | None = None
+        self._slow_failure: tuple[float, StoreUnavailable] | None = None
         self._release(self._connect())  # fail now, with a clear message, if the URL is wrong
 
     def transact(self, work: Callable[[Session], T], *, durable: bool = True) -> T:
@@ -128,9 +129,10 @@ class PostgresDatabase:
         raise AssertionError("unreachable")
 
     def _connect(self) -> psycopg.Connection[Any]:
-        failed = self._last_failure
+        failed = self._slow_failure
         if failed is not None and time.monotonic() - failed[0] < RECONNECT_PAUSE_S:
-            raise failed[1]  # the server just refused: answer at once instead of queueing on connect timeouts
+            raise failed[1]  # the last try hung until its timeout: answer at once instead of queueing on it
+        started = time.monotonic()
         try:
             conn = psycopg.connect(self.url.dsn or "", autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
             # No server-side prepared statements: a refusal aborts its pipeline, and psycopg then believes
@@ -141,9 +143,10 @@ class PostgresDatabase:
                 conn.execute("SET synchronous_commit = off")
         except psycopg.Error as exc:
             error = self._unavailable(exc)
-            self._last_failure = (time.monotonic(), error)
+            if time.monotonic() - started > SLOW_CONNECT_S:  # a refused connection fails fast: try it each time
+                self._slow_failure = (time.monotonic(), error)
             raise error from exc
-        self._last_failure = None
+        self._slow_failure = None
         return conn
 
     def _acquire(self) -> psycopg.Connection[Any]:
