@@ -135,6 +135,10 @@ class PostgresDatabase:
         started = time.monotonic()
         try:
             conn = psycopg.connect(self.url.dsn or "", autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            # No server-side prepared statements: a refusal aborts its pipeline, and psycopg then believes
+            # statements of that flight prepared that the server never parsed ("_pg3_N does not exist" on
+            # every later use of the connection; psycopg/psycopg#280 suggests this setting).
+            conn.prepare_threshold = None
             if self.fast_commit:
                 conn.execute("SET synchronous_commit = off")
         except psycopg.Error as exc:

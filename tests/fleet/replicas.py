@@ -1,0 +1,99 @@
+"""Gateway replicas as separate OS processes (`trtkit gateway CONFIG --backend ... --port P`) on one store.
+
+Each replica is its own Python process with its own store connections and lease keeper, exactly as a
+fleet runs them; `kill()` is a real SIGKILL, so nothing of the replica's clean-up code runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+from trtkit.gateway.server import free_port
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TINY_CONFIG = REPO_ROOT / "model_configs" / "tiny-llama.yaml"
+SHARED_CACHE = Path(os.environ.get("TRTKIT_TEST_CACHE", REPO_ROOT / ".trtkit-cache"))
+
+
+def replica_config(folder: Path, store_url: str, ledger_url: str, lease_seconds: float) -> Path:
+    """tiny-llama.yaml with the shared store, the shared ledger and a short lease."""
+    config = yaml.safe_load(TINY_CONFIG.read_text())
+    config.setdefault("client", {})["store"] = ledger_url
+    config["gateway"] = {"store": store_url, "lease_seconds": lease_seconds}
+    path = folder / "fleet.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class Replica:
+    def __init__(self, config: Path, backend: str, log_path: Path, home: Path) -> None:
+        self.port = free_port("127.0.0.1")
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if k != "TRTKIT_GATEWAY_STORE"}  # the config names the store
+        env.update(TRTKIT_HOME=str(home), TRTKIT_CACHE=str(SHARED_CACHE), HF_HUB_OFFLINE="1",
+                   TRANSFORMERS_OFFLINE="1")
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "trtkit.cli.main", "gateway", str(config), "--backend", backend,
+             "--port", str(self.port)], stdout=self._log, stderr=subprocess.STDOUT, env=env)
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"replica exited with {self.process.returncode}: {self.log()}")
+            try:
+                if httpx.get(f"{self.url}/health/live", timeout=2).status_code < 500:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"replica on port {self.port} not ready in {timeout_s} s: {self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        """SIGKILL: the replica's holds stay in the store until some lease keeper frees them."""
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+        self._log.close()
+
+
+def start_replicas(count: int, config: Path, backend: str, folder: Path) -> list[Replica]:
+    replicas = [Replica(config, backend, folder / f"replica-{i}.log", folder / "home") for i in range(count)]
+    try:
+        for replica in replicas:
+            replica.wait_ready()
+    except BaseException:
+        for replica in replicas:
+            replica.stop()
+        raise
+    return replicas
+
+
+def wait_for(condition, timeout_s: float = 90.0, what: object = "condition") -> None:  # type: ignore[no-untyped-def]
+    """Poll under a generous deadline: a busy machine is slow, never wrong."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what() if callable(what) else what}")
+        time.sleep(0.1)
