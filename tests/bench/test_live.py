@@ -36,7 +36,8 @@ def test_counts_equal_server_counters(live_server, tiny_bench_counter, tmp_path:
         assert s["requests"] == 5 and s["errors"] == 0
         assert s["output_tokens"] == 5 * 8 or s["token_mismatches"]["missing_usage"] == 0
         assert s["token_mismatches"]["input"] == 0  # the prompt is tokenized as the server's preprocessing does
-        assert s["engine"]["active_max"] >= 1
+        # the engine's own view of the point: a counter, not a gauge that a 0.25 s sampler can miss on a fast machine
+        assert s["engine"]["iterations"] >= 8
     assert len(run.records) == 2 * (5 + 1)
     assert all(r.input_tokens == r.local_input_tokens for r in run.records)
 

@@ -124,6 +124,12 @@ def engine_summary(samples: list[EngineSample], boundary: tuple[float, float]) -
         values = series(key)
         if values:
             summary[name] = float(how(values))
+    # the engine's iteration counter from the last sample before the point to the last one inside it: the
+    # settled samples at each point's end make this exact however short the point (gauges can miss it)
+    before = [s.values["iteration"] for s in samples if s.t <= boundary[0] and "iteration" in s.values]
+    upto = [s.values["iteration"] for s in samples if s.t <= boundary[1] and "iteration" in s.values]
+    if before and upto:
+        summary["iterations"] = float(upto[-1] - before[-1])
     return summary
 
 
