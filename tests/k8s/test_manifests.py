@@ -116,7 +116,7 @@ def test_world_size_above_one_is_serves_mpirun_line() -> None:
     spec = triton_launch_spec(plan)
     for rank, block in enumerate(blocks):
         assert block.split() == ["-n", "1", *rank_arguments(spec, rank)]
-    assert "--load-model=tensorrt_llm" in blocks[1] and "--load-model=*" in blocks[0]  # rank 0: every model
+    assert "--load-model=tensorrt_llm" in blocks[1] and "--load-model" not in blocks[0]
 
 
 def test_gateway_deployment_replicas_backend_and_secret() -> None:

@@ -3,9 +3,8 @@
 World size 1 runs the binary directly. World size > 1 follows the per-rank pattern of TensorRT-LLM's
 ``triton_backend/scripts/launch_triton_server.py``: one ``mpirun --allow-run-as-root`` with one
 ``-n 1 tritonserver ...`` block per rank, joined by ``:``. Every rank gets its own Python-backend shm
-prefix; ranks other than 0 load only the tensorrt_llm model(s), since only rank 0 serves the other models
-and the endpoints. Every rank runs in explicit model-control mode; rank 0 loads every model (``*``), so a
-model whose stub died can be loaded again (trtkit/serve/stub_watch.py).
+prefix; ranks other than 0 load only the tensorrt_llm model(s) in explicit model-control mode, since
+only rank 0 serves the other models and the endpoints.
 """
 
 from __future__ import annotations
@@ -51,11 +50,8 @@ def rank_arguments(spec: LaunchSpec, rank: int) -> list[str]:
     ]
     if spec.backend_dir is not None:
         args.append(f"--backend-directory={spec.backend_dir}")
-    # explicit mode on every rank: rank 0 loads all models and can reload one whose stub died (stub_watch)
-    args.append("--model-control-mode=explicit")
-    if rank == 0:
-        args.append("--load-model=*")
-    else:
+    if rank != 0:
+        args.append("--model-control-mode=explicit")
         args += [f"--load-model={name}" for name in spec.tensorrt_llm_model_names]
     args += [
         "--disable-auto-complete-config",

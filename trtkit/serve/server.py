@@ -29,7 +29,6 @@ from trtkit.serve.ports import Ports, connect_host, resolve_ports
 from trtkit.serve.processes import clean_leftovers, stop_process_group
 from trtkit.serve.runtime import TritonRuntime, resolve_runtime
 from trtkit.serve.state import ServerRecord, remove_record, state_dir, write_record
-from trtkit.serve.stub_watch import StubWatch
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +44,7 @@ class TritonServer:
                  start_timeout_s: float = 120, world_size: int = 1, tritonserver: Path | None = None,
                  stop_grace_s: float = 15.0, exit_timeout_s: int = 5,
                  tensorrt_llm_model_names: tuple[str, ...] = ("tensorrt_llm",),
-                 env: dict[str, str] | None = None, reload_dead_stubs: bool = True) -> None:
+                 env: dict[str, str] | None = None) -> None:
         self.repo_dir = Path(repo_dir).resolve()
         if not self.repo_dir.is_dir():
             raise ServerError(f"model repository {self.repo_dir} does not exist; create it with `trtkit deploy`")
@@ -65,8 +64,6 @@ class TritonServer:
         self._log_start = 0  # where this launch's output begins in a possibly reused log file
         self._process: subprocess.Popen[bytes] | None = None
         self._runtime: TritonRuntime | None = None
-        self.reload_dead_stubs = reload_dead_stubs  # Triton 2.51 never restarts a dead stub: see stub_watch
-        self.stub_watch: StubWatch | None = None
 
     # -- addresses -------------------------------------------------------------------------------
     def _url(self, port_name: str) -> str:
@@ -126,8 +123,6 @@ class TritonServer:
                     continue
                 raise
         logger.info("tritonserver ready: grpc %s, http %s, log %s", self.grpc_url, self.http_url, self.log_path)
-        if self.reload_dead_stubs and self.world_size == 1:  # other ranks' models are not reloadable from rank 0
-            self.stub_watch = StubWatch(self.shm_prefix, self.http_url, server_alive=self.is_running).start()
         return self
 
     def _launch(self) -> None:
@@ -186,9 +181,6 @@ class TritonServer:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after the grace period; no stray stubs or /dev/shm regions remain. Idempotent."""
-        if self.stub_watch is not None:  # first: stubs exit with the server, nothing to reload
-            self.stub_watch.stop()
-            self.stub_watch = None
         process = self._process
         if process is None:
             return
