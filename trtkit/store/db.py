@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -75,7 +76,7 @@ class SqliteDatabase:
         try:
             open_private_file(self.path)
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(self._db)
             self._db.execute(f"PRAGMA synchronous={'NORMAL' if fast_commit else 'FULL'}")
         except (OSError, sqlite3.Error) as exc:
             raise StoreUnavailable(f"cannot open the SQLite store {self.path} ({exc}); check the folder exists "
@@ -139,3 +140,17 @@ def _is_unavailable(exc: sqlite3.OperationalError) -> bool:
     text = str(exc).lower()
     return any(word in text for word in _SQLITE_UNAVAILABLE)
 
+
+def _switch_to_wal(db: sqlite3.Connection, deadline_s: float = 30.0) -> None:
+    """``PRAGMA journal_mode=WAL``, retried: while another process creates the same new file and switches it,
+    SQLite can answer "database is locked" at once, without its busy handler (seen with 4 replicas opening
+    one fresh store together)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
