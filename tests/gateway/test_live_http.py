@@ -42,21 +42,30 @@ def wait_for(condition, timeout_s: float = 20.0) -> bool:  # type: ignore[no-unt
 
 
 def test_disconnect_mid_stream_frees_blocks_and_bills_partial_tokens(gateway, live_server) -> None:
-    key, secret = gateway.key()
-    before = settled_engine(live_server.metrics_url, after_iteration=-1)
-    with httpx.Client(base_url=gateway.url, timeout=60) as http:
-        with http.stream("POST", "/v1/completions", headers=auth(secret),  # cannot end before 400 tokens
-                         json=body(max_tokens=400, min_tokens=400) | {"stream": True}) as response:
-            assert response.status_code == 200, response.read()
-            lines = response.iter_lines()
-            received = [line for _, line in zip(range(6), lines, strict=False) if line.startswith("data: ")]
-    assert len(received) >= 3
-    assert wait_for(lambda: gateway.rows(key)), "no ledger row after the disconnect"
-    (prompt, completion, _, finish, _), = gateway.rows(key)
-    assert finish == "cancelled" and 3 <= completion < 400
-    after = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
-    assert after.iteration - before.iteration < 400, "the engine ran on after the client left"
-    assert after.used_blocks <= before.used_blocks, "KV blocks still held after the disconnect"
+    """The client closes the stream after the first chunk. A starved client can be slower than the tiny engine's
+    whole generation (the server then wrote every chunk before the close: a complete, fully billed request), so
+    up to 5 tries; each is checked, and one must be cut."""
+    longest = 480  # max_seq_len 512 minus the prompt: the longest generation the engine allows here
+    for _ in range(5):
+        key, secret = gateway.key()
+        before = settled_engine(live_server.metrics_url, after_iteration=-1)
+        with httpx.Client(base_url=gateway.url, timeout=60) as http:
+            with http.stream("POST", "/v1/completions", headers=auth(secret),  # cannot end before `longest`
+                             json=body(max_tokens=longest, min_tokens=longest) | {"stream": True}) as response:
+                assert response.status_code == 200, response.read()
+                first = next(line for line in response.iter_lines() if line.startswith("data: "))
+        assert first
+        assert wait_for(lambda: gateway.rows(key)), "no ledger row after the disconnect"  # noqa: B023
+        (prompt, completion, _, finish, _), = gateway.rows(key)
+        if finish == "length":  # finished before the close: billed in full
+            assert completion == longest
+            continue
+        assert finish == "cancelled" and 1 <= completion < longest
+        after = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
+        assert after.iteration - before.iteration < longest, "the engine ran on after the client left"
+        assert after.used_blocks <= before.used_blocks, "KV blocks still held after the disconnect"
+        return
+    pytest.fail(f"5 streams of {longest} tokens all ended before their client closed them")
 
 
 def test_disconnect_mid_non_stream_cancels_and_bills(gateway, live_server) -> None:
