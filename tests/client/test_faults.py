@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import replace
@@ -23,6 +24,9 @@ from trtkit.client.transport import ServerUnavailableError
 from trtkit.errors import ClientError
 
 from .conftest import TINY_CONFIG, client_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from robustness.server import rss_kb  # noqa: E402  (the soak's reader of /proc/PID/status)
 
 pytestmark = pytest.mark.slow
 LONG = 400
@@ -72,8 +76,9 @@ def stub_pid(server, model: str) -> int:
 
 def heap_and_shared_kb(pid: int) -> int:
     """RssAnon + RssShmem: the process's heap and the Python backend's shared-memory pages it touched."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["RssAnon"].split()[0]) + int(fields["RssShmem"].split()[0])
+    heap, shared = rss_kb(pid, "RssAnon"), rss_kb(pid, "RssShmem")
+    assert heap is not None and shared is not None, f"no memory figures for pid {pid}"
+    return heap + shared
 
 
 def test_cancelled_bls_streams_leave_nothing_behind_in_the_stub(fault_server, config) -> None:
