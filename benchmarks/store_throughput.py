@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from trtkit.store import BudgetLimit, RateLimit, open_gateway_store  # noqa: E402
 
 TARGET_ADMISSIONS_PER_S = 2000.0
+SAMPLE_EVERY_S = 0.02  # pg_stat_activity sampling: often enough for shares, cheap enough not to load the server
 TARGET_P99_MS = 10.0
 WARMUP_OPS = 20
 PROMPT_PLUS_MAX_TOKENS = 96
@@ -52,13 +53,14 @@ def limits_for(key: str) -> tuple[list[BudgetLimit], RateLimit]:
             RateLimit(key, window, 10**9, 10**15))
 
 
-def writer(url: str, key: str, seconds: float, barrier, results) -> None:  # type: ignore[no-untyped-def]
+def writer(url: str, key: str, seconds: float, barrier, results, done) -> None:  # type: ignore[no-untyped-def]
     store = open_gateway_store(url, lease_seconds=300, keep_leases=False)
     budgets, rate = limits_for(key)
     for _ in range(WARMUP_OPS):  # connections made, statements prepared, rows created
         store.settle(store.reserve(PROMPT_PLUS_MAX_TOKENS, 0.0, budgets, rate), 64, 0.0)
     barrier.wait()
     latencies: list[float] = []
+    cpu_start = time.process_time()
     start = time.perf_counter()
     stop_at = start + seconds
     now = start
@@ -68,7 +70,8 @@ def writer(url: str, key: str, seconds: float, barrier, results) -> None:  # typ
         latencies.append(admitted - now)
         store.settle(hold, 64, 0.0)
         now = time.perf_counter()
-    results.put((len(latencies), now - start, latencies))
+    results.put((len(latencies), now - start, latencies, time.process_time() - cpu_start))
+    done.wait()  # the server's CPU is read while this writer's connections (their backends) still exist
     store.close()
 
 
@@ -89,7 +92,7 @@ class WaitSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.005):
+        while not self._stop.wait(SAMPLE_EVERY_S):
             for state, kind, event in self.conn.execute(
                     "SELECT state, wait_event_type, wait_event FROM pg_stat_activity "
                     "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()").fetchall():
@@ -105,10 +108,10 @@ class WaitSampler:
         return {k: round(v / total, 3) for k, v in top}
 
 
-def run_cell(url: str, writers: int, seconds: float, hot_key: bool) -> dict:
+def run_cell(url: str, writers: int, seconds: float, hot_key: bool, pg_dir: Path | None) -> dict:
     sampler = WaitSampler(url) if url.startswith("postgresql") else None
     try:
-        cell = _run_writers(url, writers, seconds, hot_key)
+        cell = _run_writers(url, writers, seconds, hot_key, pg_dir if sampler is not None else None)
     finally:
         waits = sampler.stop() if sampler is not None else None
     if waits is not None:
@@ -116,23 +119,49 @@ def run_cell(url: str, writers: int, seconds: float, hot_key: bool) -> dict:
     return cell
 
 
-def _run_writers(url: str, writers: int, seconds: float, hot_key: bool) -> dict:
+def server_cpu_s(pg_dir: Path | None) -> float:
+    """CPU seconds (user + system) used so far by the PostgreSQL postmaster's children (backends, WAL
+    writer, ...), from /proc; 0 without a cluster (SQLite runs in the writers)."""
+    if pg_dir is None:
+        return 0.0
+    postmaster = (pg_dir / "postmaster.pid").read_text().split()[0]
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if fields[1] == postmaster:  # ppid
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _run_writers(url: str, writers: int, seconds: float, hot_key: bool, pg_dir: Path | None) -> dict:
     ctx = mp.get_context("fork")
-    barrier, results = ctx.Barrier(writers), ctx.Queue()
+    barrier, done, results = ctx.Barrier(writers + 1), ctx.Barrier(writers + 1), ctx.Queue()
     tag = f"{time.time_ns()}"
-    procs = [ctx.Process(target=writer, args=(url, "hot" if hot_key else f"w{i}-{tag}", seconds, barrier, results))
+    procs = [ctx.Process(target=writer, args=(url, "hot" if hot_key else f"w{i}-{tag}", seconds, barrier, results, done))
              for i in range(writers)]
     for p in procs:
         p.start()
+    barrier.wait()  # every writer warmed up: the measured window starts
+    server_before, main_before = server_cpu_s(pg_dir), time.process_time()
     got = [results.get(timeout=seconds + 300) for _ in procs]
+    server_s, main_s = server_cpu_s(pg_dir) - server_before, time.process_time() - main_before
+    done.wait()
     for p in procs:
         p.join(timeout=60)
-    ops = sum(n for n, _, _ in got)
-    elapsed = max(e for _, e, _ in got)
-    lat_ms = sorted(x * 1000 for _, _, lats in got for x in lats)
+    ops = sum(n for n, _, _, _ in got)
+    elapsed = max(e for _, e, _, _ in got)
+    lat_ms = sorted(x * 1000 for _, _, lats, _ in got for x in lats)
+    writers_s = sum(c for _, _, _, c in got)
+    # CPU milliseconds one admission + settle cost, by process: what bounds the rate on a few cores.
+    cpu_ms = {"writers": round(1000 * writers_s / ops, 3), "postgresql": round(1000 * server_s / ops, 3),
+              "sampler_and_script": round(1000 * main_s / ops, 3)}
     return {"writers": writers, "admissions": ops, "seconds": round(elapsed, 3),
             "admissions_per_s": round(ops / elapsed, 1), "ops_per_s": round(2 * ops / elapsed, 1),
-            "p50_ms": round(percentile(lat_ms, 50), 3), "p99_ms": round(percentile(lat_ms, 99), 3)}
+            "p50_ms": round(percentile(lat_ms, 50), 3), "p99_ms": round(percentile(lat_ms, 99), 3),
+            "cpu_ms_per_admission_and_settle": cpu_ms}
 
 
 def percentile(sorted_values: list[float], pct: float) -> float:
@@ -226,7 +255,7 @@ def main() -> None:
         for backend, url in backends.items():
             open_gateway_store(url, keep_leases=False).close()  # migrated once, before the writers
             for n in levels:
-                rows.append({"backend": backend, **run_cell(url, n, seconds, args.hot_key)})
+                rows.append({"backend": backend, **run_cell(url, n, seconds, args.hot_key, pg.data_dir)})
                 print_row(rows[-1])
         profile = profile_admission(backends["postgresql"])
     report(rows, profile, seconds, args.hot_key)
@@ -234,10 +263,12 @@ def main() -> None:
 
 def print_row(row: dict) -> None:
     if not getattr(print_row, "header", False):
-        print(f"{'backend':<11} {'writers':>7} {'admissions/s':>13} {'adm+settle/s':>13} {'p50 ms':>8} {'p99 ms':>8}  PostgreSQL backends' time")
+        print(f"{'backend':<11} {'writers':>7} {'admissions/s':>13} {'adm+settle/s':>13} {'p50 ms':>8} {'p99 ms':>8}  {'cpu ms/op':>9} {'(server)':>9}  PostgreSQL backends' time")
         print_row.header = True  # type: ignore[attr-defined]
+    cpu = row["cpu_ms_per_admission_and_settle"]
     print(f"{row['backend']:<11} {row['writers']:>7} {row['admissions_per_s']:>13,.0f} {row['ops_per_s']:>13,.0f} "
-          f"{row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f}  {row.get('pg_backend_states', '')}", flush=True)
+          f"{row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f}  {cpu['writers']:>9.3f} {cpu['postgresql']:>9.3f}  "
+          f"{row.get('pg_backend_states', '')}", flush=True)
 
 
 def report(rows: list[dict], profile: dict, seconds: float, hot_key: bool) -> None:

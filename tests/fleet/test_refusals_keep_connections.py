@@ -4,6 +4,8 @@ A refusal aborts the admission's pipeline; psycopg had counted the statements of
 preparing them, but an aborted pipeline parses nothing after the failing statement, so a connection could
 later name a prepared statement the server never made ("prepared statement _pg3_N does not exist") and
 every admission on it failed with a 500. Seen live in the 3-replica suite after a budget burst.
+Admission is now one prepared function call (migration 6), refused by an error in that call: the
+connection must stay usable through refusals then too.
 """
 
 from __future__ import annotations

@@ -100,7 +100,8 @@ class SqlGatewayStore:
             raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate))
         now = time.time()
         try:
-            results = self.db.batch(holds.reserve_statements(hold, self.owner, now, now + self.lease_seconds))
+            results = self.db.batch(holds.reserve_statements(hold, self.owner, now, now + self.lease_seconds,
+                                                             self.db.dialect.name))
         except LimitReached:
             raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate)) from None
         if rate is not None:
@@ -113,9 +114,8 @@ class SqlGatewayStore:
     def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None:
         """Never raises StoreUnavailable (the request is done; its ledger row is the record): a settle the
         database never received is kept, its lease renewed, and retried by the keeper until it lands."""
-        lock_suffix = " FOR UPDATE" if self.db.dialect.name == "postgresql" else ""
         try:
-            results = self.db.batch(holds.settle_statements(hold, used_tokens, used_cost, lock_suffix))
+            results = self.db.batch(holds.settle_statements(hold, used_tokens, used_cost, self.db.dialect.name))
         except StoreUnavailable as exc:
             if getattr(exc, "commit_unknown", False):  # it may have landed: applying it again could count twice
                 self._forget(hold)
@@ -126,7 +126,7 @@ class SqlGatewayStore:
                 log.warning("settle of hold %s deferred until the store answers: %s", hold.id, exc)
             return
         self._forget(hold)
-        if results[-1].rowcount != 1:
+        if not holds.settled_a_live_hold(results, self.db.dialect.name):
             log.warning("hold %s had expired and was freed before its request finished; its use is added now "
                         "(raise gateway.lease_seconds if this repeats)", hold.id)
 

@@ -3,6 +3,10 @@
 Lock order, the same in every transaction, so PostgreSQL never deadlocks on them: a reservation row
 first (settle and the sweeper claim it with DELETE; reserve inserts a new one last, which nobody else
 can be waiting on), then the rate window, then budget rows sorted by (account, period_start).
+
+SQLite runs the statements below; PostgreSQL runs the same steps as two functions of migration 6
+(``trtkit_reserve``, ``trtkit_settle``), one call each: that halves the client's and the server's CPU per
+admission (``benchmarks/store_throughput.py``). A change to one is a change to both.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import json
 from collections.abc import Iterable
 
 from trtkit.store.records import BudgetLimit, Hold, RateLimit, Refused
-from trtkit.store.session import Session, Statement
+from trtkit.store.session import Result, Session, Statement
 
 _BUDGET_STATE = ("SELECT used_tokens, reserved_tokens, used_cost, reserved_cost FROM budget_accounts "
                  "WHERE account = ? AND period_start = ?")
@@ -63,8 +67,13 @@ def never_fits(tokens: int, cost: float, budgets: list[BudgetLimit],
     return None
 
 
-def reserve_statements(hold: Hold, owner: str, now: float, expires_at: float) -> list[Statement]:
-    """The rate window, the budgets (one statement, rows in lock order), the reservation row: one flight."""
+def reserve_statements(hold: Hold, owner: str, now: float, expires_at: float, dialect: str) -> list[Statement]:
+    """The rate window, the budgets (one statement, rows in lock order), the reservation row: one flight.
+    On PostgreSQL one call of ``trtkit_reserve`` (migration 6), which runs the same statements server-side;
+    its first row is the rate window's (requests, tokens), as the first statement's is here."""
+    if dialect == "postgresql":
+        return [("SELECT out_requests, out_tokens FROM trtkit_reserve(?, ?, ?, ?, ?)",
+                 (hold.id, owner, now, expires_at, hold_json(hold)))]
     statements: list[Statement] = []
     if hold.rate is not None:
         statements.append(_rate_statement(hold.rate, hold.tokens))
@@ -76,7 +85,7 @@ def reserve_statements(hold: Hold, owner: str, now: float, expires_at: float) ->
                            "reserved_tokens, reserved_cost) VALUES " + ", ".join([_BUDGET_ROW] * len(hold.budgets))
                            + _BUDGET_UPSERT_TAIL, params))
     statements.append(("INSERT INTO reservations (id, owner, created_at, expires_at, body) VALUES (?, ?, ?, ?, ?)",
-                       (hold.id, owner, now, expires_at, json.dumps(hold_body(hold)))))
+                       (hold.id, owner, now, expires_at, hold_json(hold))))
     return statements
 
 
@@ -121,10 +130,13 @@ def refusal(session: Session, tokens: int, cost: float, budgets: list[BudgetLimi
     return Refused(rate, "requests" if rate.rpm is not None else "tokens", tuple(row) if row else (0, 0))
 
 
-def settle_statements(hold: Hold, used_tokens: int, used_cost: float, lock_suffix: str) -> list[Statement]:
+def settle_statements(hold: Hold, used_tokens: int, used_cost: float, dialect: str) -> list[Statement]:
     """Turn a hold into use in one flight: lock its reservation row, give back what it held only if the row
-    is still there (a sweeper may have freed it when its lease ran out), add the use, delete the row."""
-    statements: list[Statement] = [("SELECT id FROM reservations WHERE id = ?" + lock_suffix, (hold.id,))]
+    is still there (a sweeper may have freed it when its lease ran out), add the use, delete the row.
+    On PostgreSQL one call of ``trtkit_settle`` (migration 6) runs the same steps server-side."""
+    if dialect == "postgresql":
+        return [("SELECT trtkit_settle(?, ?, ?, ?)", (hold.id, hold_json(hold), used_tokens, float(used_cost)))]
+    statements: list[Statement] = [("SELECT id FROM reservations WHERE id = ?", (hold.id,))]
     if hold.rate is not None:  # TPM counts what was used, once known
         r = hold.rate
         statements.append((f"UPDATE rate_windows SET tokens = tokens - {_HELD} + ? WHERE key_id = ? AND "
@@ -137,6 +149,13 @@ def settle_statements(hold: Hold, used_tokens: int, used_cost: float, lock_suffi
                             b.period_start)))
     statements.append(("DELETE FROM reservations WHERE id = ?", (hold.id,)))
     return statements
+
+
+def settled_a_live_hold(results: list[Result], dialect: str) -> bool:
+    """Whether the settle found its hold still reserved (not freed meanwhile by a sweeper)."""
+    if dialect == "postgresql":
+        return int(results[0].rows[0][0]) == 1
+    return results[-1].rowcount == 1
 
 
 def free_expired(session: Session, now: float) -> int:
@@ -161,6 +180,13 @@ def free_expired(session: Session, now: float) -> int:
                         "reserved_cost = reserved_cost - ? WHERE account = ? AND period_start = ?",
                         (tokens, cost, account, period_start))
     return len(rows)
+
+
+def hold_json(hold: Hold) -> str:
+    """The reservation row's body, made once per hold (admission and settle both send it)."""
+    if not hold.body:
+        hold.body = json.dumps(hold_body(hold))
+    return hold.body
 
 
 def hold_body(hold: Hold) -> dict:

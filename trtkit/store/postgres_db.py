@@ -27,6 +27,7 @@ CONNECT_TIMEOUT_S = 3  # a gateway answers 503 fast rather than hanging on a dea
 MAX_IDLE_CONNECTIONS = 64
 SLOW_CONNECT_S = 0.5  # a connect that failed only after this long (an unreachable host) ...
 RECONNECT_PAUSE_S = 1.0  # ... is not tried again for this long: requests fail fast instead of each waiting
+PREPARE_AFTER_USES = 5  # psycopg's default threshold for preparing a statement on the server
 MAX_ROLLBACK_RETRIES = 3  # deadlock / serialization failure: the database rolled back, try again
 _ROLLED_BACK = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.TransactionRollback)
 
@@ -90,8 +91,16 @@ class PostgresDatabase:
         that commits at the Sync or rolls back whole. Not retried once sent (it may have committed)."""
         conn = self._acquire()
         try:
-            with conn.pipeline():
-                cursors = [conn.execute(POSTGRESQL.sql(sql), tuple(params)) for sql, params in statements]  # type: ignore[arg-type]
+            if len(statements) == 1:  # one statement is one flight already; a pipeline only adds client work
+                sql, params = statements[0]
+                cursors = [conn.execute(POSTGRESQL.sql(sql), tuple(params))]  # type: ignore[arg-type]
+            else:
+                # Unprepared: a failing statement aborts the rest of the flight, and psycopg (3.3) may then count
+                # as prepared a statement of that flight the server never parsed ("prepared statement _pg3_N
+                # does not exist" on every later use of the connection).
+                with conn.pipeline():
+                    cursors = [conn.execute(POSTGRESQL.sql(sql), tuple(params), prepare=False)  # type: ignore[arg-type]
+                               for sql, params in statements]
             results = [Result(c.fetchall() if c.description else [], c.rowcount) for c in cursors]
         except pg_errors.DivisionByZero as exc:
             self._release(conn)
@@ -135,10 +144,9 @@ class PostgresDatabase:
         started = time.monotonic()
         try:
             conn = psycopg.connect(self.url.dsn or "", autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-            # No server-side prepared statements: a refusal aborts its pipeline, and psycopg then believes
-            # statements of that flight prepared that the server never parsed ("_pg3_N does not exist" on
-            # every later use of the connection; psycopg/psycopg#280 suggests this setting).
-            conn.prepare_threshold = None
+            # Statements used often are prepared on the server (admission and settle calls: no parse and
+            # plan per call). Never inside a pipeline, see batch().
+            conn.prepare_threshold = PREPARE_AFTER_USES
             if self.fast_commit:
                 conn.execute("SET synchronous_commit = off")
         except psycopg.Error as exc:

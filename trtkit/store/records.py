@@ -53,6 +53,7 @@ class Hold:
     budgets: list[BudgetLimit]
     rate: RateLimit | None
     rate_state: dict[str, int] = field(default_factory=dict)  # requests/tokens used in the window after admission
+    body: str = ""  # its reservation row's JSON (holds.hold_json), made once
 
 
 class Refused(Exception):
