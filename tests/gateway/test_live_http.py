@@ -69,13 +69,15 @@ def test_disconnect_mid_stream_frees_blocks_and_bills_partial_tokens(gateway, li
 
 
 def test_disconnect_mid_non_stream_cancels_and_bills(gateway, live_server) -> None:
-    key, secret = gateway.key()
-    before = settled_engine(live_server.metrics_url, after_iteration=-1)
+    """The client leaves as soon as the gateway has admitted its request. As with streams, a starved client
+    (and gateway) can be slower than the tiny engine's whole generation (seen under load: finished 'length',
+    fully billed, before the close), so up to 5 tries; each is checked, and one must be cut."""
+    longest = 480  # max_seq_len 512 minus the prompt: the longest generation the engine allows here
 
-    async def leave_early() -> None:
+    async def leave_early(secret: str) -> None:
         async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
             task = asyncio.create_task(http.post("/v1/completions", headers=auth(secret),
-                                                 json=body(max_tokens=400, min_tokens=400)))
+                                                 json=body(max_tokens=longest, min_tokens=longest)))
             deadline = time.monotonic() + 20  # leave as soon as the gateway has admitted the request
             while gateway.local_metric("trtkit_gateway_in_flight_requests") < 1 and time.monotonic() < deadline:
                 await asyncio.sleep(0.001)
@@ -83,13 +85,21 @@ def test_disconnect_mid_non_stream_cancels_and_bills(gateway, live_server) -> No
             with pytest.raises(asyncio.CancelledError):
                 await task
 
-    asyncio.run(leave_early())
-    assert wait_for(lambda: gateway.rows(key)), "no ledger row after the disconnect"
-    (_, completion, _, finish, _), = gateway.rows(key)
-    assert finish == "cancelled" and completion < 400
-    after = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
-    assert after.iteration - before.iteration < 400, "the engine ran on after the client left"
-    assert after.used_blocks <= before.used_blocks, "KV blocks still held after the disconnect"
+    for _ in range(5):
+        key, secret = gateway.key()
+        before = settled_engine(live_server.metrics_url, after_iteration=-1)
+        asyncio.run(leave_early(secret))
+        assert wait_for(lambda: gateway.rows(key)), "no ledger row after the disconnect"  # noqa: B023
+        (_, completion, _, finish, _), = gateway.rows(key)
+        if finish == "length":  # finished before the close: billed in full
+            assert completion == longest
+            continue
+        assert finish == "cancelled" and completion < longest
+        after = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
+        assert after.iteration - before.iteration < longest, "the engine ran on after the client left"
+        assert after.used_blocks <= before.used_blocks, "KV blocks still held after the disconnect"
+        return
+    pytest.fail(f"5 requests of {longest} tokens all ended before their client left")
 
 
 def test_fifty_concurrent_requests_never_overshoot_a_budget(gateway) -> None:
