@@ -87,8 +87,9 @@ class PostgresDatabase:
             return result
 
     def batch(self, statements: Sequence[Statement]) -> list[Result]:
-        """Fixed statements sent in one flight (pipeline mode): one round trip, one implicit transaction
-        that commits at the Sync or rolls back whole. Not retried once sent (it may have committed)."""
+        """Fixed statements sent in one flight: one round trip, one implicit transaction that commits or rolls
+        back whole (several statements go in pipeline mode; admission and settle on PostgreSQL are one
+        function call each, so the gateway sends one). Not retried once sent (it may have committed)."""
         conn = self._acquire()
         try:
             if len(statements) == 1:  # one statement is one flight already; a pipeline only adds client work
