@@ -39,6 +39,17 @@ def response(pb: Any, outputs: dict[str, np.ndarray], requested: set[str] | None
     return pb.InferenceResponse(output_tensors=tensors)
 
 
+def requested_outputs(request: Any) -> set[str]:
+    """The outputs a request asked for (Triton fills in every declared one when the client names none).
+
+    A decoupled model must build each response from these alone. ``ResponseSender.send`` drops the
+    outputs nobody asked for after releasing the GIL (python_backend r24.10 src/response_sender.cc
+    ``Send`` -> ``InferResponse::PruneOutputTensors``): the dropped tensor's numpy array is then freed
+    without the GIL, which corrupts CPython's allocator while another thread runs Python, and the stub
+    dies later with a segfault in ``_PyObject_Malloc`` ("Stub process ... is not healthy")."""
+    return set(request.requested_output_names())
+
+
 INTERNAL_PREFIX = "internal error: "
 
 

@@ -81,13 +81,14 @@ class TritonPythonModel:
 
     def _submit_streaming(self, request):
         sender = request.get_response_sender()
+        requested = triton_io.requested_outputs(request)  # see there: never let the stub prune a response
 
         def send(outputs, final):
             flags = FINAL if final else 0
             if outputs is None:
                 sender.send(flags=FINAL)
             else:
-                sender.send(triton_io.response(pb_utils, outputs), flags=flags)
+                sender.send(triton_io.response(pb_utils, outputs, requested), flags=flags)
 
         def send_error(message):
             sender.send(triton_io.error_response(pb_utils, RuntimeError(message)), flags=FINAL)
@@ -101,4 +102,8 @@ class TritonPythonModel:
     def finalize(self):
         self.publisher.close()
         self.loop.shutdown()
+        # Drop the custom metrics while the stub can still delete them: left to interpreter exit, each
+        # Metric's destructor runs after the stub freed its shared memory and segfaults (python_backend
+        # r24.10 src/metric.cc Metric::Clear -> SaveToSharedMemory on a null pool).
+        self.publisher = self.metrics = None
 

@@ -115,11 +115,12 @@ class TritonPythonModel:
 
     def _stream_one(self, request):
         sender = request.get_response_sender()
+        requested = triton_io.requested_outputs(request)  # see there: never let the stub prune a response
         state = {"final": False}
 
         def send(outputs, final):
             state["final"] = state["final"] or final
-            sender.send(triton_io.response(pb_utils, outputs), flags=FINAL if final else 0)
+            sender.send(triton_io.response(pb_utils, outputs, requested), flags=FINAL if final else 0)
 
         engine_id = uuid.uuid4().hex
         calls = BlsCalls(self._preprocess, lambda inputs, stream: self._engine(inputs, stream, engine_id), send,
