@@ -288,6 +288,32 @@ def test_async_client_batch_order_and_task_cancellation(live_server, nocache_con
     pytest.fail(f"5 streams of {LONG} tokens all finished before their task was cancelled")
 
 
+def test_closing_the_async_client_closes_a_stream_left_by_an_exception(live_server, nocache_config) -> None:
+    """A consumer that leaves its ``async for`` by an exception (no aclosing) leaves its stream open.
+    ``close()`` closes it before the ledger: the request ends as cancelled, with the tokens the consumer
+    received, and its row is in the ledger (before, the row was written after the ledger closed: lost)."""
+
+    class LeftEarly(Exception):
+        pass
+
+    async def leave_by_an_exception() -> list[int]:
+        received: list[int] = []
+        client = AsyncTritonLLMClient(live_server.grpc_url, config=nocache_config, model_name=BLS)
+        stream = client.stream("Go on", LONG_PARAMS)
+        try:
+            async for chunk in stream:
+                received.append(chunk.usage.completion_tokens)
+                raise LeftEarly
+        except LeftEarly:
+            pass
+        await client.close()
+        return received
+
+    received = asyncio.run(leave_by_an_exception())
+    (finish, completion), = ledger_rows("finish_reason, completion_tokens")
+    assert received and finish == "cancelled" and completion == received[-1] < LONG
+
+
 def test_a_consumer_that_stops_reading_cancels_the_stream(live_server, nocache_config) -> None:
     config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
     before = settled_engine(live_server.metrics_url, after_iteration=-1)

@@ -8,8 +8,10 @@ server cancels the request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import tritonclient.grpc.aio as aiogrpc
 
@@ -49,6 +51,7 @@ class AsyncTritonLLMClient:
         self._client: aiogrpc.InferenceServerClient | None = None
         self._declared: dict[str, str] | None = None
         self._metadata_lock: asyncio.Lock | None = None  # made in the running loop, on first use
+        self._streams: weakref.WeakSet[AsyncGenerator[StreamChunk, None]] = weakref.WeakSet()
 
     async def generate(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
                        deadline_s: float | None = None) -> GenerationResult:
@@ -61,8 +64,11 @@ class AsyncTritonLLMClient:
     def stream(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
                deadline_s: float | None = None, request_id: str | None = None) -> AsyncIterator[StreamChunk]:
         """Text deltas with running usage; the last chunk carries the result. ``request_id`` names the
-        request (the gateway passes its own, so nested calls can find its budget)."""
-        return self._chunks(prompt, params, caller, deadline_s, server_stream=True, request_id=request_id)
+        request (the gateway passes its own, so nested calls can find its budget). ``close()`` closes every
+        stream still open: its request is cancelled and its ledger row written before the ledger closes."""
+        chunks = self._chunks(prompt, params, caller, deadline_s, server_stream=True, request_id=request_id)
+        self._streams.add(chunks)
+        return chunks
 
     async def generate_batch(self, prompts: list[str], params: SamplingParams | None = None, *,
                              caller: Caller | None = None, max_concurrency: int = 8,
@@ -90,6 +96,11 @@ class AsyncTritonLLMClient:
         return self._client
 
     async def close(self) -> None:
+        """Closes the streams left open (a consumer that left its ``async for`` by an exception), then the
+        connection and the ledger. A stream another task is reading right now is left to that task."""
+        for chunks in list(self._streams):
+            if not getattr(chunks, "ag_running", False):
+                await chunks.aclose()
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -104,7 +115,7 @@ class AsyncTritonLLMClient:
 
     async def _chunks(self, prompt: str, params: SamplingParams | None, caller: Caller | None,
                       deadline_s: float | None, *, server_stream: bool | None,
-                      request_id: str | None = None) -> AsyncIterator[StreamChunk]:
+                      request_id: str | None = None) -> AsyncGenerator[StreamChunk, None]:
         who = caller or self.setup.caller
         prepared = self.governor.prepare(prompt, params or SamplingParams(), who, record_hit=False,
                                          request_id=request_id)
@@ -118,15 +129,17 @@ class AsyncTritonLLMClient:
         deadline = time.monotonic() + (deadline_s or self.setup.deadline_s)
         stop_reason = None
         try:
-            async for delta in self._deltas(prepared, use_stream, deadline, acc):
-                if isinstance(delta, str):
-                    stop_reason = delta
-                    break
-                stop_reason = acc.add(delta)
-                if use_stream and delta.text:
-                    yield StreamChunk(delta.text, acc.running_usage(), prepared.request_id)
-                if stop_reason or acc.finished:
-                    break
+            # aclosing: when this stream is closed early, the gRPC call is cancelled now, not by a finaliser
+            async with contextlib.aclosing(self._deltas(prepared, use_stream, deadline, acc)) as deltas:
+                async for delta in deltas:
+                    if isinstance(delta, str):
+                        stop_reason = delta
+                        break
+                    stop_reason = acc.add(delta)
+                    if use_stream and delta.text:
+                        yield StreamChunk(delta.text, acc.running_usage(), prepared.request_id)
+                    if stop_reason or acc.finished:
+                        break
         except (asyncio.CancelledError, GeneratorExit):  # task cancelled, or the consumer stopped reading
             if acc.has_output:
                 self.governor.complete_detached(prepared, acc.outcome(FINISH_CANCELLED))
@@ -143,7 +156,7 @@ class AsyncTritonLLMClient:
         yield StreamChunk("" if use_stream else result.text, result.usage, result.request_id, result)
 
     async def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
-                      acc: StreamAccumulator) -> AsyncIterator[Delta | str]:
+                      acc: StreamAccumulator) -> AsyncGenerator[Delta | str, None]:
         attempt = 0
         while True:
             call = None
