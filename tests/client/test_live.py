@@ -55,11 +55,15 @@ def nocache_config(tiny_config):
 
 
 def test_usage_equals_tokenizer_and_engine_counts(live_server, nocache_config, tiny_counter) -> None:
-    # a prefix no other test sends: the session server's KV cache may hold LONG_PROMPT's blocks from another test
+    # a prefix no other test sends: the session server's KV cache may hold LONG_PROMPT's blocks from another test.
+    # The prompt is random, so what the tiny random model answers is too: the runaway guard is off (it stopped
+    # 1 run in 9 with guard_repetition) and min_tokens rules out an early end-of-sequence.
     prompt = f"[usage {uuid.uuid4().hex}] {LONG_PROMPT}"
-    with TritonLLMClient(live_server.grpc_url, config=nocache_config, caller=Caller(user="ann")) as client:
-        first = client.generate(prompt, SamplingParams(max_tokens=12))
-        second = client.generate(prompt, SamplingParams(max_tokens=12))
+    config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
+    params = SamplingParams(max_tokens=12, min_tokens=12)
+    with TritonLLMClient(live_server.grpc_url, config=config, caller=Caller(user="ann")) as client:
+        first = client.generate(prompt, params)
+        second = client.generate(prompt, params)
     expected_prompt = tiny_counter.count_prompt(prompt)
     assert expected_prompt >= 32
     assert first.usage.prompt_tokens == second.usage.prompt_tokens == expected_prompt  # server count == ours
