@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from deadlines import deadline
 from hypothesis import settings
 
 # Property tests draw the same examples on every machine and every run: CI must not pass or fail by luck
@@ -18,6 +19,15 @@ settings.load_profile("ci")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_CACHE = Path(os.environ.get("TRTKIT_TEST_CACHE", REPO_ROOT / ".trtkit-cache"))
+# The slowest test takes about 2 minutes under load; past this a test has hung (tests/deadlines.py).
+TEST_DEADLINE_S = float(os.environ.get("TRTKIT_TEST_DEADLINE_S", "600"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
+    """Every test body runs under a deadline: a hang fails that test, with every thread's stack."""
+    with deadline(TEST_DEADLINE_S, item.nodeid):
+        yield
 
 
 @pytest.fixture(autouse=True)
