@@ -15,14 +15,14 @@ Also measured:
 - the decode step at batch 16: all at context 128, one of the 16 at 2048, all 16 at 2048;
 - time to first token with a shared 512-token system prompt, KV reuse on vs off.
 
-    python benchmarks/engine_vs_hf.py                  # everything: about an hour on 2 idle cores (fp32 + bf16)
-    python benchmarks/engine_vs_hf.py --modes fp32     # about 35 minutes
+    python benchmarks/engine_vs_hf.py                  # everything (fp32 + bf16): fp32 alone took 17 min, bf16 not yet timed
+    python benchmarks/engine_vs_hf.py --modes fp32     # 17 minutes on a quiet 2-core Zen 4 (2026-12-03)
     python benchmarks/engine_vs_hf.py --quick          # 16 short requests, 5-10 minutes
     python benchmarks/engine_vs_hf.py --quick --skip-hf --modes fp32   # engine figures only, 2-3 minutes
 
-Run times are estimates from the parts' timings (the transformers baselines take most of it: static
-batches about 15 minutes and continuous batching about 11 per mode at the last measured rates); the
-end-to-end run was not yet timed on a quiet machine.
+Run time, measured (`--modes fp32`, quiet 2-core Zen 4, 2026-12-03): 17 minutes: our engine 2 x 2.3 min, transformers
+one at a time 0.7 min, static batches 5 min, continuous batching 5 min, the rest (decode-step, prefix and quality
+probes) 2 min. The bf16 mode adds about as much again (not yet timed).
 """
 
 from __future__ import annotations
