@@ -135,8 +135,9 @@ def bench_client(url: str, config, requests: int, max_tokens: int, work: Path) -
     from trtkit.config.schema import BudgetRule
 
     # the guard still inspects every delta, but cannot trip within a forced length: on the random tiny model a
-    # guard stop (guard_repetition) would end a governed request short of the bare one's max_tokens
-    guard = replace(config.client.guard, max_ngram_repeats=max_tokens + 1, max_punctuation_run=max_tokens + 1)
+    # guard stop (guard_repetition, guard_punctuation) would end a governed request short of the bare one's
+    # max_tokens. The punctuation run counts characters, and one token can hold many ("!!!!"): no bound by tokens
+    guard = replace(config.client.guard, max_ngram_repeats=max_tokens + 1, max_punctuation_run=10**9)
     config = replace(config, client=replace(config.client, cache=replace(config.client.cache, enabled=False),
                                             guard=guard,
                                             budgets=[BudgetRule(scope="user", period="day", max_tokens=10**9)]))
