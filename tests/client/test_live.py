@@ -57,7 +57,7 @@ def nocache_config(tiny_config):
 def test_usage_equals_tokenizer_and_engine_counts(live_server, nocache_config, tiny_counter) -> None:
     # a prefix no other test sends: the session server's KV cache may hold LONG_PROMPT's blocks from another test.
     # The prompt is random, so what the tiny random model answers is too: the runaway guard is off (it stopped
-    # 1 run in 9 with guard_repetition) and min_tokens rules out an early end-of-sequence.
+    # 1 run in 15 with guard_repetition) and min_tokens rules out an early end-of-sequence.
     prompt = f"[usage {uuid.uuid4().hex}] {LONG_PROMPT}"
     config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
     params = SamplingParams(max_tokens=12, min_tokens=12)
