@@ -145,10 +145,18 @@ def test_stop_input_cancels_the_request_with_that_id(engine_model: EngineModel) 
                         triton_id="req-1")
     running.release.set()
     assert stopper.done.wait(10) and running.done.wait(30)
+    assert _stopped_with_an_answer(running)
     assert _generated(running) < 200
     assert _settled(engine_model).generated_tokens - generated_before < 200
     with pytest.raises(InvalidRequest, match="no request with id"):
         engine_model.submit(_request(engine_model, 1, stream=False, stop=True), Collect(), triton_id="gone")
+
+
+def _stopped_with_an_answer(collect: Collect) -> bool:
+    """A stopped request ends with a final response that says so (as the C++ backend's CANCELLED one), not a
+    bare final flag: the BLS and the ensemble pass "cancelled" on to their client."""
+    outputs, final = collect.responses[-1]
+    return final and not collect.closed and outputs["finish_reason"].item().decode() == "cancelled"
 
 
 def test_stop_by_the_engine_key_of_a_request_without_an_id(engine_model: EngineModel) -> None:
@@ -162,7 +170,8 @@ def test_stop_by_the_engine_key_of_a_request_without_an_id(engine_model: EngineM
     assert key
     engine_model.submit(_request(engine_model, 1, stream=False, stop=True), stopper, triton_id=key)
     running.release.set()
-    assert stopper.done.wait(10) and running.done.wait(30) and running.closed
+    assert stopper.done.wait(10) and running.done.wait(30)
+    assert _stopped_with_an_answer(running)
     assert _generated(running) < 200
     assert _settled(engine_model).generated_tokens - generated_before < 200
     with pytest.raises(InvalidRequest, match="no request with id"):  # a stopped request is forgotten

@@ -1,8 +1,11 @@
 """asyncio client over ``tritonclient.grpc.aio``: the same governance as the sync client.
 
 One aio client carries any number of concurrent bidirectional streams (one per request).
-Cancelling the awaiting task, a deadline, or the runaway guard cancels the gRPC call, and the
-server cancels the request.
+Cancelling the awaiting task, a deadline, or the runaway guard stops the request with the engine's
+``stop`` input and reads its stream to the end; the gRPC call is cancelled only when that fails
+(trtkit/stop_request.py says why). A task of its own reads each call: grpc.aio cancels the RPC
+when a read is cancelled (grpc/aio/_call.py ``_read``), so no deadline or cancelled task may wait on
+a read directly.
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from trtkit.client.governor import PreparedRequest
 from trtkit.client.ledger import Ledger
 from trtkit.client.metrics import ClientMetrics
 from trtkit.client.params import SamplingParams
-from trtkit.client.protocol import Delta, is_final_response, parse_response, request_inputs
+from trtkit.client.protocol import (
+    Delta,
+    is_final_response,
+    parse_response,
+    request_inputs,
+    stop_inputs,
+    stop_outcome,
+)
 from trtkit.client.results import GenerationResult, StreamChunk
 from trtkit.client.tokens import TokenCounter
 from trtkit.client.transport import (
@@ -37,6 +47,38 @@ from trtkit.client.transport import (
 )
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ClientError
+from trtkit.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
+
+_END = object()
+
+
+class CallReader:
+    """Reads one stream call in its own task into a queue, so that waiting for a response can time out or
+    be cancelled without cancelling the call."""
+
+    def __init__(self, call) -> None:  # type: ignore[no-untyped-def]
+        self.call = call
+        self.items: asyncio.Queue = asyncio.Queue()
+        self.final_seen = False
+        self.task = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for item in self.call:
+                self.items.put_nowait(item)
+        except Exception as exc:  # the call failed (UNAVAILABLE, a broken stream): its consumer raises it
+            self.items.put_nowait(exc)
+        finally:
+            self.items.put_nowait(_END)
+
+    async def next(self, timeout: float):  # type: ignore[no-untyped-def]
+        """The next (result, error), an exception to raise, or _END; raises TimeoutError."""
+        return await asyncio.wait_for(self.items.get(), timeout=timeout)
+
+    async def ended(self, timeout: float) -> bool:
+        """Wait, without cancelling anything, until the call ends; False when it has not by then."""
+        done, _ = await asyncio.wait({self.task}, timeout=max(0.0, timeout))
+        return bool(done)
 
 
 class AsyncTritonLLMClient:
@@ -159,10 +201,10 @@ class AsyncTritonLLMClient:
                       acc: StreamAccumulator) -> AsyncGenerator[Delta | str, None]:
         attempt = 0
         while True:
-            call = None
+            reader = None
             try:
-                call = await self._open(request, stream, deadline)
-                async for item in self._receive(call, deadline):
+                reader = CallReader(await self._open(request, stream, deadline))
+                async for item in self._receive(reader, deadline):
                     yield item
                     if isinstance(item, str) or item.is_final:
                         return
@@ -180,8 +222,57 @@ class AsyncTritonLLMClient:
                 await asyncio.sleep(backoff_s(attempt))
                 attempt += 1
             finally:
-                if call is not None:
-                    call.cancel()  # a no-op when the call already finished; cancels it server-side otherwise
+                if reader is not None:
+                    await self._end(reader, request.request_id)
+
+    async def _end(self, reader: CallReader, request_id: str) -> None:
+        """Let the call end: at once when its request finished; otherwise stop the request with the engine's
+        `stop` input and wait for the stream to end. The call is cancelled only if that takes over
+        STOP_GRACE_S, or if this task is cancelled meanwhile."""
+        try:
+            if reader.final_seen:
+                await reader.ended(STOP_GRACE_S)
+            elif not await reader.ended(0.0):
+                stopped = await self._stop_early(reader, request_id)
+                self.governor.metrics.early_ends.labels(self.governor.model, "stop" if stopped else "call_cancel").inc()
+        finally:
+            if not reader.task.done():
+                reader.call.cancel()
+
+    async def _stop_early(self, reader: CallReader, request_id: str) -> bool:
+        until = time.monotonic() + STOP_GRACE_S
+        while True:
+            said = await self._send_stop(request_id, until)
+            if said == "failed":
+                return False
+            wait = until if said == "stopped" else min(until, time.monotonic() + STOP_RETRY_S)
+            if await reader.ended(wait - time.monotonic()):
+                return True
+            if time.monotonic() >= until:
+                return False
+
+    async def _send_stop(self, request_id: str, until: float) -> str:
+        """One stop request on its own call; "stopped", "not running" or "failed" (see protocol.stop_outcome)."""
+        client = self._connect()
+
+        async def requests():  # type: ignore[no-untyped-def]
+            yield {"model_name": ENGINE_MODEL, "inputs": stop_inputs(), "request_id": request_id}
+
+        reader = CallReader(client.stream_infer(requests(), stream_timeout=max(0.001, until - time.monotonic()) + 1.0))
+        try:
+            said = "stopped"
+            while True:
+                item = await reader.next(max(0.001, until - time.monotonic()))
+                if item is _END:
+                    return said
+                if isinstance(item, BaseException):
+                    return "failed"
+                said = stop_outcome(item[1]) if item[1] is not None else said
+        except asyncio.TimeoutError:
+            return "failed"
+        finally:
+            if not reader.task.done():
+                reader.call.cancel()
 
     async def _open(self, request: PreparedRequest, stream: bool, deadline: float):  # type: ignore[no-untyped-def]
         client = self._connect()
@@ -192,7 +283,8 @@ class AsyncTritonLLMClient:
         async def requests():  # type: ignore[no-untyped-def]
             yield {"model_name": model_name, "inputs": inputs, "request_id": request.request_id}
 
-        return client.stream_infer(requests(), stream_timeout=max(0.001, deadline - time.monotonic()) + 1.0)
+        # past our own deadline and the time a stop may take: gRPC's deadline is a cancel (trtkit/stop_request.py)
+        return client.stream_infer(requests(), stream_timeout=max(0.001, deadline - time.monotonic()) + STOP_GRACE_S + 1.0)
 
     async def _fetch_declared(self, client: aiogrpc.InferenceServerClient) -> dict[str, str]:
         """The model's inputs, asked once: the first requests of a burst wait for one answer instead of each
@@ -205,20 +297,25 @@ class AsyncTritonLLMClient:
                 self._declared = declared_inputs(metadata)
             return self._declared
 
-    async def _receive(self, call, deadline: float) -> AsyncIterator[Delta | str]:  # type: ignore[no-untyped-def]
-        iterator = call.__aiter__()
+    async def _receive(self, reader: CallReader, deadline: float) -> AsyncIterator[Delta | str]:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 yield FINISH_DEADLINE
                 return
             try:
-                result, error = await asyncio.wait_for(iterator.__anext__(), timeout=remaining)
+                item = await reader.next(remaining)
             except asyncio.TimeoutError:
                 yield FINISH_DEADLINE
                 return
-            except StopAsyncIteration:
+            if item is _END:
                 return
+            if isinstance(item, BaseException):
+                raise item
+            result, error = item
             if error is not None:
+                reader.final_seen = True  # an error ends the request
                 raise error
-            yield parse_response(result.as_numpy, is_final_response(result))
+            delta = parse_response(result.as_numpy, is_final_response(result))
+            reader.final_seen = delta.is_final
+            yield delta

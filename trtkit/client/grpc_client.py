@@ -23,7 +23,14 @@ from trtkit.client.governor import PreparedRequest
 from trtkit.client.ledger import Ledger
 from trtkit.client.metrics import ClientMetrics
 from trtkit.client.params import SamplingParams
-from trtkit.client.protocol import Delta, is_final_response, parse_response, request_inputs
+from trtkit.client.protocol import (
+    Delta,
+    is_final_response,
+    parse_response,
+    request_inputs,
+    stop_inputs,
+    stop_outcome,
+)
 from trtkit.client.results import GenerationResult, StreamChunk
 from trtkit.client.tokens import TokenCounter
 from trtkit.client.transport import (
@@ -38,6 +45,7 @@ from trtkit.client.transport import (
 )
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ClientError
+from trtkit.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
 
 _CANCEL = object()
 _POLL_S = 0.05
@@ -187,7 +195,13 @@ class TritonLLMClient:
             with self._lock:
                 self._active.pop(request.request_id, None)
             if client is not None:
-                client.stop_stream(cancel_requests=not done)  # an unfinished request is cancelled server-side
+                if not done and not broken:  # ended early (unless it just ended on its own)
+                    done = _read_to_final(inbox, time.monotonic())
+                    if not done:  # stop it server-side and read its stream to the end
+                        done = self._stop_early(request.request_id, inbox)
+                        self.governor.metrics.early_ends.labels(self.governor.model,
+                                                                "stop" if done else "call_cancel").inc()
+                client.stop_stream(cancel_requests=not done)  # cancelling the call is the last resort
                 if broken:  # a stream that failed leaves its client unusable: never hand it out again
                     client.close()
                 else:
@@ -199,10 +213,47 @@ class TritonLLMClient:
             self._declared = declared_inputs(client.get_model_metadata(self.setup.model_name, as_json=True))
         inputs = request_inputs(request.prompt, request.params, stream=stream, declared=self._declared)
         client.start_stream(callback=lambda result, error: inbox.put((result, error)),
-                            # a second past our own deadline, so the local deadline (a clean stop) fires first
-                            stream_timeout=max(0.001, deadline - time.monotonic()) + 1.0)
+                            # past our own deadline and the time a stop may take: the local deadline and the stop
+                            # end the request, never gRPC's deadline (a cancel: see trtkit/stop_request.py)
+                            stream_timeout=max(0.001, deadline - time.monotonic()) + STOP_GRACE_S + 1.0)
         client.async_stream_infer(self.setup.model_name, inputs, request_id=request.request_id,
                                   enable_empty_final_response=True)
+
+    def _stop_early(self, request_id: str, inbox: queue.SimpleQueue) -> bool:
+        """Stop a request the caller left (cancel, deadline, guard) with the engine's `stop` input, and read its
+        stream until it ends. True when it ended; False when it did not within STOP_GRACE_S (the caller then
+        cancels the gRPC call, which tritonserver may not survive: trtkit/stop_request.py)."""
+        until = time.monotonic() + STOP_GRACE_S
+        while True:
+            said = self._send_stop(request_id, until)
+            if said == "failed":
+                return False
+            if _read_to_final(inbox, until if said == "stopped" else min(until, time.monotonic() + STOP_RETRY_S)):
+                return True
+            if time.monotonic() >= until:
+                return False
+
+    def _send_stop(self, request_id: str, until: float) -> str:
+        """One stop request on its own stream (this client's streams carry one request each)."""
+        client = self._idle.get() if not self._idle.empty() else grpcclient.InferenceServerClient(self.url)
+        answers: queue.SimpleQueue = queue.SimpleQueue()
+        answered = False
+        try:
+            client.start_stream(callback=lambda result, error: answers.put(error),
+                                stream_timeout=max(0.001, until - time.monotonic()) + 1.0)
+            client.async_stream_infer(ENGINE_MODEL, stop_inputs(), request_id=request_id,
+                                      enable_empty_final_response=True)
+            said = stop_outcome(answers.get(timeout=max(0.001, until - time.monotonic())))
+            answered = True
+            return said
+        except Exception:  # no answer in time, or the server is gone
+            return "failed"
+        finally:
+            client.stop_stream(cancel_requests=not answered)
+            if answered:
+                self._idle.put(client)
+            else:
+                client.close()
 
     def _receive(self, inbox: queue.SimpleQueue, deadline: float) -> Iterator[Delta | str]:
         while True:
@@ -221,6 +272,21 @@ class TritonLLMClient:
             if error is not None:
                 raise error
             yield parse_response(result.as_numpy, is_final_response(result))
+
+
+def _read_to_final(inbox: queue.SimpleQueue, until: float) -> bool:
+    """Read a request's responses until its final one (or an error, which is final too), by ``until``."""
+    while True:
+        remaining = until - time.monotonic()
+        try:
+            item = inbox.get(timeout=remaining) if remaining > 0 else inbox.get_nowait()
+        except queue.Empty:
+            return False
+        if item is _CANCEL:
+            continue
+        result, error = item
+        if error is not None or is_final_response(result):
+            return True
 
 
 def _reported_error(inbox: queue.SimpleQueue, raised: Exception) -> BaseException:

@@ -27,6 +27,10 @@ class ClientMetrics:
                                         registry=r)
         self.guard_stops = Counter("trtkit_client_guard_stops", "Streams cancelled by the runaway guard",
                                    ["model", "reason"], registry=r)
+        # how requests that ended early (cancel, deadline, guard) were stopped on the server: "stop" (the engine's
+        # stop input, then the stream ends by itself) or "call_cancel" (the stop did not end it in time)
+        self.early_ends = Counter("trtkit_client_early_ends", "Requests ended early, by how the server was told",
+                                  ["model", "how"], registry=r)
         self.retries = Counter("trtkit_client_retries", "Retries after UNAVAILABLE before the first token", ["model"],
                                registry=r)
 

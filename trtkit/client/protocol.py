@@ -15,6 +15,7 @@ import tritonclient.grpc as grpcclient
 
 from trtkit.client.params import SamplingParams
 from trtkit.errors import ClientError
+from trtkit.stop_request import STOP_DATATYPES, STOP_TENSORS, is_not_running
 
 _NUMPY_OF = {"INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64, "FP32": np.float32, "FP64": np.float64,
              "BOOL": np.bool_, "BYTES": np.object_}
@@ -63,6 +64,18 @@ def request_inputs(prompt: str, params: SamplingParams, *, stream: bool,
             array = np.array([[w.encode("utf-8") for w in words]], dtype=np.object_)
             inputs.append(_make_input(name, array, declared[name]))
     return inputs
+
+
+def stop_inputs() -> list[grpcclient.InferInput]:
+    """The engine's ``stop`` request (send it to ``stop_request.ENGINE_MODEL`` with the request's id)."""
+    return [_make_input(name, array, STOP_DATATYPES[name]) for name, array in STOP_TENSORS.items()]
+
+
+def stop_outcome(error: BaseException | None) -> str:
+    """What the server said to a stop: "stopped", "not running" (ended, or not at the engine yet), "failed"."""
+    if error is None:
+        return "stopped"
+    return "not running" if is_not_running(str(error)) else "failed"
 
 
 def _tensor(name: str, value: object, declared: dict[str, str]) -> grpcclient.InferInput:

@@ -23,6 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
+from trtkit.stop_request import NOT_RUNNING
 from trtkit.triton_models.batching import ElementSink, FinalCounter, batch_size, per_element, same_for_all
 from trtkit.triton_models.detokenizer import DEFAULT_OPTIONS, DecodeOptions
 from trtkit.triton_models.outputs import engine_outputs
@@ -190,7 +191,7 @@ class EngineModel:
             if not rids and triton_id in self.engine_ids:
                 rids = {triton_id}
         if not rids:
-            raise InvalidRequest(f"stop: no request with id {triton_id!r} is running; send the id of a live request")
+            raise InvalidRequest(NOT_RUNNING.format(request_id=triton_id))
         for rid in rids:  # a batched request: every element
             self.loop.cancel(rid)
 
@@ -210,11 +211,14 @@ class EngineModel:
         if stream.done:
             return
         rid = holder.get("rid", out.request_id)
-        if out.finish_reason == "cancelled" or stream.sink.is_cancelled():
+        if stream.sink.is_cancelled():  # the client went away: nobody reads an answer
             stream.done = True
             self._forget(stream)
             self.loop.cancel(rid)
             stream.sink.close()
+            return
+        if out.finish_reason == "cancelled":  # a `stop` (or the BLS, or postprocessing): answer what it made
+            self._deliver(stream, out, [], True, "cancelled")  # as the C++ backend's final CANCELLED response
             return
         stream.generated += len(out.new_token_ids)
         stream.log_probs.extend(out.new_log_probs or [])

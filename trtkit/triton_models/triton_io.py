@@ -50,6 +50,12 @@ def requested_outputs(request: Any) -> set[str]:
     return set(request.requested_output_names())
 
 
+def text_of(array: np.ndarray | None) -> str:
+    """The first element of a BYTES tensor as text; "" when there is none."""
+    value = np.asarray(array).reshape(-1) if array is not None else np.empty(0)
+    return value[0].decode() if value.size and isinstance(value[0], bytes) else ""
+
+
 INTERNAL_PREFIX = "internal error: "
 
 

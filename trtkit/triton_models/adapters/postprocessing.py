@@ -8,16 +8,13 @@ input, as the BLS does) and still answers with a success. An error (``TritonErro
 Python backend docs advise) would make 2.51's ensemble scheduler drop the rest of the engine's stream,
 final flag included, and keep the ensemble request in flight forever (fixed upstream in core#466)."""
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from trtkit.stop_request import STOP_TENSORS
 from trtkit.triton_models import triton_io
 from trtkit.triton_models.detokenizer import DecodeOptions, find_anchor
 from trtkit.triton_models.postprocessing import Postprocessor
 from trtkit.triton_models.preprocessing import load_tokenizer
-
-STOP_INPUTS = {"stop": np.array([[True]]), "input_ids": np.zeros((1, 1), dtype=np.int32),
-               "input_lengths": np.ones((1, 1), dtype=np.int32), "request_output_len": np.ones((1, 1), dtype=np.int32)}
 
 
 class TritonPythonModel:
@@ -45,7 +42,7 @@ class TritonPythonModel:
         if not request_id:
             return
         request = pb_utils.InferenceRequest(model_name=self.engine_name, requested_output_names=["output_ids"],
-                                            inputs=triton_io.to_tensors(pb_utils, STOP_INPUTS), request_id=request_id)
+                                            inputs=triton_io.to_tensors(pb_utils, STOP_TENSORS), request_id=request_id)
         try:
             for _ in request.exec(decoupled=True) if self.engine_decoupled else [request.exec()]:
                 pass
@@ -56,7 +53,4 @@ class TritonPythonModel:
 def _engine_key(request):
     """The CPU engine's request key (``cpu_request_key``, wired by the CPU ensemble); "" when absent."""
     tensor = pb_utils.get_input_tensor_by_name(request, "ENGINE_REQUEST_KEY")
-    if tensor is None:
-        return ""
-    value = tensor.as_numpy().reshape(-1)
-    return value[0].decode() if value.size and isinstance(value[0], bytes) else ""
+    return "" if tensor is None else triton_io.text_of(tensor.as_numpy())

@@ -4,13 +4,14 @@ All logic lives in trtkit.triton_models.bls; this file makes the BLS calls and s
 Decoupled requests each run on their own thread, so one instance serves many streams at once."""
 
 import collections
+import contextlib
 import threading
 import time
 import uuid
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from trtkit.stop_request import STOP_TENSORS
 from trtkit.triton_models import triton_io
 from trtkit.triton_models.bls import Bls, BlsCalls
 from trtkit.triton_models.detokenizer import DecodeOptions, find_anchor
@@ -21,7 +22,8 @@ PRE_OUTPUTS = ["INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "STOP_WORD
                "OUT_END_ID", "OUT_PAD_ID"]
 ENGINE_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs", "num_input_tokens",
                   "num_output_tokens", "kv_cache_reused_blocks", "batch_index"]
-CPU_EXTRA_OUTPUTS = ["num_cached_tokens", "finish_reason"]
+CPU_EXTRA_OUTPUTS = ["num_cached_tokens", "finish_reason", "cpu_request_key"]
+ENGINE_KEY = "cpu_request_key"
 
 
 class RetiredIterators:
@@ -103,7 +105,8 @@ class TritonPythonModel:
 
     def _answer_one(self, request):
         box = {}
-        calls = BlsCalls(self._preprocess, self._engine, lambda outputs, final: box.update(outputs=outputs),
+        engine, _ = self._engine_of(request.request_id())  # one complete answer: nothing left to stop
+        calls = BlsCalls(self._preprocess, engine, lambda outputs, final: box.update(outputs=outputs),
                          lambda: False)
         try:
             self.bls.run(triton_io.inputs_of(request), calls)
@@ -122,9 +125,8 @@ class TritonPythonModel:
             state["final"] = state["final"] or final
             sender.send(triton_io.response(pb_utils, outputs, requested), flags=FINAL if final else 0)
 
-        engine_id = uuid.uuid4().hex
-        calls = BlsCalls(self._preprocess, lambda inputs, stream: self._engine(inputs, stream, engine_id), send,
-                         sender.is_cancelled, lambda: self._stop_engine(engine_id))
+        engine, stop_engine = self._engine_of(request.request_id())
+        calls = BlsCalls(self._preprocess, engine, send, sender.is_cancelled, stop_engine)
         try:
             self.bls.run(triton_io.inputs_of(request), calls)
             if not state["final"]:
@@ -135,12 +137,31 @@ class TritonPythonModel:
         finally:
             self.threads.discard(threading.current_thread())
 
+    def _engine_of(self, request_id):
+        """The engine call of one client request, and how to stop it.
+
+        The engine request carries the client's request id, so a client's `stop` to the engine with that id
+        ends this request as it ends an ensemble request (trtkit/stop_request.py). Our own stops (client gone,
+        stop string) use the engine's key for the request where the CPU engine sends one, so a request that
+        shares its id with another never stops that other."""
+        engine_id = request_id or uuid.uuid4().hex
+        target = {"id": engine_id}
+
+        def engine(inputs, stream):
+            single = len(inputs["input_ids"]) == 1  # a batched request is stopped whole, by its id
+            with contextlib.closing(self._engine(inputs, stream, engine_id)) as responses:
+                for outputs in responses:
+                    key = outputs.pop(ENGINE_KEY, None)
+                    if single and key is not None:
+                        target["id"] = triton_io.text_of(key) or engine_id
+                    yield outputs
+
+        return engine, lambda: self._stop_engine(target["id"])
+
     def _stop_engine(self, engine_id):
-        """The template's `stop` input: cancels the engine request that carries the same request id."""
-        stop = {"stop": np.array([[True]]), "input_ids": np.zeros((1, 1), dtype=np.int32),
-                "input_lengths": np.ones((1, 1), dtype=np.int32), "request_output_len": np.ones((1, 1), dtype=np.int32)}
+        """The template's `stop` input: cancels the engine request that carries this id (or engine key)."""
         request = pb_utils.InferenceRequest(model_name=self.engine_name, requested_output_names=["output_ids"],
-                                            inputs=triton_io.to_tensors(pb_utils, stop), request_id=engine_id)
+                                            inputs=triton_io.to_tensors(pb_utils, STOP_TENSORS), request_id=engine_id)
         try:
             if not self.engine_decoupled:
                 request.exec()
