@@ -156,11 +156,25 @@ def test_a_killed_engine_stub_mid_stream_ends_by_the_deadline_and_later_requests
             first = "deadline"
         except ClientError:
             first = "error"
-        with pytest.raises(ClientError, match="Stub process 'tensorrt_llm_0_0' is not healthy"):
+        if first == "deadline":  # a stop to a dead stub fails: the client cancels the call instead
+            assert metrics.value("trtkit_client_early_ends_total", model="tiny-llama", how="call_cancel") == 1
+        with pytest.raises(ClientError) as refused:
             client.generate("Are you back?", SamplingParams(max_tokens=4))
         assert scope.reserved_tokens == 0
+    if "Stub process 'tensorrt_llm_0_0' is not healthy" in str(refused.value):
         assert metrics.value("trtkit_client_retries_total", model="tiny-llama") == 0  # not retried: an answer
-    assert [r[0] for r in ledger_rows()] == [first, "error"]
+        assert [r[0] for r in ledger_rows()] == [first, "error"]
+        return
+    # Seen once in about 30 runs: the SIGKILL landed while the stub held the lock of a shared-memory message queue,
+    # and tritonserver aborted at its next request to that model (python_backend r24.10 src/python_be.cc
+    # SendMessageToStub -> MessageQueue::Push: boost::interprocess::lock_exception, terminate). The client
+    # then reports an unreachable server, after its retries: still a clear error, never a hang.
+    assert isinstance(refused.value, ServerUnavailableError), refused.value
+    gone_by = time.monotonic() + 30
+    while fault_server.is_running() and time.monotonic() < gone_by:
+        time.sleep(0.1)
+    assert not fault_server.is_running() and "boost::interprocess::lock_exception" in fault_server.log_tail(80)
+    assert [r[0] for r in ledger_rows()] == [first]  # never reached a server: no row, its reservation released
 
 
 def test_a_killed_server_fails_streams_without_retry_and_new_requests_after_retries(fault_server, config) -> None:
