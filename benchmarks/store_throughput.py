@@ -194,17 +194,21 @@ def percentile(sorted_values: list[float], pct: float) -> float:
 
 def profile_admission(url: str, samples: int = 200) -> dict:
     """Statements and round trips of one admission and one settle on PostgreSQL, timed from the client.
-    A round trip is an ``execute`` outside a pipeline, or one pipeline block (its statements go in one
-    flight and come back at its Sync)."""
+    A round trip is an ``execute`` outside a pipeline, one pipeline block (its statements go in one flight
+    and come back at its Sync), or one prepared call through libpq (``pg_prepared.run_prepared``, what
+    admission and settle use)."""
     import contextlib
 
     import psycopg
+
+    from trtkit.store import postgres_db
 
     store = open_gateway_store(url, lease_seconds=300, keep_leases=False)
     budgets, rate = limits_for(f"profile-{time.time_ns()}")
     store.settle(store.reserve(PROMPT_PLUS_MAX_TOKENS, 0.0, budgets, rate), 64, 0.0)
     trace: dict = {"statements": [], "round_trips": 0, "wire_s": 0.0, "depth": 0}
     original_execute, original_pipeline = psycopg.Connection.execute, psycopg.Connection.pipeline
+    original_prepared = postgres_db.run_prepared
 
     def execute(self, query, params=None, **kw):  # type: ignore[no-untyped-def]
         trace["statements"].append(str(query).split()[0].upper())
@@ -214,6 +218,15 @@ def profile_admission(url: str, samples: int = 200) -> dict:
         t0 = time.perf_counter()
         try:
             return original_execute(self, query, params, **kw)
+        finally:
+            trace["wire_s"] += time.perf_counter() - t0
+
+    def run_prepared(conn, sql, params):  # type: ignore[no-untyped-def]
+        trace["statements"].append(sql.split()[0].upper())
+        trace["round_trips"] += 1
+        t0 = time.perf_counter()
+        try:
+            return original_prepared(conn, sql, params)
         finally:
             trace["wire_s"] += time.perf_counter() - t0
 
@@ -230,6 +243,7 @@ def profile_admission(url: str, samples: int = 200) -> dict:
             trace["wire_s"] += time.perf_counter() - t0
 
     psycopg.Connection.execute, psycopg.Connection.pipeline = execute, pipeline  # type: ignore[method-assign,assignment]
+    postgres_db.run_prepared = run_prepared  # type: ignore[assignment]
     admissions, settles = [], []
     try:
         for _ in range(samples):
@@ -239,6 +253,7 @@ def profile_admission(url: str, samples: int = 200) -> dict:
             settles[-1].pop("result")
     finally:
         psycopg.Connection.execute, psycopg.Connection.pipeline = original_execute, original_pipeline  # type: ignore[method-assign]
+        postgres_db.run_prepared = original_prepared
         store.close()
     return {"admission": _summary(admissions), "settle": _summary(settles)}
 
@@ -328,7 +343,7 @@ def report(rows: list[dict], profile: dict, seconds: float, hot_key: bool) -> No
             continue
         if name.startswith("pg_32_writers_admissions"):
             print(f"MISSED {name}: {rate} (target {TARGET_ADMISSIONS_PER_S}); where the time goes: the CPU line above "
-                  "(the writers' Python + psycopg and PostgreSQL's backends share the cores; with 32 processes of each "
+                  "(the writers' Python + libpq and PostgreSQL's backends share the cores; with 32 processes of each "
                   "on 2 cores both cost more per operation than with 8: scheduling and cache misses)")
         else:
             print(f"MISSED {name}: p99 {p99} ms at {paced['admissions_per_s'] if paced else None}/s carried of "

@@ -94,7 +94,7 @@ class SqlGatewayStore:
     def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None) -> Hold:
         """All holds or none, in one transaction sent in one flight; raises Refused naming the limit that
         said no. Holds are transient (the ledger is the record), so their commits need not wait for the disk."""
-        hold = Hold(uuid.uuid4().hex, tokens, cost, holds.merged_budgets(budgets), rate)
+        hold = Hold(os.urandom(16).hex(), tokens, cost, holds.merged_budgets(budgets), rate)
         impossible = holds.never_fits(tokens, cost, hold.budgets, rate)
         if impossible is not None:
             raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate))

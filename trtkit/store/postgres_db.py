@@ -17,6 +17,7 @@ from psycopg import errors as pg_errors
 
 from trtkit.errors import StoreUnavailable
 from trtkit.store.dialect import POSTGRESQL, Dialect
+from trtkit.store.pg_prepared import run_prepared
 from trtkit.store.session import LimitReached, Result, Session, Statement
 from trtkit.store.url import StoreUrl
 
@@ -89,12 +90,13 @@ class PostgresDatabase:
     def batch(self, statements: Sequence[Statement]) -> list[Result]:
         """Fixed statements sent in one flight: one round trip, one implicit transaction that commits or rolls
         back whole (several statements go in pipeline mode; admission and settle on PostgreSQL are one
-        function call each, so the gateway sends one). Not retried once sent (it may have committed)."""
+        function call each, so the gateway sends one, prepared, through libpq: ``pg_prepared``). Not retried
+        once sent (it may have committed)."""
         conn = self._acquire()
         try:
-            if len(statements) == 1:  # one statement is one flight already; a pipeline only adds client work
+            if len(statements) == 1:  # admission and settle: one prepared call through libpq (pg_prepared)
                 sql, params = statements[0]
-                cursors = [conn.execute(POSTGRESQL.sql(sql), tuple(params))]  # type: ignore[arg-type]
+                results = [run_prepared(conn, sql, params)]
             else:
                 # Unprepared: a failing statement aborts the rest of the flight, and psycopg (3.3) may then count
                 # as prepared a statement of that flight the server never parsed ("prepared statement _pg3_N
@@ -102,7 +104,10 @@ class PostgresDatabase:
                 with conn.pipeline():
                     cursors = [conn.execute(POSTGRESQL.sql(sql), tuple(params), prepare=False)  # type: ignore[arg-type]
                                for sql, params in statements]
-            results = [Result(c.fetchall() if c.description else [], c.rowcount) for c in cursors]
+                results = [Result(c.fetchall() if c.description else [], c.rowcount) for c in cursors]
+        except LimitReached:
+            self._release(conn)
+            raise
         except pg_errors.DivisionByZero as exc:
             self._release(conn)
             raise LimitReached(str(exc)) from exc
