@@ -47,38 +47,51 @@ def quality_against_fp32(fp32: LLMEngine, candidate: LLMEngine, blocks: list[lis
     return Quality(agree / total, math.exp(nll["candidate"] / total), math.exp(nll["fp32"] / total), total)
 
 
-def decode_step_ms(model_dir: Path, dtype: str, threads: int, contexts: list[int], steps: int = 5) -> float:
-    """Median decode step of one request per context (the K/V is placed in the cache directly: its values do
-    not change the cost)."""
+GROWTH_STEPS = 15  # timed steps per batch; the three batches take turns, step by step
+
+
+def decode_engine(model_dir: Path, dtype: str, threads: int, contexts: list[int], steps: int) -> LLMEngine:
+    """An engine holding one running request per context (the K/V is placed in the cache directly: its values do
+    not change the cost), able to take ``steps`` more decode steps."""
     longest = max(contexts)
     config = EngineConfig(max_batch_size=len(contexts), max_num_tokens=2048, max_input_len=min(longest, 2048),
-                          max_seq_len=longest + 64, tokens_per_block=16,
-                          max_tokens_in_paged_kv_cache=sum(contexts) + 64 * len(contexts),
+                          max_seq_len=longest + 2 * steps + 8, tokens_per_block=16,
+                          max_tokens_in_paged_kv_cache=sum(contexts) + (2 * steps + 8) * len(contexts),
                           enable_kv_cache_reuse=False, scheduler_policy="max_utilization",
                           dtype=dtype, num_threads=threads)  # type: ignore[arg-type]
     engine = LLMEngine.from_pretrained(model_dir, config)
     for index, context in enumerate(contexts):
-        seq = Sequence(f"r{index}", [7] * (context + 1), context + 1, SamplingParams(max_tokens=32, end_id=-1), None)
+        seq = Sequence(f"r{index}", [7] * (context + 1), context + 1,
+                       SamplingParams(max_tokens=2 * steps + 4, end_id=-1), None)
         engine.block_manager.append_slots(seq, context + 1)
         seq.num_computed_tokens = context
         seq.status = SequenceStatus.RUNNING
         engine.scheduler.running.append(seq)
         engine.sequences[seq.request_id] = seq
     engine.step()  # warm-up
-    samples = []
+    return engine
+
+
+def decode_steps_ms(model_dir: Path, dtype: str, threads: int, batches: dict[str, list[int]],
+                    steps: int = GROWTH_STEPS) -> dict[str, float]:
+    """Median decode step of each batch. The batches take turns, one step each, so a change in the machine's
+    speed while they run (another tenant, the clock) falls on all of them alike instead of on one."""
+    engines = {name: decode_engine(model_dir, dtype, threads, contexts, steps) for name, contexts in batches.items()}
+    samples: dict[str, list[float]] = {name: [] for name in batches}
     for _ in range(steps):
-        start = time.perf_counter()
-        engine.step()
-        samples.append(time.perf_counter() - start)
-    return sorted(samples)[len(samples) // 2] * 1e3
+        for name, engine in engines.items():
+            start = time.perf_counter()
+            engine.step()
+            samples[name].append(time.perf_counter() - start)
+    return {name: sorted(s)[len(s) // 2] * 1e3 for name, s in samples.items()}
 
 
 def decode_growth(model_dir: Path, dtype: str, threads: int) -> dict[str, float]:
     """Batch-16 decode step: all at context 128; one of them at 2048 (the longest grows, the others stay);
-    all at 2048 (every sequence reads 16x more K/V)."""
-    short = decode_step_ms(model_dir, dtype, threads, [128] * 16)
-    one_long = decode_step_ms(model_dir, dtype, threads, [128] * 15 + [2048])
-    all_long = decode_step_ms(model_dir, dtype, threads, [2048] * 16)
+    all at 2048 (every sequence reads 16x more K/V). Interleaved, GROWTH_STEPS steps each."""
+    ms = decode_steps_ms(model_dir, dtype, threads, {"short": [128] * 16, "one_long": [128] * 15 + [2048],
+                                                     "all_long": [2048] * 16})
+    short, one_long, all_long = ms["short"], ms["one_long"], ms["all_long"]
     return {"b16_ctx128_ms": round(short, 1), "b16_one_at_2048_ms": round(one_long, 1),
             "b16_all_at_2048_ms": round(all_long, 1), "growth_longest": round(one_long / short, 3),
-            "growth_all": round(all_long / short, 3)}
+            "growth_all": round(all_long / short, 3), "steps": GROWTH_STEPS}

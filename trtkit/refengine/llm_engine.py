@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from trtkit.errors import EngineError, InvalidInputError
+from trtkit.refengine.allocator import keep_freed_memory
 from trtkit.refengine.block_manager import BlockManager
 from trtkit.refengine.config import EngineConfig
 from trtkit.refengine.cpu_features import native_bf16_flags, usable_cores
@@ -67,6 +68,7 @@ class LLMEngine:
             raise EngineError(f"the weights are {weights.embed.dtype} but engine.dtype is {config.dtype}; load them "
                               "with load_model(path, dtype) in the engine's dtype, or use LLMEngine.from_pretrained")
         torch.set_num_threads(config.num_threads or usable_cores())
+        keep_freed_memory()  # a step's large temporaries reuse the heap instead of page-faulting anew (allocator.py)
         num_blocks = config.num_blocks_for(KVCache.bytes_per_token(spec.num_layers, spec.num_kv_heads,
                                                                    spec.head_dim, dtype))
         blocks_per_seq = -(-config.max_seq_len // config.tokens_per_block)
