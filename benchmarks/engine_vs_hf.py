@@ -12,17 +12,19 @@ Also measured:
 - quality of each mode against fp32: top-1 agreement and perplexity on held-out text of the bundled corpus;
 - KV waste of what the scheduler holds, (reserved + allocated - filled) / (reserved + allocated), averaged
   over the steps of the engine run, under both scheduler policies (the engine runs once under each);
-- the decode step at batch 16: all at context 128, one of the 16 at 2048, all 16 at 2048;
+- the decode step at batch 16: all at context 128, one of the 16 at 2048, all 16 at 2048 (the three batches
+  take turns, one step each, 15 steps: engine_checks.decode_growth);
 - time to first token with a shared 512-token system prompt, KV reuse on vs off.
 
-    python benchmarks/engine_vs_hf.py                  # everything (fp32 + bf16): fp32 alone took 17 min, bf16 not yet timed
-    python benchmarks/engine_vs_hf.py --modes fp32     # 17 minutes on a quiet 2-core Zen 4 (2026-12-03)
+    python benchmarks/engine_vs_hf.py                  # everything (fp32 + bf16): 19-20 min on a quiet 2-core Zen 4 (2026-12-04)
+    python benchmarks/engine_vs_hf.py --modes fp32     # about 13 minutes (2026-12-04; 17 on an older machine)
     python benchmarks/engine_vs_hf.py --quick          # 16 short requests, 5-10 minutes
     python benchmarks/engine_vs_hf.py --quick --skip-hf --modes fp32   # engine figures only, 2-3 minutes
 
-Run time, measured (`--modes fp32`, quiet 2-core Zen 4, 2026-12-03): 17 minutes: our engine 2 x 2.3 min, transformers
-one at a time 0.7 min, static batches 5 min, continuous batching 5 min, the rest (decode-step, prefix and quality
-probes) 2 min. The bf16 mode adds about as much again (not yet timed).
+Run time, measured (quiet 2-core Zen 4, 2026-12-04, both modes): 19-20 minutes. fp32: our engine 2 x 1.8 min,
+transformers one at a time 0.6 min, static batches 4 min, continuous batching 4 min; bf16: our engine 2 x 0.8 min,
+static 2.5 min, continuous 2.6 min; the rest (quality, decode-step and prefix probes) about 1.5 min. An older,
+slower machine took 17 minutes for fp32 alone (2026-12-03).
 """
 
 from __future__ import annotations
