@@ -13,7 +13,12 @@ _CYCLES = """
 import json, resource, sys
 import torch
 from trtkit.refengine.allocator import keep_freed_memory
-applied = keep_freed_memory() if sys.argv[1] == "on" else False
+if sys.argv[1] == "on":
+    applied = keep_freed_memory()
+else:  # glibc's starting thresholds, held there: every large block comes from, and goes back to, the kernel
+    import ctypes
+    mallopt = ctypes.CDLL(None).mallopt
+    applied = not (mallopt(-3, 128 * 1024) == 1 and mallopt(-1, 128 * 1024) == 1)
 # one decode step's attention at batch 16, context 2,048 (SmolLM2's 3 KV heads of 64), as model.py runs it:
 # per layer, whole blocks of K and V gathered (25 MB each) and attended; 30 layers
 cache = torch.randn(16 * 2048 + 64, 3, 64)
@@ -41,11 +46,14 @@ def _faults(mode: str) -> dict:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt is Linux-only")
 def test_freed_step_memory_is_reused_instead_of_faulting_again() -> None:
-    default, kept = _faults("off"), _faults("on")
-    assert kept["applied"] is True
-    # 3 steps of 30 layers, 50 MB of gathers each: about 12,000 pages per layer when they come back from the kernel
-    assert default["faults"] > 3 * 30 * 12000 // 4, default
-    assert kept["faults"] < default["faults"] // 10, (kept, default)
+    """glibc adapts its thresholds as it goes, so how often the default faults varies from run to run (80k to 570k
+    faults for these 3 steps were seen); held at its starting values it faults on nearly every page, and with the
+    engine's thresholds on almost none."""
+    pages_touched = 3 * 30 * 2 * (25 * 1024 * 1024 // 4096)  # 3 steps x 30 layers x K and V of 25 MB
+    small, kept = _faults("off"), _faults("on")
+    assert small["applied"] is False and kept["applied"] is True
+    assert small["faults"] > pages_touched // 2, small
+    assert kept["faults"] < pages_touched // 50, kept
 
 
 def test_applying_twice_is_harmless() -> None:
