@@ -97,7 +97,7 @@ def run_in_process(loop, tokenizer, jobs: list[tuple[str, int]]) -> Round:  # ty
     """All requests submitted at once; every new token is detokenized incrementally on the loop thread, as
     the server's engine model does (its token gate) and as a streaming caller must."""
     from trtkit.refengine import SamplingParams
-    from trtkit.triton_models.detokenizer import IncrementalDetokenizer, find_anchor
+    from trtkit.tokenizer.detokenizer import IncrementalDetokenizer, find_anchor
 
     anchor = find_anchor(tokenizer)
     tokens, remaining, done = [0], [len(jobs)], threading.Event()
@@ -184,7 +184,7 @@ def detok_cost(tokenizer_dir: str, num_tokens: int, total_tokens: int = 8000, re
     so the comparison is of cost per token, not of timer noise."""
     from transformers import AutoTokenizer
 
-    from trtkit.triton_models.detokenizer import IncrementalDetokenizer, find_anchor
+    from trtkit.tokenizer.detokenizer import IncrementalDetokenizer, find_anchor
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     ids = tokenizer.encode(DETOK_TEXT, add_special_tokens=False)

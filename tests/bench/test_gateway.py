@@ -26,7 +26,7 @@ def test_http_bench_counts_equal_server_counters_and_the_ledger(live_server, tin
         workload = WorkloadSpec("synthetic", LengthDist("fixed", 16), LengthDist("uniform", 4, 12),
                                 force_output_len=True)
         folder = run_bench(spec, workload, tiny_bench_counter, tmp_path / "run", metrics_url=live_server.metrics_url,
-                           entry_model="tensorrt_llm_bls", api_key=secret)
+                           entry_model=None, api_key=secret)  # default: the gateway's model
         run = read_run(folder)
         for s in run.summaries:
             assert s["errors"] == 0

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from trtkit.tokenizer.detokenizer import decode_continuation, find_anchor, without_broken_tail
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
-from trtkit.triton_models.detokenizer import decode_continuation, find_anchor, without_broken_tail
 
 DTYPES = {np.object_: "BYTES", np.int32: "INT32", np.bool_: "BOOL", np.float32: "FP32", np.uint64: "UINT64"}
 

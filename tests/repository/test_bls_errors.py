@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trtkit.tokenizer.detokenizer import find_anchor
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.triton_models.bls import Bls, BlsCalls
-from trtkit.triton_models.detokenizer import find_anchor
 
 
 def _pre(_inputs: dict) -> dict:

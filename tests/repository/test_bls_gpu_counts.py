@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from trtkit.tokenizer.detokenizer import find_anchor
 from trtkit.triton_models.bls import Bls, BlsCalls
-from trtkit.triton_models.detokenizer import find_anchor
 
 TEXT = "The answer is forty-two. STOP and then the engine would go on and on and on."
 

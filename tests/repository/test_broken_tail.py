@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trtkit.triton_models.detokenizer import (
+from trtkit.tokenizer.detokenizer import (
     IncrementalDetokenizer,
     decode_continuation,
     find_anchor,

@@ -5,14 +5,14 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trtkit.triton_models.detokenizer import (
+from trtkit.tokenizer.detokenizer import (
     IncrementalDetokenizer,
     decode_continuation,
     find_anchor,
     without_broken_tail,
 )
+from trtkit.tokenizer.stopping import StopFilter, truncate_at_stop
 from trtkit.triton_models.postprocessing import Postprocessor
-from trtkit.triton_models.stopping import StopFilter, truncate_at_stop
 from trtkit.triton_models.token_gate import TokenGate
 
 SAMPLES = ["hello world 你好，世界", "日本語のテキストです。カタカナ", "emoji 🎉👍🏽👨‍👩‍👧 done",

@@ -13,7 +13,7 @@ import pytest
 from echo_model import CYCLE_TEXT
 from live_client import Live, inputs
 
-from trtkit.triton_models.detokenizer import decode_continuation, find_anchor
+from trtkit.tokenizer.detokenizer import decode_continuation, find_anchor
 
 pytestmark = pytest.mark.slow
 # max_tokens -> the answer: the emoji cut after 2 of its 3 tokens, a token holding " " plus half of 日,

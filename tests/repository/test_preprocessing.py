@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trtkit.engine_wire import list_to_words, words_to_list
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
-from trtkit.triton_models.preprocessing import Limits, Preprocessor, list_to_words, words_to_list
+from trtkit.triton_models.preprocessing import Limits, Preprocessor
 from trtkit.triton_models.requests import InvalidRequest, min_tokens_of, sampling_from
 
 

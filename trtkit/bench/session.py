@@ -19,6 +19,7 @@ from trtkit.bench.runner import Progress, SweepRun, run_sweep_blocking
 from trtkit.bench.spec import BenchSpec
 from trtkit.bench.workloads import LengthDist, WorkloadSpec, build_workload
 from trtkit.client.tokens import TokenCounter
+from trtkit.stop_request import ENGINE_MODEL  # the model the gateway calls
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def run_bench(spec: BenchSpec, workload_spec: WorkloadSpec, counter: TokenCounte
     records = [r for point in sweep.points for r in point.records]
     count_locally(records, workload, counter)
     meta = _meta(spec, workload_spec, sweep, started, command, metrics_url,
-                 entry_model or (spec.model if spec.endpoint.kind == "grpc" else "ensemble"))
+                 entry_model or (spec.model if spec.endpoint.kind == "grpc" else ENGINE_MODEL))
     meta["label"] = label or spec.model
     run = RunData(meta, records, sweep.samples)
     run.summaries = summarize(run)

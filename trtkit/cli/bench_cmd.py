@@ -49,7 +49,7 @@ def bench(
     metrics_url: Annotated[str | None, Opt(help="Triton metrics URL (default http://HOST:8002/metrics; 'none' "
                                                 "to skip the engine's view)")] = None,
     entry_model: Annotated[str | None, Opt(help="Triton model whose counters the requests land on (default: "
-                                                "--model over gRPC, ensemble behind the gateway)")] = None,
+                                                "--model over gRPC, tensorrt_llm behind the gateway: it calls the engine model)")] = None,
     api_key: Annotated[str | None, Opt(help="API key for the gateway (default: $OPENAI_API_KEY)")] = None,
     max_in_flight: Annotated[int, Opt(help="Bound on requests in flight at a --rate point")] = 256,
     allow_remote: Annotated[bool, Opt("--allow-remote", help="Allow a non-loopback endpoint")] = False,

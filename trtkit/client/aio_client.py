@@ -25,14 +25,7 @@ from trtkit.client.governor import PreparedRequest
 from trtkit.client.ledger import Ledger
 from trtkit.client.metrics import ClientMetrics
 from trtkit.client.params import SamplingParams
-from trtkit.client.protocol import (
-    Delta,
-    is_final_response,
-    parse_response,
-    request_inputs,
-    stop_inputs,
-    stop_outcome,
-)
+from trtkit.client.protocol import Delta, stop_inputs, stop_outcome
 from trtkit.client.results import GenerationResult, StreamChunk
 from trtkit.client.tokens import TokenCounter
 from trtkit.client.transport import (
@@ -40,11 +33,11 @@ from trtkit.client.transport import (
     FINISH_DEADLINE,
     ServerUnavailableError,
     backoff_s,
-    declared_inputs,
     is_server_failure,
     is_unavailable,
     make_setup,
 )
+from trtkit.client.wire import TextReader, TokenReader, Wire, wire_for
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ClientError
 from trtkit.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
@@ -91,7 +84,8 @@ class AsyncTritonLLMClient:
                                 model_name=model_name, budgets=budgets)
         self.governor = self.setup.governor
         self._client: aiogrpc.InferenceServerClient | None = None
-        self._declared: dict[str, str] | None = None
+        self._wire: Wire | None = None
+        self._tokens_per_block = config.build.tokens_per_block
         self._metadata_lock: asyncio.Lock | None = None  # made in the running loop, on first use
         self._streams: weakref.WeakSet[AsyncGenerator[StreamChunk, None]] = weakref.WeakSet()
 
@@ -203,8 +197,9 @@ class AsyncTritonLLMClient:
         while True:
             reader = None
             try:
-                reader = CallReader(await self._open(request, stream, deadline))
-                async for item in self._receive(reader, deadline):
+                call, decoder = await self._open(request, stream, deadline)
+                reader = CallReader(call)
+                async for item in self._receive(reader, decoder, deadline):
                     yield item
                     if isinstance(item, str) or item.is_final:
                         return
@@ -274,30 +269,35 @@ class AsyncTritonLLMClient:
             if not reader.task.done():
                 reader.call.cancel()
 
-    async def _open(self, request: PreparedRequest, stream: bool, deadline: float):  # type: ignore[no-untyped-def]
+    async def _open(self, request: PreparedRequest, stream: bool,  # type: ignore[no-untyped-def]
+                    deadline: float) -> tuple[object, TextReader | TokenReader]:
         client = self._connect()
-        declared = self._declared or await self._fetch_declared(client)
-        inputs = request_inputs(request.prompt, request.params, stream=stream, declared=declared)
-        model_name = self.setup.model_name
+        wire = self._wire or await self._fetch_wire(client)
+        inputs, outputs = wire.request(request, stream=stream)
+        message = {"model_name": self.setup.model_name, "inputs": inputs, "request_id": request.request_id}
+        if outputs is not None:
+            message["outputs"] = outputs
 
         async def requests():  # type: ignore[no-untyped-def]
-            yield {"model_name": model_name, "inputs": inputs, "request_id": request.request_id}
+            yield message
 
         # past our own deadline and the time a stop may take: gRPC's deadline is a cancel (trtkit/stop_request.py)
-        return client.stream_infer(requests(), stream_timeout=max(0.001, deadline - time.monotonic()) + STOP_GRACE_S + 1.0)
+        call = client.stream_infer(requests(), stream_timeout=max(0.001, deadline - time.monotonic()) + STOP_GRACE_S + 1.0)
+        return call, wire.reader(request)
 
-    async def _fetch_declared(self, client: aiogrpc.InferenceServerClient) -> dict[str, str]:
-        """The model's inputs, asked once: the first requests of a burst wait for one answer instead of each
-        asking (a metadata reply costs ~7 ms of CPU to turn into JSON; 64 at once stalled the loop)."""
+    async def _fetch_wire(self, client: aiogrpc.InferenceServerClient) -> Wire:
+        """The model's inputs and outputs, asked once: the first requests of a burst wait for one answer instead
+        of each asking (a metadata reply costs ~7 ms of CPU to turn into JSON; 64 at once stalled the loop)."""
         if self._metadata_lock is None:
             self._metadata_lock = asyncio.Lock()
         async with self._metadata_lock:
-            if self._declared is None:
+            if self._wire is None:
                 metadata = await client.get_model_metadata(self.setup.model_name, as_json=True)
-                self._declared = declared_inputs(metadata)
-            return self._declared
+                self._wire = wire_for(metadata, self.governor.counter, self._tokens_per_block)
+            return self._wire
 
-    async def _receive(self, reader: CallReader, deadline: float) -> AsyncIterator[Delta | str]:
+    async def _receive(self, reader: CallReader, decoder: TextReader | TokenReader,
+                       deadline: float) -> AsyncIterator[Delta | str]:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -316,6 +316,6 @@ class AsyncTritonLLMClient:
             if error is not None:
                 reader.final_seen = True  # an error ends the request
                 raise error
-            delta = parse_response(result.as_numpy, is_final_response(result))
-            reader.final_seen = delta.is_final
+            delta = decoder.read(result)
+            reader.final_seen = delta.is_final and not delta.engine_running
             yield delta

@@ -42,6 +42,7 @@ class PreparedRequest:
     reservation: Reservation | None
     started: float = field(default_factory=time.perf_counter)
     truncated_tokens: int = 0
+    prompt_ids: list[int] = field(default_factory=list)  # what the token path sends the engine model
 
 
 @dataclass(slots=True)
@@ -97,7 +98,8 @@ class Governor:
         except BudgetExceededError:
             self.metrics.budget_rejections.labels(self.model).inc()
             raise
-        return PreparedRequest(request_id, prompt, len(ids), params, caller, key, reservation, started, truncated)
+        return PreparedRequest(request_id, prompt, len(ids), params, caller, key, reservation, started, truncated,
+                               list(ids))
 
     def _max_tokens(self, requested: int | None, prompt_tokens: int) -> int:
         max_seq_len = self.config.build.max_seq_len

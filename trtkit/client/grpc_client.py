@@ -23,14 +23,7 @@ from trtkit.client.governor import PreparedRequest
 from trtkit.client.ledger import Ledger
 from trtkit.client.metrics import ClientMetrics
 from trtkit.client.params import SamplingParams
-from trtkit.client.protocol import (
-    Delta,
-    is_final_response,
-    parse_response,
-    request_inputs,
-    stop_inputs,
-    stop_outcome,
-)
+from trtkit.client.protocol import Delta, is_final_response, stop_inputs, stop_outcome
 from trtkit.client.results import GenerationResult, StreamChunk
 from trtkit.client.tokens import TokenCounter
 from trtkit.client.transport import (
@@ -38,11 +31,11 @@ from trtkit.client.transport import (
     FINISH_DEADLINE,
     ServerUnavailableError,
     backoff_s,
-    declared_inputs,
     is_server_failure,
     is_unavailable,
     make_setup,
 )
+from trtkit.client.wire import TextReader, TokenReader, Wire, wire_for
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ClientError
 from trtkit.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
@@ -62,7 +55,8 @@ class TritonLLMClient:
         self._idle: queue.SimpleQueue[grpcclient.InferenceServerClient] = queue.SimpleQueue()
         self._active: dict[str, queue.SimpleQueue] = {}
         self._lock = threading.Lock()
-        self._declared: dict[str, str] | None = None
+        self._wire: Wire | None = None
+        self._tokens_per_block = config.build.tokens_per_block
 
     # -- public API -------------------------------------------------------------------------------
     def generate(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
@@ -163,9 +157,9 @@ class TritonLLMClient:
             while True:
                 client = self._idle.get() if not self._idle.empty() else grpcclient.InferenceServerClient(self.url)
                 try:
-                    self._send(client, request, stream, inbox, deadline)
-                    for item in self._receive(inbox, deadline):
-                        done = isinstance(item, Delta) and item.is_final
+                    decoder = self._send(client, request, stream, inbox, deadline)
+                    for item in self._receive(inbox, decoder, deadline):
+                        done = isinstance(item, Delta) and item.is_final and not item.engine_running
                         yield item
                         if done or isinstance(item, str):
                             return
@@ -208,16 +202,18 @@ class TritonLLMClient:
                     self._idle.put(client)
 
     def _send(self, client: grpcclient.InferenceServerClient, request: PreparedRequest, stream: bool,
-              inbox: queue.SimpleQueue, deadline: float) -> None:
-        if self._declared is None:
-            self._declared = declared_inputs(client.get_model_metadata(self.setup.model_name, as_json=True))
-        inputs = request_inputs(request.prompt, request.params, stream=stream, declared=self._declared)
+              inbox: queue.SimpleQueue, deadline: float) -> TextReader | TokenReader:
+        if self._wire is None:
+            self._wire = wire_for(client.get_model_metadata(self.setup.model_name, as_json=True),
+                                  self.governor.counter, self._tokens_per_block)
+        inputs, outputs = self._wire.request(request, stream=stream)
         client.start_stream(callback=lambda result, error: inbox.put((result, error)),
                             # past our own deadline and the time a stop may take: the local deadline and the stop
                             # end the request, never gRPC's deadline (a cancel: see trtkit/stop_request.py)
                             stream_timeout=max(0.001, deadline - time.monotonic()) + STOP_GRACE_S + 1.0)
-        client.async_stream_infer(self.setup.model_name, inputs, request_id=request.request_id,
+        client.async_stream_infer(self.setup.model_name, inputs, outputs=outputs, request_id=request.request_id,
                                   enable_empty_final_response=True)
+        return self._wire.reader(request)
 
     def _stop_early(self, request_id: str, inbox: queue.SimpleQueue) -> bool:
         """Stop a request the caller left (cancel, deadline, guard) with the engine's `stop` input, and read its
@@ -255,7 +251,8 @@ class TritonLLMClient:
             else:
                 client.close()
 
-    def _receive(self, inbox: queue.SimpleQueue, deadline: float) -> Iterator[Delta | str]:
+    def _receive(self, inbox: queue.SimpleQueue, decoder: TextReader | TokenReader,
+                 deadline: float) -> Iterator[Delta | str]:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -271,7 +268,7 @@ class TritonLLMClient:
             result, error = item
             if error is not None:
                 raise error
-            yield parse_response(result.as_numpy, is_final_response(result))
+            yield decoder.read(result)
 
 
 def _read_to_final(inbox: queue.SimpleQueue, until: float) -> bool:

@@ -38,6 +38,9 @@ class Delta:
     # the C++ backend (GPU ensemble) counts each response's own tokens and sends no finish_reason tensor;
     # trtkit's models (the CPU engine, tensorrt_llm_bls) send running totals and a finish_reason tensor
     counts_per_response: bool = False
+    # the client ended the request (a stop string, on the token path) while the engine still generates:
+    # the transport stops it with the engine's `stop` request instead of waiting for its stream to end
+    engine_running: bool = False
 
 
 def request_inputs(prompt: str, params: SamplingParams, *, stream: bool,
@@ -62,13 +65,13 @@ def request_inputs(prompt: str, params: SamplingParams, *, stream: bool,
         if words:
             _require(name, declared)
             array = np.array([[w.encode("utf-8") for w in words]], dtype=np.object_)
-            inputs.append(_make_input(name, array, declared[name]))
+            inputs.append(make_input(name, array, declared[name]))
     return inputs
 
 
 def stop_inputs() -> list[grpcclient.InferInput]:
     """The engine's ``stop`` request (send it to ``stop_request.ENGINE_MODEL`` with the request's id)."""
-    return [_make_input(name, array, STOP_DATATYPES[name]) for name, array in STOP_TENSORS.items()]
+    return [make_input(name, array, STOP_DATATYPES[name]) for name, array in STOP_TENSORS.items()]
 
 
 def stop_outcome(error: BaseException | None) -> str:
@@ -82,10 +85,10 @@ def _tensor(name: str, value: object, declared: dict[str, str]) -> grpcclient.In
     _require(name, declared)
     datatype = declared[name]
     array = np.array([[value]], dtype=_NUMPY_OF.get(datatype, np.object_))
-    return _make_input(name, array, datatype)
+    return make_input(name, array, datatype)
 
 
-def _make_input(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
+def make_input(name: str, array: np.ndarray, datatype: str) -> grpcclient.InferInput:
     tensor = grpcclient.InferInput(name, list(array.shape), datatype)
     tensor.set_data_from_numpy(array)
     return tensor

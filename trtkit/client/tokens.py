@@ -42,6 +42,7 @@ class TokenCounter:
         self._tokenizer = Tokenizer.from_file(str(path))
         self.add_special_tokens = add_special_tokens
         self._chat_renderer: Any = None
+        self._anchor: list[int] | None = None
         # The server's preprocessing wraps text_input in the chat template as one user message when
         # model.chat_template is on and the tokenizer has one; prompt_ids() mirrors that exactly.
         self.wraps_in_chat_template = chat_template and self.has_chat_template()
@@ -85,6 +86,15 @@ class TokenCounter:
             return str(self._renderer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
         lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
         return "\n".join(lines) + "\nAssistant:"
+
+    def detokenizing(self) -> tuple[Any, list[int]]:
+        """The tokenizer the server's models decode with, and its continuation anchor (the token path's
+        incremental detokenizer: trtkit.tokenizer.detokenizer)."""
+        if self._anchor is None:
+            from trtkit.tokenizer.detokenizer import find_anchor
+
+            self._anchor = find_anchor(self._renderer())
+        return self._renderer(), self._anchor
 
     def has_chat_template(self) -> bool:
         if (self.tokenizer_dir / "chat_template.jinja").is_file():

@@ -23,6 +23,7 @@ from trtkit.gateway.app import Door, create_app
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.serving import ServingContext
 from trtkit.gateway.store import GatewayStore, open_gateway_store
+from trtkit.stop_request import ENGINE_MODEL
 from trtkit.store import StoreUrl, gateway_store_url, ledger_url
 
 if TYPE_CHECKING:
@@ -49,7 +50,9 @@ def is_loopback(bind: str) -> bool:
         return bind == "localhost"
 
 
-GATEWAY_TRITON_MODEL = "tensorrt_llm_bls"
+# The gateway calls the engine model with the prompt ids it counted (trtkit/client/token_wire.py): no
+# tensorrt_llm_bls and preprocessing hops, and it stops requests with the engine's own `stop` request.
+GATEWAY_TRITON_MODEL = ENGINE_MODEL
 
 
 def build_gateway(config: ModelConfig, backend: str, *, no_auth: bool = False, bind: str | None = None,
@@ -59,9 +62,6 @@ def build_gateway(config: ModelConfig, backend: str, *, no_auth: bool = False, b
     if no_auth and not is_loopback(bind):
         raise ConfigError(f"--no-auth on {bind} would open the model to the network; bind 127.0.0.1 or create "
                           f"keys with `trtkit keys create`")
-    # The gateway always calls tensorrt_llm_bls: a client that disconnects must stop the engine, and Triton
-    # passes a cancellation on to a running step only there (an ensemble checks it between steps only:
-    # triton-inference-server/core#263, server#6739).
     config = replace(config, client=replace(config.client, model_name=GATEWAY_TRITON_MODEL))
     # $TRTKIT_GATEWAY_STORE (the k8s Secret) wins over gateway.store; unset: $TRTKIT_HOME/gateway.db.
     store_url = gateway_store_url(config.gateway.store)

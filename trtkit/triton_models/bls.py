@@ -5,11 +5,8 @@ from one :class:`IncrementalDetokenizer` per request and pass through a :class:`
 are right for every language and stop strings that span tokens never leak, whatever engine answers
 (the C++ backend on GPU hands over one token at a time).
 
-Token counts (TensorRT-LLM 1.2 backend contract, see trtkit/contracts/trtllm_1.2_rules.json): the C++
-backend's ``num_output_tokens`` counts that response's tokens only, so with ``per_response_counts`` (the
-GPU target) the BLS adds them up; the CPU engine sends running totals. When the BLS's own stop-string
-filter fires, it cancels the engine request and counts the tokens up to the one that completed the stop.
-Cached tokens from ``kv_cache_reused_blocks`` are whole blocks: clamped to the prompt length.
+The reading of engine responses (text, counts, the stop-string filter) is ``trtkit.engine_wire.EngineRun``,
+shared with the clients' token path. When the stop-string filter fires, the BLS cancels the engine request.
 """
 
 from __future__ import annotations
@@ -19,8 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trtkit.engine_wire import EngineRun, Outputs
+from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions, IncrementalDetokenizer, Tokenizer
+from trtkit.tokenizer.stopping import StopFilter
 from trtkit.triton_models.batching import batch_size
-from trtkit.triton_models.detokenizer import DEFAULT_OPTIONS, DecodeOptions, IncrementalDetokenizer, Tokenizer
 from trtkit.triton_models.outputs import text_outputs
 from trtkit.triton_models.requests import (
     InvalidRequest,
@@ -32,9 +31,7 @@ from trtkit.triton_models.requests import (
     text,
     word_list,
 )
-from trtkit.triton_models.stopping import StopFilter
 
-Outputs = dict[str, np.ndarray]
 # ensemble input -> tensorrt_llm input, as the template's ensemble maps them
 ENGINE_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_penalty": "len_penalty",
                 "stream": "streaming"}
@@ -146,94 +143,11 @@ def preprocessing_inputs(inputs: Tensors) -> Outputs:
     return pre_inputs
 
 
-@dataclass(slots=True)
-class _Run:
-    """One request's running state in the BLS."""
+class _Run(EngineRun):
+    """One request's running state in the BLS: the shared engine run, answered as the BLS's tensors."""
 
-    detok: IncrementalDetokenizer
-    stops: StopFilter
-    num_input: int
-    max_tokens: int
-    tokens_per_block: int
-    echo: str
-    keep_text: bool
-    per_response_counts: bool = False
-    text: str = ""
-    started: bool = False
-    num_output: int = 0
-    num_cached: int = 0
-    engine_reason: str = ""
-    last: Outputs | None = None
-
-    def absorb(self, response: Outputs) -> tuple[str, bool]:
-        ids = response.get("output_ids")
-        if ids is None:
-            return "", False
-        self.last = response
-        new = [int(i) for i in np.asarray(ids).reshape(-1)]
-        delta, consumed = self._push_until_stop(new)
-        self._count(response, len(new), consumed)
-        self.engine_reason = _str(response, "finish_reason")
-        final = bool(self.engine_reason) or self.stops.stopped
-        if final and not self.stops.stopped:
-            delta += self.stops.push(self.detok.flush()) + self.stops.flush()
-        return self._prefix(delta), final
-
-    def _push_until_stop(self, new: list[int]) -> tuple[str, int]:
-        """Feed tokens one by one so a stop string is found at the token that completes it."""
-        if not self.stops.stops:
-            return self.stops.push(self.detok.push(new)), len(new)
-        delta = ""
-        for index, token in enumerate(new):
-            delta += self.stops.push(self.detok.push([token]))
-            if self.stops.stopped:
-                return delta, index + 1
-        return delta, len(new)
-
-    def _count(self, response: Outputs, received: int, consumed: int) -> None:
-        before = self.num_output
-        if self.stops.stopped:
-            self.num_output = before + consumed  # only the tokens up to the stop are the answer
-        elif self.per_response_counts:
-            self.num_output = before + _int(response, "num_output_tokens", received)
-        else:
-            self.num_output = _int(response, "num_output_tokens", before + received)
-        if "num_cached_tokens" in response:
-            self.num_cached = _int(response, "num_cached_tokens", 0)
-        elif "kv_cache_reused_blocks" in response:
-            blocks = _int(response, "kv_cache_reused_blocks", 0)
-            self.num_cached = min(blocks * self.tokens_per_block, self.num_input)  # block-granular: clamp
-
-    def finish(self) -> str:
-        return self._prefix(self.stops.push(self.detok.flush()) + self.stops.flush())
-
-    def _prefix(self, delta: str) -> str:
-        if not self.started:
-            delta, self.started = self.echo + delta, True
-        if self.keep_text:  # non-streaming answers the whole text; streaming keeps nothing (linear cost)
-            self.text += delta
-        return delta
-
-    def reason(self) -> str:
-        if self.stops.stopped:
-            return "stop"
-        if self.engine_reason:
-            return self.engine_reason
-        return "length" if self.num_output >= self.max_tokens else "end_id"
+    __slots__ = ()
 
     def outputs(self, delta: str, final: bool) -> Outputs:
         return text_outputs(delta, self.last, self.reason() if final else None,
                             (self.num_input, self.num_output, self.num_cached))
-
-
-def _int(response: Outputs, name: str, default: int) -> int:
-    value = response.get(name)
-    return default if value is None or value.size == 0 else int(np.asarray(value).reshape(-1)[0])
-
-
-def _str(response: Outputs, name: str) -> str:
-    value = response.get(name)
-    if value is None or value.size == 0:
-        return ""
-    item = np.asarray(value).reshape(-1)[0]
-    return item.decode() if isinstance(item, bytes) else str(item)

@@ -23,11 +23,11 @@ from typing import Protocol
 
 import numpy as np
 
+from trtkit.engine_wire import list_to_words
 from trtkit.stop_request import NOT_RUNNING
+from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions
 from trtkit.triton_models.batching import ElementSink, FinalCounter, batch_size, per_element, same_for_all
-from trtkit.triton_models.detokenizer import DEFAULT_OPTIONS, DecodeOptions
 from trtkit.triton_models.outputs import engine_outputs
-from trtkit.triton_models.preprocessing import list_to_words
 from trtkit.triton_models.requests import (
     InvalidRequest,
     Sampling,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trtkit.triton_models.detokenizer import (
+from trtkit.tokenizer.detokenizer import (
     DEFAULT_OPTIONS,
     DecodeOptions,
     Tokenizer,

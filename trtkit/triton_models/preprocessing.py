@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trtkit.engine_wire import words_to_list
 from trtkit.triton_models.batching import batch_size, pad_rows, per_element
 from trtkit.triton_models.requests import (
     InvalidRequest,
@@ -41,31 +42,6 @@ def load_tokenizer(tokenizer_dir: str | Path):
     from trtkit.tokenizer.fast_tokenizer import load_fast_tokenizer
 
     return load_fast_tokenizer(tokenizer_dir)
-
-
-def words_to_list(word_ids: list[list[int]]) -> np.ndarray:
-    """TensorRT-LLM's ``[2, L]`` word list: row 0 the ids of all words back to back, row 1 the end
-    offset of each word, both padded with -1 (row 0 with 0). No words -> ``[[0], [-1]]``."""
-    flat = [i for ids in word_ids for i in ids]
-    offsets = list(np.cumsum([len(ids) for ids in word_ids])) if word_ids else []
-    width = max(1, len(flat))
-    out = np.zeros((2, width), dtype=np.int32)
-    out[1, :] = -1
-    out[0, :len(flat)] = flat
-    out[1, :len(offsets)] = offsets
-    return out
-
-
-def list_to_words(array: np.ndarray) -> list[list[int]]:
-    """The inverse of :func:`words_to_list` (accepts a leading batch dimension of 1)."""
-    array = np.asarray(array).reshape(2, -1) if array.size else np.zeros((2, 0), dtype=np.int32)
-    ids, offsets = array[0].tolist(), [o for o in array[1].tolist() if o >= 0]
-    words, start = [], 0
-    for end in offsets:
-        if end > start:
-            words.append(ids[start:end])
-        start = end
-    return words
 
 
 @dataclass(slots=True)

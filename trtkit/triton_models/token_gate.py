@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from trtkit.triton_models.detokenizer import (
+from trtkit.tokenizer.detokenizer import (
     DEFAULT_OPTIONS,
     DecodeOptions,
     IncrementalDetokenizer,
     Tokenizer,
     decode_continuation,
 )
-from trtkit.triton_models.stopping import first_stop, held_suffix_start
+from trtkit.tokenizer.stopping import first_stop, held_suffix_start
 
 
 @dataclass(slots=True)

@@ -7,8 +7,8 @@ import time
 
 import triton_python_backend_utils as pb_utils
 
+from trtkit.tokenizer.detokenizer import find_anchor
 from trtkit.triton_models import triton_io
-from trtkit.triton_models.detokenizer import find_anchor
 from trtkit.triton_models.engine_host import StatsPublisher, StreamSink, WaitingSink, start_engine
 from trtkit.triton_models.engine_model import EngineModel
 from trtkit.triton_models.metrics import EngineMetrics

@@ -12,9 +12,9 @@ import uuid
 import triton_python_backend_utils as pb_utils
 
 from trtkit.stop_request import STOP_TENSORS
+from trtkit.tokenizer.detokenizer import DecodeOptions, find_anchor
 from trtkit.triton_models import triton_io
 from trtkit.triton_models.bls import Bls, BlsCalls
-from trtkit.triton_models.detokenizer import DecodeOptions, find_anchor
 from trtkit.triton_models.preprocessing import load_tokenizer
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL

@@ -1,0 +1,62 @@
+"""What a request looks like on the wire, chosen by the served model: text to the ensemble or
+``tensorrt_llm_bls``, token ids to the engine model (``token_wire``). Both transports use one of these, so
+the request flow around them stays one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tritonclient.grpc as grpcclient
+
+from trtkit.client.governor import PreparedRequest
+from trtkit.client.protocol import Delta, is_final_response, parse_response, request_inputs
+from trtkit.client.token_wire import TokenReader, TokenWire, is_engine_model
+from trtkit.client.tokens import TokenCounter
+from trtkit.client.transport import declared_inputs
+from trtkit.errors import ClientError
+
+Request = tuple[list[grpcclient.InferInput], list[grpcclient.InferRequestedOutput] | None]
+
+
+class TextReader:
+    def read(self, result: grpcclient.InferResult) -> Delta:
+        return parse_response(result.as_numpy, is_final_response(result))
+
+
+@dataclass(slots=True)
+class TextWire:
+    """The ensemble / ``tensorrt_llm_bls``: text in, text out; the server tokenizes and detokenizes."""
+
+    declared: dict[str, str]
+
+    def request(self, request: PreparedRequest, *, stream: bool) -> Request:
+        return request_inputs(request.prompt, request.params, stream=stream, declared=self.declared), None
+
+    def reader(self, request: PreparedRequest) -> TextReader:
+        return TextReader()
+
+
+@dataclass(slots=True)
+class EngineWire:
+    """The engine model: the governor's prompt ids in, token ids out, read as the BLS reads them."""
+
+    tokens: TokenWire
+
+    def request(self, request: PreparedRequest, *, stream: bool) -> Request:
+        if not request.prompt.strip():  # what preprocessing refuses on the text path
+            raise ClientError("text_input is empty; send a non-empty prompt")
+        return self.tokens.request(request.prompt_ids, request.params, stream=stream)
+
+    def reader(self, request: PreparedRequest) -> TokenReader:
+        return self.tokens.reader(request.prompt_ids, request.params)
+
+
+Wire = TextWire | EngineWire
+
+
+def wire_for(metadata: dict, counter: TokenCounter, tokens_per_block: int) -> Wire:
+    """The wire of the model ``metadata`` (``get_model_metadata(as_json=True)``) describes."""
+    declared = declared_inputs(metadata)
+    if is_engine_model(metadata):
+        return EngineWire(TokenWire(metadata, counter, tokens_per_block))
+    return TextWire(declared)
