@@ -2,13 +2,18 @@
 Triton, on the same workload in one run, and the gateway's request rate on the echo repository.
 
     python benchmarks/gateway_overhead.py [--requests 64] [--concurrency 16] [--max-tokens 32]
-                                          [--echo-requests 2000] [--alone 16] [--quick]
+                                          [--echo-requests 2000] [--alone 16] [--max-batch 64] [--quick]
 
 Starts two tritonservers (the tiny model; the echo model, whose engine work is negligible) and two
 `trtkit gateway` processes with governance on: an API key with RPM, TPM and a token budget, the
 store's atomic holds, the runaway guard, the durable ledger (one fsynced row per request).
-The direct client calls the same Triton model as the gateway (tensorrt_llm_bls), so the differences
-below are the gateway's (HTTP, auth, the store, SSE) and the OpenAI SDK's, not BLS against ensemble.
+The direct client calls the same Triton model as the gateway, the engine model ``tensorrt_llm`` with the
+prompt's token ids (the token path, trtkit/client/token_wire.py), so the differences below are the
+gateway's (HTTP, auth, the store, SSE) and the OpenAI SDK's, not one Triton path against another.
+Both repositories are deployed with ``--max-batch`` (default 64) as the engine's batch limit, above the
+concurrency of every phase: TTFT then measures the paths, not a queue behind the batch limit (with the
+tiny config's latency profile, 4, twelve of sixteen requests wait for a whole generation, and TTFT at
+concurrency 16 becomes a multiple of any throughput difference). ``--max-batch 4`` runs that case.
 
 0. `--alone` streamed requests one at a time each way: TTFT without queueing (the gateway's own latency).
 1. Same streamed greedy requests, `--concurrency` at a time, alternating rounds of
@@ -42,33 +47,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from trtkit.gateway.server import GATEWAY_TRITON_MODEL  # noqa: E402  (the direct client calls the gateway's model)
+
 PROMPTS = ["Explain why the sky is blue.", "Write a short poem about rivers.", "List three uses of copper.",
            "What is a binary search tree?", "Describe the water cycle.", "How do vaccines work?"]
 TTFT_TARGET_MS, TPS_TARGET, ECHO_TARGET_RPS = 3.0, 0.95, 500.0
-# The gateway always calls Triton's tensorrt_llm_bls (cancellation reaches a running step only there); the
-# direct client calls the same model, so the difference is the gateway's own cost, not BLS vs ensemble.
-GATEWAY_TRITON_MODEL = "tensorrt_llm_bls"
 
 
-def bench_config(work: Path) -> Path:
-    """tiny-llama.yaml with the response cache off: every request of every path reaches the engine."""
+def bench_config(work: Path, max_batch: int = 64) -> Path:
+    """tiny-llama.yaml with the response cache off (every request of every path reaches the engine) and the
+    engine's batch limit at ``max_batch``."""
     import yaml
 
     data = yaml.safe_load((ROOT / "model_configs" / "tiny-llama.yaml").read_text())
     data.setdefault("client", {})["cache"] = {"enabled": False}
+    data["build"]["max_batch_size"] = max_batch
+    data["serve"]["max_batch_size"] = max_batch
     path = work / "tiny-llama-nocache.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
 
-def start_servers(work: Path):  # type: ignore[no-untyped-def]
+def start_servers(work: Path, max_batch: int):  # type: ignore[no-untyped-def]
     from tests.repository.echo_model import build_echo_model
     from trtkit.config import load_config
     from trtkit.repository import deploy_repository
     from trtkit.serve import TritonServer
     from trtkit.sources.resolve import resolve_model_dir
 
-    config = load_config(bench_config(work))
+    config = load_config(bench_config(work, max_batch))
     tiny_dir = resolve_model_dir(config.model.source)
     build_echo_model(tiny_dir, work / "echo-model")
     tiny = deploy_repository(config, tiny_dir, work / "repo", target="cpu").out_dir
@@ -296,6 +303,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--echo-requests", type=int, default=2000)
     parser.add_argument("--alone", type=int, default=16, help="requests sent one at a time (TTFT without queueing)")
+    parser.add_argument("--max-batch", type=int, default=64, help="the engine's batch limit in both repositories")
     parser.add_argument("--quick", action="store_true", help="fewer requests")
     args = parser.parse_args()
     if args.quick:
@@ -306,7 +314,7 @@ def main() -> None:
         if "TRTKIT_CACHE" not in env and (ROOT / ".trtkit-cache").is_dir():  # reuse converted models
             env["TRTKIT_CACHE"] = os.environ["TRTKIT_CACHE"] = str(ROOT / ".trtkit-cache")
         os.environ["TRTKIT_HOME"] = env["TRTKIT_HOME"]
-        config, (tiny, echo) = start_servers(work)
+        config, (tiny, echo) = start_servers(work, args.max_batch)
         with tiny, echo:
             secret = create_key(env)
             gw, gw_url = start_gateway(tiny.grpc_url, env, work / "tiny-llama-nocache.yaml")
