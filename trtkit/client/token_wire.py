@@ -32,6 +32,7 @@ _ENGINE_INPUTS = {"temperature": "temperature", "top_k": "runtime_top_k", "top_p
 # what is read back (asked for only where the model declares it: fewer tensors per response)
 _OUTPUTS = ("output_ids", "num_input_tokens", "num_output_tokens", "num_cached_tokens", "kv_cache_reused_blocks",
             "finish_reason")
+_MAX_CACHED_SCALARS = 4096
 _NUMPY_OF = {"INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_}
 
 
@@ -48,6 +49,10 @@ class TokenWire:
         self.inputs = {i["name"]: i["datatype"] for i in metadata["inputs"]}
         declared_outputs = {o["name"] for o in metadata.get("outputs", [])}
         self.outputs = [name for name in _OUTPUTS if name in declared_outputs]
+        self._requested = [grpcclient.InferRequestedOutput(name) for name in self.outputs]
+        # tritonclient only reads an InferInput when it builds a request, so one scalar tensor serves every
+        # request that sends that value (flags, ids, common max_tokens): a tenth of the gateway's CPU otherwise
+        self._scalars: dict[tuple[str, object], grpcclient.InferInput] = {}
         self.counter = counter
         self.tokenizer, self.anchor = counter.detokenizing()
         self.tokens_per_block = tokens_per_block
@@ -80,7 +85,7 @@ class TokenWire:
             if words:
                 inputs.append(make_input(name, words_to_list([self._word_ids(w) for w in words])[None],
                                          self._datatype(name)))
-        return inputs, [grpcclient.InferRequestedOutput(name) for name in self.outputs]
+        return inputs, self._requested
 
     def reader(self, prompt_ids: list[int], params: SamplingParams) -> TokenReader:
         assert params.max_tokens is not None
@@ -101,8 +106,15 @@ class TokenWire:
         return self.inputs[name]
 
     def _scalar(self, name: str, value: object) -> grpcclient.InferInput:
-        datatype = self._datatype(name)
-        return make_input(name, np.array([[value]], dtype=_NUMPY_OF.get(datatype, np.object_)), datatype)
+        key = (name, value)
+        tensor = self._scalars.get(key)
+        if tensor is None:
+            datatype = self._datatype(name)
+            tensor = make_input(name, np.array([[value]], dtype=_NUMPY_OF.get(datatype, np.object_)), datatype)
+            if len(self._scalars) >= _MAX_CACHED_SCALARS:  # bounded: seeds and temperatures vary freely
+                self._scalars.clear()
+            self._scalars[key] = tensor
+        return tensor
 
 
 @dataclass(slots=True)
