@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
 
 from trtkit.client.params import SamplingParams
 from trtkit.errors import ClientError
@@ -110,6 +111,25 @@ def parse_response(as_numpy: Callable[[str], np.ndarray | None], is_final: bool)
                  num_cached_tokens=_int(as_numpy("num_cached_tokens")),
                  finish_reason=finish_reason, is_final=is_final or bool(finish_reason),
                  counts_per_response=reason_tensor is None)
+
+
+def response_arrays(result: grpcclient.InferResult) -> dict[str, np.ndarray]:
+    """Every output of a response in one pass (``InferResult.as_numpy`` scans the outputs anew per name: a
+    tenth of the gateway's CPU per streamed token when five outputs are read)."""
+    response = result.get_response()
+    raw = response.raw_output_contents
+    arrays: dict[str, np.ndarray] = {}
+    for index, output in enumerate(response.outputs):
+        datatype = output.datatype
+        if index < len(raw):
+            array = (deserialize_bytes_tensor(raw[index]) if datatype == "BYTES"
+                     else np.frombuffer(raw[index], dtype=triton_to_np_dtype(datatype)))
+        elif len(output.contents.bytes_contents) != 0:
+            array = np.array(output.contents.bytes_contents)
+        else:
+            array = np.empty(0, dtype=triton_to_np_dtype(datatype))
+        arrays[output.name] = array.reshape(list(output.shape))
+    return arrays
 
 
 def is_final_response(result: grpcclient.InferResult) -> bool:

@@ -18,7 +18,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from trtkit.client.params import SamplingParams
-from trtkit.client.protocol import Delta, is_final_response, make_input
+from trtkit.client.protocol import Delta, is_final_response, make_input, response_arrays
 from trtkit.client.tokens import TokenCounter
 from trtkit.engine_wire import EngineRun, words_to_list
 from trtkit.errors import ClientError
@@ -126,7 +126,7 @@ class TokenReader:
     seen: bool = False
 
     def read(self, result: grpcclient.InferResult) -> Delta:
-        return self.read_arrays(result.as_numpy, is_final_response(result))
+        return self.read_arrays(response_arrays(result).get, is_final_response(result))
 
     def read_arrays(self, as_numpy: Callable[[str], np.ndarray | None], engine_final: bool) -> Delta:
         response = {name: array for name in self.outputs if (array := as_numpy(name)) is not None}

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import tritonclient.grpc as grpcclient
 
 from trtkit.client.governor import PreparedRequest
-from trtkit.client.protocol import Delta, is_final_response, parse_response, request_inputs
+from trtkit.client.protocol import Delta, is_final_response, parse_response, request_inputs, response_arrays
 from trtkit.client.token_wire import TokenReader, TokenWire, is_engine_model
 from trtkit.client.tokens import TokenCounter
 from trtkit.client.transport import declared_inputs
@@ -20,7 +20,7 @@ Request = tuple[list[grpcclient.InferInput], list[grpcclient.InferRequestedOutpu
 
 class TextReader:
     def read(self, result: grpcclient.InferResult) -> Delta:
-        return parse_response(result.as_numpy, is_final_response(result))
+        return parse_response(response_arrays(result).get, is_final_response(result))
 
 
 @dataclass(slots=True)

@@ -79,10 +79,11 @@ class ServingEndpoint(Generic[RequestT]):
         for opening in self.opening_chunks(response_id, created):
             yield responses.sse(opening)
         chunks = generation.chunks()
+        texts = responses.TextChunks(self.chunk(response_id, created, text=responses.TEXT_MARK))
         try:
             async for chunk in chunks:
                 if chunk.text:
-                    yield responses.sse(self.chunk(response_id, created, text=chunk.text))
+                    yield texts.sse(chunk.text)
                 if chunk.result is not None:
                     result = chunk.result
                     observe(self.ctx, result)

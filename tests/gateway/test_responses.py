@@ -1,0 +1,31 @@
+"""Streamed text chunks spliced into a template built from the openai types are byte for byte the chunks the
+openai types would dump, for every kind of text (quotes, backslashes, control characters, CJK, emoji)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trtkit.gateway import responses
+
+TEXTS = ["plain", 'a "quoted" \\ back\\slash', "line\nbreak\ttab\rcr\b\f", "".join(chr(c) for c in range(32)),
+         "\x7f del", "你好，世界！🎉 日本語の", "\u2028\u2029 separators", "</script>", "", " ", "ünïcödé"]
+
+
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_spliced_chunks_equal_the_openai_types_dump(kind: str) -> None:
+    def build(text: str):  # type: ignore[no-untyped-def]
+        if kind == "chat":
+            return responses.chat_chunk("chatcmpl-1", "tiny-llama", 1700000000, text=text)
+        return responses.completion_chunk("cmpl-1", "tiny-llama", 1700000000, text=text)
+
+    chunks = responses.TextChunks(build(responses.TEXT_MARK))
+    for text in TEXTS:
+        assert chunks.sse(text) == responses.sse(build(text)), text
+        assert json.loads(chunks.sse(text)[len(b"data: "):]) == json.loads(responses.sse(build(text))[len(b"data: "):])
+
+
+def test_a_template_without_the_marker_is_refused() -> None:
+    with pytest.raises(ValueError, match="marker"):
+        responses.TextChunks(responses.completion_chunk("cmpl-1", "m", 1, text="no marker here"))
