@@ -1,7 +1,7 @@
 """Gateway overhead: the OpenAI SDK through `trtkit gateway` against the project's gRPC client direct to
 Triton, on the same workload in one run, and the gateway's request rate on the echo repository.
 
-    python benchmarks/gateway_overhead.py [--requests 64] [--concurrency 16] [--max-tokens 32]
+    python benchmarks/gateway_overhead.py [--requests 128] [--concurrency 16] [--max-tokens 32]
                                           [--echo-requests 2000] [--alone 16] [--max-batch 64] [--quick]
 
 Starts two tritonservers (the tiny model; the echo model, whose engine work is negligible) and two
@@ -54,6 +54,7 @@ from trtkit.gateway.server import GATEWAY_TRITON_MODEL  # noqa: E402  (the direc
 PROMPTS = ["Explain why the sky is blue.", "Write a short poem about rivers.", "List three uses of copper.",
            "What is a binary search tree?", "Describe the water cycle.", "How do vaccines work?"]
 TTFT_TARGET_MS, TPS_TARGET, ECHO_TARGET_RPS = 3.0, 0.95, 500.0
+ROUNDS = 4  # alternating rounds per path at --concurrency
 
 
 def bench_config(work: Path, max_batch: int = 64) -> Path:
@@ -160,7 +161,8 @@ async def via_gateway(url: str, secret: str, n: int, concurrency: int, max_token
 
     wall = await _concurrently(n, concurrency, one)
     await client.close()
-    return {"ttft_ms": statistics.median(ttfts) * 1e3, "tokens_per_s": tokens / wall, "wall_s": wall}
+    return {"ttft_ms": statistics.median(ttfts) * 1e3, "tokens_per_s": tokens / wall, "wall_s": wall,
+            "ttfts": ttfts, "tokens": tokens}
 
 
 async def direct(client, n: int, concurrency: int, max_tokens: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
@@ -181,7 +183,8 @@ async def direct(client, n: int, concurrency: int, max_tokens: int) -> dict[str,
         ttfts.append(first or 0.0)
 
     wall = await _concurrently(n, concurrency, one)
-    return {"ttft_ms": statistics.median(ttfts) * 1e3, "tokens_per_s": tokens / wall, "wall_s": wall}
+    return {"ttft_ms": statistics.median(ttfts) * 1e3, "tokens_per_s": tokens / wall, "wall_s": wall,
+            "ttfts": ttfts, "tokens": tokens}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -280,8 +283,17 @@ async def direct_echo_rate(config, url: str, n: int) -> float:  # type: ignore[n
     return n / wall
 
 
+def pooled_ttft_ms(rounds: list[dict]) -> float:
+    """The median TTFT over every request of every round (one slow round moves it less than a mean of medians)."""
+    return statistics.median(t for r in rounds for t in r["ttfts"]) * 1e3
+
+
+def pooled_rate(rounds: list[dict]) -> float:
+    return sum(r["tokens"] for r in rounds) / sum(r["wall_s"] for r in rounds)
+
+
 async def paths(config, tiny_url: str, gw_url: str, echo_url: str, echo_gw_url: str, secret: str,  # type: ignore[no-untyped-def]
-                args, pids: tuple[int, int]) -> dict:
+                args, pids: tuple[int, int], tiny_pids: tuple[int, int]) -> dict:
     from trtkit.client import AsyncTritonLLMClient
 
     rounds: dict[str, list[dict[str, float]]] = {"gateway": [], "direct": []}
@@ -292,25 +304,45 @@ async def paths(config, tiny_url: str, gw_url: str, echo_url: str, echo_gw_url: 
         alone = {"gateway": await via_gateway(gw_url, secret, args.alone, 1, 4),
                  "direct": await direct(client, args.alone, 1, 4)}
         print("gateway vs direct ...", file=sys.stderr)
-        for _ in range(2):  # alternate, so drift in the shared machine hits both paths alike
-            rounds["gateway"].append(await via_gateway(gw_url, secret, args.requests // 2, args.concurrency,
-                                                       args.max_tokens))
-            rounds["direct"].append(await direct(client, args.requests // 2, args.concurrency, args.max_tokens))
+        per_round = args.requests // ROUNDS
+        cpu = {"gateway": [0.0, 0.0, 0.0], "direct": [0.0, 0.0, 0.0]}  # gateway process, this process, Triton
+        for _ in range(ROUNDS):  # alternate, so drift in the shared machine hits both paths alike
+            for name, run in (("gateway", lambda: via_gateway(gw_url, secret, per_round, args.concurrency,
+                                                              args.max_tokens)),
+                              ("direct", lambda: direct(client, per_round, args.concurrency, args.max_tokens))):
+                before = cpu_seconds(tiny_pids[0]), time.process_time(), cpu_seconds(tiny_pids[1])
+                rounds[name].append(await run())
+                after = cpu_seconds(tiny_pids[0]), time.process_time(), cpu_seconds(tiny_pids[1])
+                cpu[name] = [c + b - a for c, a, b in zip(cpu[name], before, after, strict=True)]
     print("echo repository path ...", file=sys.stderr)
     echo = await echo_rate(echo_gw_url, secret, args.echo_requests, *pids)
     echo_direct = await direct_echo_rate(config, echo_url, args.echo_requests)
-    pick = lambda name, field: statistics.mean(r[field] for r in rounds[name])  # noqa: E731
-    return {"gateway_ttft_ms": pick("gateway", "ttft_ms"), "direct_ttft_ms": pick("direct", "ttft_ms"),
+    return {"gateway_ttft_ms": pooled_ttft_ms(rounds["gateway"]), "direct_ttft_ms": pooled_ttft_ms(rounds["direct"]),
             "gateway_alone_ttft_ms": alone["gateway"]["ttft_ms"], "direct_alone_ttft_ms": alone["direct"]["ttft_ms"],
-            "gateway_tokens_per_s": pick("gateway", "tokens_per_s"), "direct_tokens_per_s": pick("direct", "tokens_per_s"),
+            "gateway_tokens_per_s": pooled_rate(rounds["gateway"]), "direct_tokens_per_s": pooled_rate(rounds["direct"]),
             "echo_requests_per_s": echo["requests_per_s"], "echo_direct_requests_per_s": echo_direct, "echo_ok": echo["ok"], "echo_requests": echo["requests"],
             "echo_gateway_cpu_ms": echo["gateway_cpu_ms"], "echo_triton_cpu_ms": echo["triton_cpu_ms"],
-            "echo_loadgen_cpu_ms": echo["loadgen_cpu_ms"]}
+            "echo_loadgen_cpu_ms": echo["loadgen_cpu_ms"]} | per_token_cpu(cpu, rounds)
+
+
+def per_token_cpu(cpu: dict[str, list[float]], rounds: dict[str, list[dict]]) -> dict[str, float]:
+    """CPU ms per streamed token at --concurrency, by process: where the gateway path's extra time goes."""
+    out = {}
+    for name in ("gateway", "direct"):
+        tokens = max(1, sum(r["tokens"] for r in rounds[name]))
+        gateway_s, client_s, triton_s = cpu[name]
+        if name == "gateway":
+            out["c16_gateway_cpu_ms_per_token"] = gateway_s * 1e3 / tokens
+            out["c16_sdk_cpu_ms_per_token"] = client_s * 1e3 / tokens
+        else:
+            out["c16_direct_client_cpu_ms_per_token"] = client_s * 1e3 / tokens
+        out[f"c16_triton_cpu_ms_per_token_{name}"] = triton_s * 1e3 / tokens
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=128, help=f"per path, in {ROUNDS} alternating rounds")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--echo-requests", type=int, default=2000)
@@ -333,7 +365,7 @@ def main() -> None:
             echo_gw, echo_url = start_gateway(echo.grpc_url, env, work / "tiny-llama-nocache.yaml")
             try:
                 figures = asyncio.run(paths(config, tiny.grpc_url, gw_url, echo.grpc_url, echo_url, secret, args,
-                                            (echo_gw.pid, echo.pid)))
+                                            (echo_gw.pid, echo.pid), (gw.pid, tiny.pid)))
             finally:
                 for process in (gw, echo_gw):
                     process.terminate()
@@ -358,6 +390,11 @@ def report(f: dict, args) -> None:  # type: ignore[no-untyped-def]
             (f"direct tokens/s at concurrency {args.concurrency}", f"{f['direct_tokens_per_s']:.0f}", ""),
             (f"gateway tokens/s at concurrency {args.concurrency}", f"{f['gateway_tokens_per_s']:.0f}", ""),
             ("gateway / direct tokens/s", f"{tps_ratio:.1%}", f">= {TPS_TARGET:.0%}"),
+            (f"CPU ms per token at {args.concurrency}: gateway process / openai SDK (load generator)",
+             f"{f['c16_gateway_cpu_ms_per_token']:.2f} / {f['c16_sdk_cpu_ms_per_token']:.2f}", ""),
+            (f"CPU ms per token at {args.concurrency}: direct client", f"{f['c16_direct_client_cpu_ms_per_token']:.2f}", ""),
+            (f"CPU ms per token at {args.concurrency}: Triton, gateway path / direct path",
+             f"{f['c16_triton_cpu_ms_per_token_gateway']:.2f} / {f['c16_triton_cpu_ms_per_token_direct']:.2f}", ""),
             ("gateway on echo repository, requests/s", f"{f['echo_requests_per_s']:.0f}", f">= {ECHO_TARGET_RPS:g}"),
             ("  of which answered 200", f"{f['echo_ok']}/{f['echo_requests']}", ""),
             ("asyncio client direct on echo repository, requests/s", f"{f['echo_direct_requests_per_s']:.0f}",
