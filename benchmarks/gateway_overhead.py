@@ -25,11 +25,11 @@ concurrency 16 becomes a multiple of any throughput difference). ``--max-batch 4
    Target: >= 500 requests/s on 2 cores. Also printed: the CPU milliseconds each echo request costs in
    the gateway process, in Triton (server and Python stubs) and in this load generator. All three share
    the 2 cores, so 2000 / (their sum) bounds the rate whatever the gateway does.
-The load generator shares the machine's cores with the servers; at concurrency 16 the engine is the
-bottleneck, so any CPU the gateway and the SDK take shows up multiplied in queueing (TTFT at 16).
-Real run time on the shared 2-core machine: `--quick` 80-100 s including two server starts (measured);
-the full run was not timed there (estimated 3-4 min). On that busy machine (load average 4 to 9, other
-helpers' tests) the figures at concurrency 16 swung by hundreds of ms between runs: rerun it on a quiet machine.
+The load generator shares the machine's cores with the servers; at concurrency 16 the engine keeps both
+cores busy, so any CPU the gateway and the SDK take is taken from it: the CPU-per-token rows say by whom.
+Real run time on the quiet 2-core machine: about 40 s including two server starts (measured, 2026-12-04);
+``--quick`` about 25 s. The figures at concurrency 16 move by tens of ms between runs on that VM: compare
+paths within one run only.
 Ends with one ``BENCH {json}`` line.
 """
 
