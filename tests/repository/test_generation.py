@@ -174,3 +174,34 @@ def test_gpu_repository_serves_on_a_gpu_host(tmp_path: Path) -> None:
         for model in ("ensemble", "tensorrt_llm_bls"):
             reply = live.stream(model, inputs("The capital of France is", 8, stream=True))
             assert reply.error is None and reply.text.strip()
+
+
+def test_token_path_sends_only_what_the_engine_model_declares_on_both_targets(tmp_path: Path, gpu_engine_dir: Path,
+                                                                              tiny_llama_dir: Path, tiny_counter) -> None:
+    """The gateway's token path (client/token_wire.py) on the generated tensorrt_llm of either target: every input
+    it may send is declared with the datatype it sends, and every output it asks for is declared (a request
+    naming an undeclared tensor fails as a whole in Triton)."""
+    from tritonclient.grpc import model_config_pb2
+
+    from trtkit.client.params import SamplingParams
+    from trtkit.client.token_wire import TokenWire, is_engine_model
+
+    config = load_config(CONFIGS / "tiny-llama.yaml")
+    deploy_repository(config, gpu_engine_dir, tmp_path / "gpu", target="gpu")
+    deploy_repository(config, tiny_llama_dir, tmp_path / "cpu", target="cpu")
+    everything = SamplingParams(max_tokens=8, temperature=0.7, top_k=5, top_p=0.9, seed=3, repetition_penalty=1.1,
+                                presence_penalty=0.2, frequency_penalty=0.1, min_tokens=2, stop_words=("the",),
+                                bad_words=("a b",), end_id=2, pad_id=2, return_log_probs=True)
+    for target in ("gpu", "cpu"):
+        engine = read(tmp_path / target / "tensorrt_llm" / "config.pbtxt")
+        type_name = model_config_pb2.DataType.Name
+        metadata = {"inputs": [{"name": i.name, "datatype": type_name(i.data_type).removeprefix("TYPE_")
+                                .replace("STRING", "BYTES")} for i in engine.input],
+                    "outputs": [{"name": o.name} for o in engine.output]}
+        assert is_engine_model(metadata)
+        wire = TokenWire(metadata, tiny_counter, tokens_per_block=16)
+        inputs, outputs = wire.request(tiny_counter.prompt_ids("Hello"), everything, stream=True)
+        declared = {i["name"]: i["datatype"] for i in metadata["inputs"]}
+        assert {i.name(): i.datatype() for i in inputs}.items() <= declared.items(), target
+        assert {o.name() for o in outputs} <= {o["name"] for o in metadata["outputs"]}
+        assert {"output_ids", "num_output_tokens"} <= {o.name() for o in outputs}
