@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -153,8 +154,10 @@ class AsyncTritonLLMClient:
                       deadline_s: float | None, *, server_stream: bool | None,
                       request_id: str | None = None) -> AsyncGenerator[StreamChunk, None]:
         who = caller or self.setup.caller
-        prepared = self.governor.prepare(prompt, params or SamplingParams(), who, record_hit=False,
-                                         request_id=request_id)
+        prepare = functools.partial(self.governor.prepare, prompt, params or SamplingParams(), who, record_hit=False,
+                                    request_id=request_id)
+        # a budget store across the network (PostgreSQL) is waited on in a worker thread, never on the loop
+        prepared = await asyncio.to_thread(prepare) if self.governor.budgets.waits_on_network else prepare()
         if isinstance(prepared, GenerationResult):
             await self.governor.arecord_hit(prepared, who)
             yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)

@@ -110,6 +110,10 @@ class RuleBook(Protocol):
     shared store with atomic conditional updates (the gateway). ``reserve`` raises when a limit would be
     overrun; ``settle`` replaces the hold by what was used."""
 
+    # True when reserve/settle wait on a database across the network: asyncio callers then run them in a
+    # worker thread, so one replica's event loop never stops for a round trip
+    waits_on_network: bool
+
     def reserve(self, caller: Caller, tokens: int, cost: float, request_id: str) -> object: ...
 
     def settle(self, handle: object, used_tokens: int, used_cost: float) -> None: ...
@@ -119,6 +123,7 @@ class LedgerRuleBook:
     """``client.budgets`` rules: spending read from the ledger, plus what is in flight in this process."""
 
     _SCOPE_COLUMN = {"user": "user", "key": "key_id", "session": "session", "global": "user"}
+    waits_on_network = False  # in-process sums; the ledger is read only for rules, at admission
 
     def __init__(self, rules: list[BudgetRule], ledger: Ledger | None) -> None:
         self.rules = rules
@@ -160,6 +165,7 @@ class BudgetGuard:
 
     def __init__(self, rules: list[BudgetRule], ledger: Ledger | None, rulebook: RuleBook | None = None) -> None:
         self.rulebook: RuleBook = rulebook or LedgerRuleBook(rules, ledger)
+        self.waits_on_network = bool(getattr(self.rulebook, "waits_on_network", False))
         self._request_scopes: dict[str, BudgetScope] = {}
 
     def reserve(self, caller: Caller, tokens: int, cost: float, request_id: str = "") -> Reservation:

@@ -8,6 +8,7 @@ the cache and the metrics. The transports (grpc_client, aio_client) only move by
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -148,13 +149,18 @@ class Governor:
             self._release_rules(request)
 
     async def acomplete(self, request: PreparedRequest, outcome: Outcome) -> GenerationResult:
-        """complete() for asyncio: waits for the ledger commit without blocking the event loop."""
-        result, row = self.finish(request, outcome)
+        """complete() for asyncio: waits for the ledger commit without blocking the event loop, and for a
+        budget store across the network (settle, release) in a worker thread."""
+        remote = self.budgets.waits_on_network
+        result, row = await asyncio.to_thread(self.finish, request, outcome) if remote else self.finish(request, outcome)
         try:
             if row is not None and self.ledger is not None:
                 await self.ledger.arecord([row])
         finally:
-            self._release_rules(request)
+            if remote:
+                await asyncio.to_thread(self._release_rules, request)
+            else:
+                self._release_rules(request)
         return result
 
     def finish(self, request: PreparedRequest, outcome: Outcome) -> tuple[GenerationResult, LedgerRow | None]:

@@ -28,6 +28,7 @@ class StoreRuleBook:
     def __init__(self, store: GatewayStore, rules: list[BudgetRule]) -> None:
         self.store = store
         self.rules = rules
+        self.waits_on_network = waits_on_network(store)
         self.rate_headers: dict[str, dict[str, str]] = {}  # request id -> x-ratelimit-* of its admission
 
     def reserve(self, caller: Caller, tokens: int, cost: float, request_id: str) -> object:
@@ -56,6 +57,11 @@ class StoreRuleBook:
             limits.append(BudgetLimit(f"{rule.scope}:{subject}:{rule.period}", period_start(rule.period, now),
                                       rule.max_tokens, rule.max_cost))
         return limits
+
+
+def waits_on_network(store: GatewayStore) -> bool:
+    """PostgreSQL is a round trip away (another machine in a fleet); SQLite is a local file (~0.1 ms)."""
+    return store.url.backend != "sqlite"
 
 
 def _rate_limit(key: ApiKey | None, now: float) -> RateLimit | None:

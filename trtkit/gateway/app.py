@@ -6,6 +6,7 @@ JSON and field types (400 naming the field), model (404), then admission in the 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import time
@@ -18,6 +19,7 @@ from openai.types import Model
 from prometheus_client import generate_latest
 from pydantic import BaseModel, ValidationError
 
+from trtkit.gateway.admission import waits_on_network
 from trtkit.gateway.errors import AuthenticationError, RequestValidationError
 from trtkit.gateway.http_errors import HttpError, body_too_large, http_error, validation_error
 from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
@@ -54,6 +56,12 @@ class Door:
         if key.is_revoked:
             raise AuthenticationError(f"the API key '{key.name}' was revoked; create a new one")
         return key
+
+    async def aauthenticate(self, request: Request) -> ApiKey | None:
+        """authenticate(), in a worker thread when the key store is across the network (PostgreSQL)."""
+        if waits_on_network(self.store):
+            return await asyncio.to_thread(self.authenticate, request)
+        return self.authenticate(request)
 
     def check_declared_size(self, request: Request) -> None:
         declared = request.headers.get("content-length")
@@ -114,7 +122,7 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
         try:
             try:
                 door.check_declared_size(request)
-                key = door.authenticate(request)
+                key = await door.aauthenticate(request)
                 payload = parse(model, await door.body(request))
             except _TooLarge as too_large:
                 raise _AsHttp(body_too_large(too_large.size, door.max_body_bytes)) from None

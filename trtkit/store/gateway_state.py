@@ -13,6 +13,7 @@ import time
 import uuid
 from typing import Protocol
 
+from trtkit.config.store_url import StoreUrl
 from trtkit.errors import ClientError, StoreUnavailable
 from trtkit.store import holds
 from trtkit.store.db import Database, Session
@@ -34,6 +35,7 @@ class GatewayStore(Protocol):
     ``renew`` / ``release_expired`` are what the keeper runs; tests and tools may call them directly."""
 
     lease_seconds: float
+    url: StoreUrl
 
     def add_key(self, key: ApiKey, secret_hash: str) -> None: ...
     def find_key(self, key_id: str) -> tuple[ApiKey, str] | None: ...
