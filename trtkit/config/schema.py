@@ -182,6 +182,9 @@ class GatewaySection:
                                         "$TRTKIT_GATEWAY_STORE wins; default $TRTKIT_HOME/gateway.db")
     lease_seconds: float = bounded(30.0, ge=1.0, le=3600.0, doc="a budget hold's lease: renewed while its request "
                                    "runs, freed by any replica once it runs out (a gateway killed mid-request)")
+    store_calls: Literal["auto", "loop", "threads"] = described(
+        "auto", doc="where the gateway waits on its store: worker threads (a database across the network), the "
+                    "event loop (a local one), or auto: threads for a PostgreSQL host other than loopback")
 
 
 @dataclass(slots=True)

@@ -19,7 +19,6 @@ from openai.types import Model
 from prometheus_client import generate_latest
 from pydantic import BaseModel, ValidationError
 
-from trtkit.gateway.admission import waits_on_network
 from trtkit.gateway.errors import AuthenticationError, RequestValidationError
 from trtkit.gateway.http_errors import HttpError, body_too_large, http_error, validation_error
 from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
@@ -37,6 +36,7 @@ class Door:
     store: GatewayStore
     require_auth: bool
     max_body_bytes: int
+    store_in_threads: bool = False  # look keys up in a worker thread (gateway.store_calls)
 
     def authenticate(self, request: Request) -> ApiKey | None:
         header = request.headers.get("authorization", "")
@@ -59,7 +59,7 @@ class Door:
 
     async def aauthenticate(self, request: Request) -> ApiKey | None:
         """authenticate(), in a worker thread when the key store is across the network (PostgreSQL)."""
-        if waits_on_network(self.store):
+        if self.store_in_threads:
             return await asyncio.to_thread(self.authenticate, request)
         return self.authenticate(request)
 

@@ -18,7 +18,7 @@ from trtkit.client.ledger import Ledger, open_ledger
 from trtkit.client.metrics import ClientMetrics
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ConfigError
-from trtkit.gateway.admission import StoreRuleBook
+from trtkit.gateway.admission import StoreRuleBook, waits_on_network
 from trtkit.gateway.app import Door, create_app
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.serving import ServingContext
@@ -70,13 +70,15 @@ def build_gateway(config: ModelConfig, backend: str, *, no_auth: bool = False, b
     if expired:
         log.warning("released %d budget holds whose lease ran out (a gateway stopped mid-request)", expired)
     registry = CollectorRegistry()
-    rulebook = StoreRuleBook(store, list(config.client.budgets))
+    in_threads = waits_on_network(store, config.gateway.store_calls)
+    rulebook = StoreRuleBook(store, list(config.client.budgets), waits_on_network=in_threads)
     client = AsyncTritonLLMClient(backend, config=config, ledger=ledger or open_ledger(gateway_ledger_url(config)),
                                   metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
     client.governor.default_max_tokens = None  # no max_tokens: all the room the prompt leaves
     client.governor.max_tokens_overflow = config.gateway.max_tokens_overflow
     ctx = ServingContext(config, client, rulebook, GatewayMetrics(registry))
-    app = create_app(ctx, Door(store, require_auth=not no_auth, max_body_bytes=config.gateway.max_body_bytes))
+    app = create_app(ctx, Door(store, require_auth=not no_auth, max_body_bytes=config.gateway.max_body_bytes,
+                                   store_in_threads=in_threads))
     return Gateway(app, client, store)
 
 
