@@ -14,11 +14,12 @@ the requests tritonserver still counts in flight when it is stopped after the lo
 Targets: 0 failed, 0 lost, 0 KV blocks in use after, RSS growth < 5% per process, server healthy
 throughout, nothing in flight at exit.
 
-``--gateway``: the same load through the OpenAI gateway, started in a thread of this soak process in
-front of the tritonserver (the gateway always calls ``tensorrt_llm_bls``): streamed requests to
+``--gateway``: the same load through the OpenAI gateway, ``trtkit gateway`` in a process of its own in
+front of the tritonserver (it calls the engine model ``tensorrt_llm`` with token ids): streamed requests to
 ``/v1/chat/completions`` and ``/v1/completions`` on one httpx AsyncClient, a cancelled request closes
-its HTTP stream after 1-3 content chunks. The RSS table adds ``gateway (soak process)``: the RSS of this
-process, which holds the gateway and the 64 clients. Extra target: the gateway's ledger holds exactly one
+its HTTP stream after 1-3 content chunks. The RSS table adds ``gateway``: the RSS of the gateway's process
+alone (until 2026-12-04 the gateway ran in a thread of this process, and the figure counted the 64 clients
+too). Extra target: the gateway's ledger holds exactly one
 row per request that completed or was cancelled (polled until it settles).
 
 Real run time: --minutes plus --warm-up-s plus about 60 s (server start, draining) on a shared 2-core machine.
@@ -30,19 +31,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robustness.gateway_soak import run_gateway_clients  # noqa: E402
-from robustness.gateway_target import GatewayHealthWatch, GatewayThread, served_model  # noqa: E402
+from robustness.gateway_target import GatewayHealthWatch, GatewayProcess, served_model  # noqa: E402
 from robustness.server import (  # noqa: E402
     HealthWatch,
     inflight_at_exit,
@@ -50,7 +49,6 @@ from robustness.server import (  # noqa: E402
     memory_breakdown,
     memory_snapshot,
     rss_kb,
-    tiny_config,
     tiny_repository,
 )  # noqa: E402
 from robustness.soak_run import SoakTally, percentile, run_clients  # noqa: E402
@@ -60,22 +58,22 @@ MODELS = ("ensemble", "tensorrt_llm_bls")
 DEADLINE_S = 180.0
 
 
-GATEWAY_PROCESS = "gateway (soak process)"
+GATEWAY_PROCESS = "gateway"
 
 
-def snapshot(server_pid: int, gateway: bool) -> dict[str, int]:
-    """RSS of tritonserver and every stub, and of this process when it holds the gateway."""
+def snapshot(server_pid: int, gateway_pid: int | None) -> dict[str, int]:
+    """RSS of tritonserver and every stub, and of the gateway's own process (not this load generator's)."""
     rows = memory_snapshot(server_pid)
-    if gateway:
-        rows[GATEWAY_PROCESS] = rss_kb(os.getpid()) or 0
+    if gateway_pid is not None:
+        rows[GATEWAY_PROCESS] = rss_kb(gateway_pid) or 0
     return rows
 
 
 class RssSampler:
     """RSS of every process every ``period_s`` during the load, to tell a trend from a one-off step."""
 
-    def __init__(self, server_pid: int, period_s: float = 60.0, gateway: bool = False) -> None:
-        self.server_pid, self.period_s, self.gateway = server_pid, period_s, gateway
+    def __init__(self, server_pid: int, period_s: float = 60.0, gateway_pid: int | None = None) -> None:
+        self.server_pid, self.period_s, self.gateway_pid = server_pid, period_s, gateway_pid
         self.samples: list[dict[str, int]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
@@ -86,7 +84,7 @@ class RssSampler:
 
     def _run(self) -> None:
         while not self.stop.wait(self.period_s):
-            self.samples.append(snapshot(self.server_pid, self.gateway))
+            self.samples.append(snapshot(self.server_pid, self.gateway_pid))
 
     def close(self) -> list[dict[str, int]]:
         self.stop.set()
@@ -104,12 +102,10 @@ def settled_kv_blocks(metrics_url: str, timeout_s: float = 30.0) -> dict[str, fl
     return blocks
 
 
-def gateway_config():  # type: ignore[no-untyped-def]
-    """The tiny model's config with prompts over max_input_len (256 tokens) cut from the left, not refused:
-    the soak's prompts (up to 36 words, up to 7 tokens a word) plus the chat template may pass it, and a prompt the
-    gateway refuses with a 400 would count as failed."""
-    config = tiny_config()
-    return replace(config, client=replace(config.client, input_overflow="truncate_left"))
+# The tiny model's config with prompts over max_input_len (256 tokens) cut from the left, not refused: the soak's
+# prompts (up to 36 words, up to 7 tokens a word) plus the chat template may pass it, and a prompt the gateway
+# refuses with a 400 would count as failed.
+GATEWAY_CONFIG_CHANGES = {"client": {"input_overflow": "truncate_left"}}
 
 
 def triton_load(server):  # type: ignore[no-untyped-def]
@@ -123,7 +119,7 @@ def triton_load(server):  # type: ignore[no-untyped-def]
     return run, HealthWatch(server)
 
 
-def gateway_load(server, gateway: GatewayThread, secret: str):  # type: ignore[no-untyped-def]
+def gateway_load(server, gateway: GatewayProcess, secret: str):  # type: ignore[no-untyped-def]
     """The same through the gateway (HTTP streams on one AsyncClient)."""
     model = served_model(gateway.url, secret)
 
@@ -132,10 +128,10 @@ def gateway_load(server, gateway: GatewayThread, secret: str):  # type: ignore[n
                                                seed=seed, cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S,
                                                requests_per_client=per_client))
 
-    return run, GatewayHealthWatch(server, gateway_url=gateway.url, gateway_thread=gateway.thread)
+    return run, GatewayHealthWatch(server, gateway_url=gateway.url, gateway_thread=gateway)
 
 
-def settled_ledger_rows(gateway: GatewayThread, key_name: str, expected: int, timeout_s: float = 30.0) -> Counter:
+def settled_ledger_rows(gateway: GatewayProcess, key_name: str, expected: int, timeout_s: float = 30.0) -> Counter:
     """The ledger's rows for ``key_name`` by finish_reason, once the served ones (all but ``refused:*``) reach
     ``expected`` or ``timeout_s`` passes (a cancelled request is written when its engine request has
     stopped, a moment after the client left)."""
@@ -154,7 +150,7 @@ def served_rows(by_reason: Counter) -> int:
     return sum(n for reason, n in by_reason.items() if not reason.startswith("refused:"))
 
 
-def soak(server, args: argparse.Namespace, gateway: GatewayThread | None = None) -> dict:
+def soak(server, args: argparse.Namespace, gateway: GatewayProcess | None = None) -> dict:
     key_name = ""
     if gateway is None:
         load, watch = triton_load(server)
@@ -166,17 +162,18 @@ def soak(server, args: argparse.Namespace, gateway: GatewayThread | None = None)
     # warm-up at full concurrency: buffers, threads and arenas sized by the peak load are there before the
     # start RSS is taken, so growth measures what the load leaves behind, not what it needs
     warm = (load if gateway is None else load_warm)(args, args.warm_up_s, args.seed + 1, None if args.warm_up_s else 2)
-    rss_start, parts_start = snapshot(server.pid, gateway is not None), memory_breakdown(server.pid)
+    gateway_pid = None if gateway is None else gateway.pid
+    rss_start, parts_start = snapshot(server.pid, gateway_pid), memory_breakdown(server.pid)
     kv_start = settled_kv_blocks(server.metrics_url)
     watch.start()
-    samples = RssSampler(server.pid, args.rss_every, gateway is not None).start()
+    samples = RssSampler(server.pid, args.rss_every, gateway_pid).start()
     started = time.monotonic()
     tally = load(args, args.minutes * 60, args.seed, None)
     seconds = time.monotonic() - started
     events = watch.close() + watch.check()
     tally.rss_samples = samples.close()
     kv_end = settled_kv_blocks(server.metrics_url)
-    rss_end, parts_end = snapshot(server.pid, gateway is not None), memory_breakdown(server.pid)
+    rss_end, parts_end = snapshot(server.pid, gateway_pid), memory_breakdown(server.pid)
     tally.rss_parts = {"start": parts_start, "end": parts_end}
     tally.counts.update({f"warm_up_{k}": v for k, v in warm.counts.items() if ":" not in k})
     result = report(tally, seconds, events, kv_start, kv_end, rss_start, rss_end, args)
@@ -231,7 +228,7 @@ def print_tables(result: dict) -> None:
     if "ledger_rows" in f:
         print(f"gateway ledger rows of served requests: {f['ledger_rows']} (completed + cancelled: "
               f"{f['ledger_rows_expected']}); all rows by finish_reason: {f['ledger_rows_by_finish_reason']}; "
-              f"'{GATEWAY_PROCESS}' is the RSS of this process, which runs the gateway and the clients")
+              f"'{GATEWAY_PROCESS}' is the RSS of the gateway's own process")
     print(f"KV blocks before {f['kv_blocks_before']}, after {f['kv_blocks_after']}")
     print(f"requests tritonserver still counted in flight at exit: {f['server_inflight_at_exit'] or 'none'}")
     print(f"\n{'minute':>6}{'completed':>11}{'p50 s':>9}{'p99 s':>9}")
@@ -268,7 +265,8 @@ def main() -> int:
         repo = tiny_repository(Path(tmp))
         with TritonServer(repo, start_timeout_s=180) as server:  # the log stays under $TRTKIT_HOME for a post-mortem
             print(f"tritonserver log: {server.log_path}", file=sys.stderr)
-            gateway = GatewayThread(gateway_config(), server.grpc_url, Path(tmp) / "gateway") if args.gateway else None
+            gateway = (GatewayProcess(GATEWAY_CONFIG_CHANGES, server.grpc_url, Path(tmp) / "gateway") if args.gateway
+                       else None)
             try:
                 result = soak(server, args, gateway)
             finally:

@@ -96,6 +96,58 @@ class GatewayThread:
         self.thread.join(timeout=30)
 
 
+class GatewayProcess:
+    """`trtkit gateway` in a process of its own, so that its RSS is the gateway's alone and not also its load
+    generator's. Its store and ledger are SQLite files in ``folder``; this process adds keys to the one and reads
+    rows from the other (SQLite in WAL mode is shared between processes). ``config_changes`` go into the YAML it
+    reads (model_configs/tiny-llama.yaml plus them, section by section)."""
+
+    def __init__(self, config_changes: dict[str, dict], backend: str, folder: Path) -> None:
+        import os
+        import subprocess
+        import sys
+
+        import yaml
+
+        from trtkit.gateway.server import free_port
+        from trtkit.gateway.store import open_gateway_store
+
+        folder.mkdir(parents=True, exist_ok=True)
+        root = Path(__file__).resolve().parents[2]
+        data = yaml.safe_load((root / "model_configs" / "tiny-llama.yaml").read_text())
+        changes = {"client": {"cache": {"enabled": False}, "store": f"sqlite:///{folder / 'usage.db'}"},
+                   "gateway": {"store": f"sqlite:///{folder / 'gateway.db'}"}}
+        for section, fields in [*changes.items(), *config_changes.items()]:
+            data.setdefault(section, {}).update(fields)
+        config_path = folder / "gateway.yaml"
+        config_path.write_text(yaml.safe_dump(data))
+        self.ledger_path = folder / "usage.db"
+        port = free_port("127.0.0.1")
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen([sys.executable, "-c", "from trtkit.cli.main import main; raise SystemExit(main())",
+                                         "gateway", str(config_path), "--backend", backend, "--port", str(port)],
+                                        env=os.environ.copy())
+        self.pid = self.process.pid
+        deadline = time.monotonic() + 120
+        while not gateway_ready(self.url):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.process.kill()
+                raise RuntimeError("the gateway process did not become ready")
+            time.sleep(0.2)
+        self.store = open_gateway_store(folder / "gateway.db")
+
+    def is_alive(self) -> bool:
+        return self.process.poll() is None
+
+    new_key = GatewayThread.new_key
+    ledger_rows = GatewayThread.ledger_rows
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
+        self.store.close()
+
+
 def served_model(url: str, secret: str) -> str:
     response = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {secret}"}, timeout=30)
     return str(response.json()["data"][0]["id"])
@@ -110,10 +162,11 @@ def gateway_ready(url: str) -> bool:
 
 @dataclass(slots=True)
 class GatewayHealthWatch(HealthWatch):
-    """Triton's watch (process, readiness, stubs) plus the gateway's ``/health/ready`` and its thread."""
+    """Triton's watch (process, readiness, stubs) plus the gateway's ``/health/ready`` and its thread or process
+    (anything with ``is_alive()``)."""
 
     gateway_url: str = ""
-    gateway_thread: threading.Thread | None = None
+    gateway_thread: threading.Thread | GatewayProcess | None = None
 
     def check(self) -> list[str]:
         problems = HealthWatch.check(self)
