@@ -165,8 +165,11 @@ class BudgetGuard:
 
     def __init__(self, rules: list[BudgetRule], ledger: Ledger | None, rulebook: RuleBook | None = None) -> None:
         self.rulebook: RuleBook = rulebook or LedgerRuleBook(rules, ledger)
-        self.waits_on_network = bool(getattr(self.rulebook, "waits_on_network", False))
         self._request_scopes: dict[str, BudgetScope] = {}
+
+    @property
+    def waits_on_network(self) -> bool:
+        return self.rulebook.waits_on_network
 
     def reserve(self, caller: Caller, tokens: int, cost: float, request_id: str = "") -> Reservation:
         """Raise BudgetExceededError if ``tokens``/``cost`` would overrun any budget; else hold them.

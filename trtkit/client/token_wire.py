@@ -20,6 +20,7 @@ import tritonclient.grpc as grpcclient
 from trtkit.client.params import SamplingParams
 from trtkit.client.protocol import Delta, is_final_response, make_input, response_arrays
 from trtkit.client.tokens import TokenCounter
+from trtkit.client.transport import declared_inputs
 from trtkit.engine_wire import EngineRun, words_to_list
 from trtkit.errors import ClientError
 from trtkit.tokenizer.detokenizer import IncrementalDetokenizer
@@ -46,7 +47,7 @@ class TokenWire:
     """Builds engine requests and per-request readers for one served engine model."""
 
     def __init__(self, metadata: dict, counter: TokenCounter, tokens_per_block: int) -> None:
-        self.inputs = {i["name"]: i["datatype"] for i in metadata["inputs"]}
+        self.inputs = declared_inputs(metadata)
         declared_outputs = {o["name"] for o in metadata.get("outputs", [])}
         self.outputs = [name for name in _OUTPUTS if name in declared_outputs]
         self._requested = [grpcclient.InferRequestedOutput(name) for name in self.outputs]
@@ -64,7 +65,7 @@ class TokenWire:
     def request(self, prompt_ids: list[int], params: SamplingParams, *,
                 stream: bool) -> tuple[list[grpcclient.InferInput], list[grpcclient.InferRequestedOutput]]:
         assert params.max_tokens is not None, "max_tokens is resolved before building a request"
-        assert prompt_ids, "the governor refuses an empty prompt before any request is built"
+        assert prompt_ids, "a blank prompt is refused (wire.EngineWire) before any request is built"
         values: dict[str, object] = {
             "input_lengths": len(prompt_ids), "request_output_len": params.max_tokens, "streaming": stream,
             "end_id": self.end_id if params.end_id is None else params.end_id,

@@ -56,7 +56,6 @@ Wire = TextWire | EngineWire
 
 def wire_for(metadata: dict, counter: TokenCounter, tokens_per_block: int) -> Wire:
     """The wire of the model ``metadata`` (``get_model_metadata(as_json=True)``) describes."""
-    declared = declared_inputs(metadata)
     if is_engine_model(metadata):
         return EngineWire(TokenWire(metadata, counter, tokens_per_block))
-    return TextWire(declared)
+    return TextWire(declared_inputs(metadata))

@@ -71,7 +71,7 @@ def waits_on_network(store: GatewayStore, store_calls: str = "auto") -> bool:
     if store.url.backend == "sqlite":
         return False
     host = urlsplit(store.url.dsn or "").hostname or ""
-    return not (host in ("", "localhost") or host.startswith("/") or _is_loopback(host))
+    return not (host in ("", "localhost") or _is_loopback(host))
 
 
 def _is_loopback(host: str) -> bool:
