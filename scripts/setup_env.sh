@@ -42,6 +42,17 @@ else
   echo "setup: chromium missing and not root: run 'sudo apt-get install -y chromium' (the bench HTML report test is skipped without it)" >&2
 fi
 
+# A C compiler builds the CPU engine's decode-attention kernel on first use (trtkit/refengine/paged_attention.py);
+# without one the engine attends in torch, about 2x slower per decode step, and the kernel's tests fail.
+if command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; then
+  :
+elif [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing gcc (Debian package) for the CPU engine's attention kernel" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
+else
+  echo "setup: no C compiler and not root: run 'sudo apt-get install -y gcc' (the CPU engine falls back to torch attention)" >&2
+fi
+
 stamp="$VENV/.trtkit-setup-stamp"
 want=$(cat pyproject.toml scripts/setup_env.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

@@ -1,4 +1,5 @@
-"""The speed-related paths: length-grouped decode attention, the forward pass outside the loop lock, bf16."""
+"""The speed-related paths: length-grouped decode attention (the torch path), the forward pass outside the loop
+lock, bf16. The native attention kernel and packed projections: test_paged_attention.py."""
 
 from __future__ import annotations
 
@@ -31,11 +32,12 @@ def test_decode_groups_bound_padding_and_cover_every_row() -> None:
     assert group_sizes([4, 4, 4, 128]) == [3, 1]  # the long sequence does not pad the short ones
 
 
-def test_mixed_lengths_decode_like_one_at_a_time(make_engine: EngineFactory) -> None:
+@pytest.mark.parametrize("attention", ["native", "torch"])
+def test_mixed_lengths_decode_like_one_at_a_time(make_engine: EngineFactory, attention: str) -> None:
     prompts = [p[:n] for p, n in zip(random_prompts(4, 100, 100, seed=11), (3, 9, 40, 100), strict=True)]
     params = SamplingParams(max_tokens=12, end_id=-1)
-    batched = make_engine(tokens_per_block=4).generate(prompts, params)
-    single = [make_engine(tokens_per_block=4).generate([p], params)[0] for p in prompts]
+    batched = make_engine(tokens_per_block=4, attention=attention).generate(prompts, params)
+    single = [make_engine(tokens_per_block=4, attention=attention).generate([p], params)[0] for p in prompts]
     assert [o.output_token_ids for o in batched] == [o.output_token_ids for o in single]
 
 
@@ -83,11 +85,13 @@ def test_submit_cancel_and_stats_do_not_wait_for_the_forward_pass(make_engine: E
 
 def test_cpu_dtype_and_threads_map_from_the_config() -> None:
     config = parse_config({"name": "m", "model": {"source": "bundled:smollm2-135m"},
-                           "serve": {"cpu_dtype": "bf16", "cpu_threads": 3}})
+                           "serve": {"cpu_dtype": "bf16", "cpu_threads": 3, "cpu_attention": "torch"}})
     engine_config = EngineConfig.from_model_config(config)
-    assert (engine_config.dtype, engine_config.num_threads) == ("bfloat16", 3)
+    assert (engine_config.dtype, engine_config.num_threads, engine_config.attention) == ("bfloat16", 3, "torch")
     with pytest.raises(ConfigError, match="serve.cpu_dtype"):
         parse_config({"name": "m", "model": {"source": "bundled:smollm2-135m"}, "serve": {"cpu_dtype": "fp16"}})
+    with pytest.raises(ConfigError, match="serve.cpu_attention"):
+        parse_config({"name": "m", "model": {"source": "bundled:smollm2-135m"}, "serve": {"cpu_attention": "flash"}})
 
 
 @pytest.mark.skipif(not native_bf16_flags(), reason="bf16 mode needs AVX512-BF16 or AMX")
@@ -111,11 +115,11 @@ def test_the_triton_engine_model_gets_the_threads_and_dtype(tmp_path: Path, tiny
     from trtkit.triton_models.engine_host import engine_config
 
     config = load_config(Path(__file__).resolve().parents[2] / "model_configs" / "tiny-llama.yaml")
-    config = replace(config, serve=replace(config.serve, cpu_dtype="bf16", cpu_threads=2))
+    config = replace(config, serve=replace(config.serve, cpu_dtype="bf16", cpu_threads=2, cpu_attention="native"))
     deploy_repository(config, tiny_llama_dir, tmp_path / "repo")
     engine = read(tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt")
     params = {k: v.string_value for k, v in engine.parameters.items()}
-    assert (params["cpu_dtype"], params["cpu_threads"]) == ("bf16", "2")
+    assert (params["cpu_dtype"], params["cpu_threads"], params["cpu_attention"]) == ("bf16", "2", "native")
     started = engine_config(params)
-    assert (started.dtype, started.num_threads) == ("bfloat16", 2)
-    assert (engine_config({}).dtype, engine_config({}).num_threads) == ("float32", 0)
+    assert (started.dtype, started.num_threads, started.attention) == ("bfloat16", 2, "native")
+    assert (engine_config({}).dtype, engine_config({}).num_threads, engine_config({}).attention) == ("float32", 0, "auto")

@@ -21,6 +21,7 @@ PluginSwitch = Literal["auto", "disable", "float16", "bfloat16", "float32", "fp8
 SchedulerPolicy = Literal["guaranteed_no_evict", "max_utilization"]
 Profile = Literal["latency", "throughput"]
 CpuDtype = Literal["fp32", "bf16"]
+CpuAttention = Literal["auto", "native", "torch"]
 
 
 @dataclass(slots=True)
@@ -102,6 +103,8 @@ class ServeSection:
     cpu_kv_cache_mb: int = bounded(256, ge=1, doc="KV budget of the CPU reference engine")
     cpu_dtype: CpuDtype = described("fp32", doc="CPU engine compute and KV dtype; bf16 needs AVX512-BF16 or AMX")
     cpu_threads: int = bounded(0, ge=0, doc="CPU engine intra-op threads; 0: every core this process may use")
+    cpu_attention: CpuAttention = described("auto", doc="CPU engine decode attention: native (a C kernel built "
+                                            "with this machine's compiler), torch, or auto (native when it builds)")
     enable_kv_cache_reuse: bool = described(True)
     enable_chunked_context: bool | None = described(None, doc="None: from the profile")
     max_queue_delay_microseconds: int | None = bounded(None, ge=0, doc="None: from the profile")

@@ -11,6 +11,8 @@ if TYPE_CHECKING:
     from trtkit.config.schema import ModelConfig
 
 SchedulerPolicyName = Literal["guaranteed_no_evict", "max_utilization"]
+AttentionPath = Literal["auto", "native", "torch"]
+ATTENTION_PATHS = ("auto", "native", "torch")
 DEFAULT_CPU_QUEUE_SIZE = 1024
 
 
@@ -29,6 +31,7 @@ class EngineConfig:
     max_queue_size: int = DEFAULT_CPU_QUEUE_SIZE
     dtype: Literal["float32", "bfloat16"] = "float32"  # compute and KV dtype on CPU
     num_threads: int = 0  # torch intra-op threads for the forward pass; 0: every core this process may use
+    attention: AttentionPath = "auto"  # decode attention: the native kernel (auto: when it builds) or torch
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_num_tokens", "max_input_len", "max_seq_len", "tokens_per_block",
@@ -51,6 +54,8 @@ class EngineConfig:
                               "guaranteed_no_evict, max_utilization")
         if self.num_threads < 0:
             raise EngineError(f"engine.num_threads: must be >= 0 (0: all usable cores), got {self.num_threads}")
+        if self.attention not in ATTENTION_PATHS:
+            raise EngineError(f"engine.attention: {self.attention!r} is not one of {', '.join(ATTENTION_PATHS)}")
         if self.dtype not in ("float32", "bfloat16"):
             raise EngineError(f"engine.dtype: {self.dtype!r} is not one of float32, bfloat16")
 
@@ -75,6 +80,7 @@ class EngineConfig:
             max_queue_size=serve.max_queue_size or DEFAULT_CPU_QUEUE_SIZE,
             dtype="bfloat16" if serve.cpu_dtype == "bf16" else "float32",
             num_threads=serve.cpu_threads,
+            attention=serve.cpu_attention,
         )
 
     def num_blocks_for(self, bytes_per_token: int) -> int:

@@ -14,6 +14,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from trtkit.refengine.packed_linear import pack, packed_linear
+
 ActQuant = Literal["int8", "int8_per_token", "fp8"]
 FP8_MAX = 448.0
 
@@ -37,17 +39,23 @@ def fake_quant_activation(x: torch.Tensor, kind: ActQuant, scale: torch.Tensor |
 
 @dataclass(slots=True)
 class Linear:
-    weight: torch.Tensor  # [out_features, in_features], compute dtype
+    weight: torch.Tensor  # [out_features, in_features], compute dtype; oneDNN's blocked layout once packed
     input_scale: torch.Tensor | None = None  # SmoothQuant / AWQ pre-quant multiplier, [in_features]
     act_quant: ActQuant | None = None
     act_scale: torch.Tensor | None = None
+    packed: bool = False
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.input_scale is not None:
             x = x * self.input_scale
         if self.act_quant is not None:
             x = fake_quant_activation(x, self.act_quant, self.act_scale)
-        return F.linear(x, self.weight)
+        return packed_linear(x, self.weight) if self.packed else F.linear(x, self.weight)
+
+    def pack(self) -> None:
+        """Replace the weight by its oneDNN-packed form (packed_linear.py), once."""
+        if not self.packed:
+            self.weight, self.packed = pack(self.weight), True
 
     def same_input_path(self, other: Linear) -> bool:
         return (self.act_quant == other.act_quant and _same(self.input_scale, other.input_scale)
@@ -63,12 +71,17 @@ class MergedLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([part(x) for part in self.parts], dim=-1)
 
+    def pack(self) -> None:
+        for part in self.parts:
+            part.pack()
+
 
 Projection = Linear | MergedLinear
 
 
 def fuse(parts: list[Linear]) -> Projection:
     """One matmul for projections that share an input (q/k/v, gate/up), when their input paths agree."""
+    assert not any(p.packed for p in parts), "fuse plain weights, then pack"
     if all(parts[0].same_input_path(p) for p in parts[1:]):
         return Linear(torch.cat([p.weight for p in parts], dim=0).contiguous(), parts[0].input_scale,
                       parts[0].act_quant, parts[0].act_scale)

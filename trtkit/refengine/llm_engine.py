@@ -20,10 +20,11 @@ from trtkit.refengine.cpu_features import native_bf16_flags, usable_cores
 from trtkit.refengine.model import KVCache
 from trtkit.refengine.model_runner import ModelRunner, PreparedStep
 from trtkit.refengine.outputs import EngineStats, FinishReason, RequestOutput, SamplingParams
+from trtkit.refengine.paged_attention import KernelUnavailable, PagedDecodeAttention, load_kernel, supports
 from trtkit.refengine.sampling import choose_tokens
 from trtkit.refengine.scheduler import ScheduledChunk, Scheduler
 from trtkit.refengine.sequence import Sequence
-from trtkit.refengine.weights import ModelWeights, load_model
+from trtkit.refengine.weights import ModelSpec, ModelWeights, load_model
 from trtkit.sampling_ranges import check_token_id
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,23 @@ def _compute_dtype(config: EngineConfig) -> torch.dtype:
         raise EngineError("serve.cpu_dtype: bf16 needs a CPU with native bf16 arithmetic (AVX512-BF16 or AMX); "
                           "this one has neither, so bf16 would run slower than fp32: set serve.cpu_dtype: fp32")
     return torch.bfloat16
+
+
+def _decode_kernel(config: EngineConfig, spec: ModelSpec) -> PagedDecodeAttention | None:
+    """The native decode-attention kernel for attention native/auto; None for torch (or auto without a compiler)."""
+    if config.attention == "torch":
+        return None
+    try:
+        if not supports(spec.num_heads, spec.num_kv_heads, spec.head_dim):
+            raise KernelUnavailable(f"the kernel does not handle {spec.num_heads} heads over {spec.num_kv_heads} KV "
+                                    f"heads of dimension {spec.head_dim} (it needs a multiple of 16, at most 256, "
+                                    "and at most 16 query heads per KV head)")
+        return load_kernel()
+    except KernelUnavailable as error:
+        if config.attention == "native":
+            raise EngineError(f"serve.cpu_attention: native: {error}") from error
+        log.warning("decode attention runs in torch (slower): %s", error)
+        return None
 
 
 @dataclass(slots=True)
@@ -79,15 +97,16 @@ class LLMEngine:
         self.block_manager = BlockManager(num_blocks, config.tokens_per_block, enable_reuse=config.enable_kv_cache_reuse)
         self.scheduler = Scheduler(config, self.block_manager)
         self.runner = ModelRunner(weights, num_blocks=num_blocks, block_size=config.tokens_per_block,
-                                  max_seq_len=config.max_seq_len, dtype=dtype)
+                                  max_seq_len=config.max_seq_len, dtype=dtype, decode_kernel=_decode_kernel(config, spec))
         self.sequences: dict[str, Sequence] = {}
         self._finished_outputs: list[RequestOutput] = []  # cancellations, delivered by the next step()
         self._counters = _Counters()
         self._rng = random.Random()
         self._forward_lock = threading.Lock()  # one forward pass at a time over the shared KV pool
         log.info("CPU engine ready: %d KV blocks x %d tokens, policy %s, reuse %s, chunked context %s, %s on %d "
-                 "threads", num_blocks, config.tokens_per_block, config.scheduler_policy, config.enable_kv_cache_reuse,
-                 config.enable_chunked_context, config.dtype, torch.get_num_threads())
+                 "threads, decode attention in %s", num_blocks, config.tokens_per_block, config.scheduler_policy,
+                 config.enable_kv_cache_reuse, config.enable_chunked_context, config.dtype, torch.get_num_threads(),
+                 "the native kernel" if self.runner.model.decode_kernel else "torch")
 
     @classmethod
     def from_pretrained(cls, path: str | Path, config: EngineConfig | None = None) -> LLMEngine:

@@ -3,9 +3,11 @@
 All scheduled tokens of all requests go through the projections as one [num_tokens, hidden] matrix
 (no padding). Each token's K/V is written straight into its cache slot (slot = block * block_size +
 offset). Attention differs by chunk kind:
-- single-token chunks (decodes) are attended in groups of similar context length: a group gathers
-  whole blocks of its members' own block tables (one memcpy per block, not per token) and pads only
-  to the longest member of the group, so a step costs what its sequences hold, not batch x longest;
+- single-token chunks (decodes) go to the native kernel (``paged_attention.py``) when it is loaded: it
+  reads each sequence's K/V in place, walking its block table, so a step costs what its sequences hold
+  and copies nothing. Without it (``serve.cpu_attention: torch``, or no C compiler), decodes are attended
+  in torch, in groups of similar context length: a group gathers whole blocks of its members' own block
+  tables (one memcpy per block, not per token) and pads only to the longest member of the group;
 - a prompt chunk starting at position 0 attends to its own fresh K/V (causal);
 - a chunk continuing a cached prefix attends to its blocks in the cache.
 """
@@ -17,7 +19,16 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from trtkit.refengine.layers import fake_quant_fp8, fake_quant_int8, rms_norm, rope_tables, rotate_half
+from trtkit.refengine.layers import (
+    Linear,
+    fake_quant_fp8,
+    fake_quant_int8,
+    rms_norm,
+    rope_tables,
+    rotate_half,
+)
+from trtkit.refengine.packed_linear import packing_available
+from trtkit.refengine.paged_attention import PagedDecodeAttention
 from trtkit.refengine.weights import LayerWeights, ModelWeights
 
 
@@ -40,12 +51,21 @@ class DecodeGroup:
 
 
 @dataclass(slots=True)
+class DecodeTables:
+    """Decode rows [0, n) for the native kernel: each row's block table and context length."""
+
+    tables: torch.Tensor  # [n, max_blocks] int64 block ids (a shorter table is padded with block 0, never read)
+    lengths: torch.Tensor  # [n] int64 tokens of context, the row's own token included
+
+
+@dataclass(slots=True)
 class AttentionBatch:
     positions: torch.Tensor  # [T]
     slot_mapping: torch.Tensor  # [T] where each token's K/V is written
-    decode_groups: list[DecodeGroup]  # decode rows come first, grouped by context length
+    decode_groups: list[DecodeGroup]  # torch path: decode rows come first, grouped by context length
     prefills: list[PrefillChunk]
     logit_rows: torch.Tensor  # [S] rows whose next-token logits are needed
+    decode_tables: DecodeTables | None = None  # kernel path: the decode rows (then decode_groups is empty)
 
 
 class KVCache:
@@ -64,9 +84,19 @@ class KVCache:
 
 
 class LlamaModel:
-    def __init__(self, weights: ModelWeights, max_positions: int, dtype: torch.dtype, block_size: int) -> None:
+    def __init__(self, weights: ModelWeights, max_positions: int, dtype: torch.dtype, block_size: int,
+                 decode_kernel: PagedDecodeAttention | None = None) -> None:
         self.weights = weights
         self.block_size = block_size
+        self.decode_kernel = decode_kernel  # None: decodes are attended in torch, by length group
+        # The vocabulary projection gets a Linear of its own: with tied embeddings, the embedding lookup
+        # keeps reading the plain table.
+        self.lm_head = Linear(weights.lm_head)
+        if packing_available(dtype):  # oneDNN-packed weights: 2-4x faster projections at decode sizes
+            for layer in weights.layers:
+                for projection in (layer.qkv, layer.o_proj, layer.gate_up, layer.down):
+                    projection.pack()
+            self.lm_head.pack()
         spec = weights.spec
         self.cos, self.sin = rope_tables(spec.head_dim, max_positions, spec.rope_theta, dtype)
         self.q_size = spec.num_heads * spec.head_dim
@@ -89,7 +119,7 @@ class LlamaModel:
         return self._lm_head(x)
 
     def _lm_head(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weights.lm_head)
+        return self.lm_head(x)
 
     def _attention(self, layer: LayerWeights, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    batch: AttentionBatch, key_cache: torch.Tensor, value_cache: torch.Tensor) -> torch.Tensor:
@@ -107,6 +137,10 @@ class LlamaModel:
         key_cache.index_copy_(0, batch.slot_mapping, k)
         value_cache.index_copy_(0, batch.slot_mapping, v)
         out = torch.empty_like(q)
+        if batch.decode_tables is not None and self.decode_kernel is not None:
+            decodes = batch.decode_tables.lengths.shape[0]
+            self.decode_kernel(q[:decodes], key_cache, value_cache, batch.decode_tables.tables,
+                               batch.decode_tables.lengths, self.block_size, out[:decodes])
         for group in batch.decode_groups:
             rows = slice(group.row_start, group.row_start + group.blocks.shape[0])
             out[rows] = self._decode_attention(q[rows], group, key_cache, value_cache)

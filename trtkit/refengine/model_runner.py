@@ -6,7 +6,15 @@ from dataclasses import dataclass
 
 import torch
 
-from trtkit.refengine.model import AttentionBatch, DecodeGroup, KVCache, LlamaModel, PrefillChunk
+from trtkit.refengine.model import (
+    AttentionBatch,
+    DecodeGroup,
+    DecodeTables,
+    KVCache,
+    LlamaModel,
+    PrefillChunk,
+)
+from trtkit.refengine.paged_attention import PagedDecodeAttention
 from trtkit.refengine.scheduler import ScheduledChunk
 from trtkit.refengine.weights import ModelWeights
 
@@ -40,10 +48,10 @@ class PreparedStep:
 
 class ModelRunner:
     def __init__(self, weights: ModelWeights, *, num_blocks: int, block_size: int, max_seq_len: int,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, decode_kernel: PagedDecodeAttention | None = None) -> None:
         spec = weights.spec
         self.block_size = block_size
-        self.model = LlamaModel(weights, max_seq_len, dtype, block_size)
+        self.model = LlamaModel(weights, max_seq_len, dtype, block_size, decode_kernel)
         self.cache = KVCache(spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim, dtype)
 
     def run(self, chunks: list[ScheduledChunk], *, all_positions: bool = False,
@@ -85,11 +93,21 @@ class ModelRunner:
             elif chunk.completes_sequence:
                 logit_rows.append(row + chunk.num_tokens - 1)
                 sampled.append(chunk)
+        native = self.model.decode_kernel is not None
         batch = AttentionBatch(
             positions=torch.tensor(positions, dtype=torch.long), slot_mapping=torch.tensor(slots, dtype=torch.long),
-            decode_groups=self._decode_groups(decodes), prefills=prefills,
-            logit_rows=torch.tensor(logit_rows, dtype=torch.long))
+            decode_groups=[] if native else self._decode_groups(decodes), prefills=prefills,
+            logit_rows=torch.tensor(logit_rows, dtype=torch.long),
+            decode_tables=self._decode_tables(decodes) if native and decodes else None)
         return PreparedStep(sampled, torch.tensor(input_ids, dtype=torch.long), batch)
+
+    def _decode_tables(self, decodes: list[ScheduledChunk]) -> DecodeTables:
+        """Each decode row's block table (padded with block 0 to the longest) and context length."""
+        lengths = [c.start + 1 for c in decodes]
+        width = -(-max(lengths) // self.block_size)
+        tables = [c.seq.block_table[:width] for c in decodes]
+        return DecodeTables(torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long),
+                            torch.tensor(lengths, dtype=torch.long))
 
     def _decode_groups(self, decodes: list[ScheduledChunk]) -> list[DecodeGroup]:
         """Decodes (sorted by context) in groups of similar length; each reads only its members' blocks."""

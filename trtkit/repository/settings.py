@@ -36,6 +36,7 @@ class RepoSettings:
     cpu_kv_cache_bytes: int
     cpu_dtype: str
     cpu_threads: int
+    cpu_attention: str
     enable_kv_cache_reuse: bool
     enable_chunked_context: bool
     exclude_input_in_output: bool
@@ -113,6 +114,7 @@ def resolve_settings(config: ModelConfig, engine_dir: Path, *, profile: str | No
         max_queue_size=queue, kv_cache_free_gpu_mem_fraction=s.kv_cache_free_gpu_mem_fraction,
         max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache, cpu_kv_cache_bytes=s.cpu_kv_cache_mb << 20,
         cpu_dtype=s.cpu_dtype, cpu_threads=s.cpu_threads,
+        cpu_attention=s.cpu_attention,
         enable_kv_cache_reuse=reuse, enable_chunked_context=chunked,
         exclude_input_in_output=s.exclude_input_in_output, decoupled=s.streaming,
         chat_template=resolved.model.chat_template, instances_pre=s.instances.preprocessing,

@@ -35,7 +35,8 @@ def engine_config(params: dict[str, str]):
         scheduler_policy=params.get("batch_scheduler_policy") or "guaranteed_no_evict",  # type: ignore[arg-type]
         max_queue_size=integer("cpu_max_queue_size") or 1024,
         dtype="bfloat16" if params.get("cpu_dtype") == "bf16" else "float32",
-        num_threads=integer("cpu_threads") or 0)
+        num_threads=integer("cpu_threads") or 0,
+        attention=params.get("cpu_attention") or "auto")  # type: ignore[arg-type]
 
 
 def start_engine(params: dict[str, str]):

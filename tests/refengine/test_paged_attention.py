@@ -1,0 +1,141 @@
+"""The native decode-attention kernel against attention computed in torch, and how the engine picks it."""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.refengine.conftest import EngineFactory, random_prompts
+from trtkit.errors import EngineError
+from trtkit.refengine import SamplingParams
+from trtkit.refengine import paged_attention as native
+from trtkit.refengine.packed_linear import pack, packed_linear, packing_available
+
+
+def reference(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, tables: list[list[int]], lengths: list[int],
+              block_size: int) -> torch.Tensor:
+    """Each sequence's context gathered token by token, then softmax attention in float64."""
+    heads, kv_heads = q.shape[1], key.shape[1]
+    rows = []
+    for index, length in enumerate(lengths):
+        slots = [tables[index][t // block_size] * block_size + t % block_size for t in range(length)]
+        k = key[slots].double().repeat_interleave(heads // kv_heads, dim=1).transpose(0, 1)  # [heads, len, dim]
+        v = value[slots].double().repeat_interleave(heads // kv_heads, dim=1).transpose(0, 1)
+        rows.append(F.scaled_dot_product_attention(q[index].double().unsqueeze(1), k, v).squeeze(1))
+    return torch.stack(rows)
+
+
+SHAPES = [  # heads, kv_heads, head_dim, block_size
+    (9, 3, 64, 16),  # SmolLM2-135M
+    (8, 8, 128, 32),  # no grouping, the other specialised dimension
+    (16, 1, 32, 4),  # 16 query heads on one KV head, the generic dimension, small blocks
+    (4, 2, 80, 1),  # a dimension that is a multiple of 16 but not specialised; one token per block
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim", "block_size"), SHAPES)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_kernel_matches_attention_over_the_gathered_context(dtype: torch.dtype, heads: int, kv_heads: int,
+                                                            head_dim: int, block_size: int, threads: int) -> None:
+    kernel = native.load_kernel()
+    rng = random.Random(heads * 1000 + head_dim + block_size)
+    generator = torch.Generator().manual_seed(rng.randrange(1 << 30))
+    lengths = [1, 2, block_size, block_size + 1, 37, 300, rng.randint(1, 200)]
+    needed = [-(-n // block_size) for n in lengths]
+    pool = list(range(sum(needed) + 5))
+    rng.shuffle(pool)  # blocks scattered through the pool, in no order
+    tables, start = [], 0
+    for count in needed:
+        tables.append(pool[start:start + count])
+        start += count
+    slots = len(pool) * block_size
+    key = torch.randn(slots, kv_heads, head_dim, generator=generator).to(dtype)
+    value = torch.randn(slots, kv_heads, head_dim, generator=generator).to(dtype)
+    q = (torch.randn(len(lengths), heads, head_dim, generator=generator) * 2).to(dtype)
+    width = max(needed)
+    table = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long)
+    out = torch.full_like(q, float("nan"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        kernel(q, key, value, table, torch.tensor(lengths, dtype=torch.long), block_size, out)
+    finally:
+        torch.set_num_threads(before)
+    expected = reference(q, key, value, tables, lengths, block_size)
+    tolerance = 2e-6 if dtype == torch.float32 else 1.6e-2  # bf16: the output's own rounding, 2^-7 relative
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out.double(), expected, rtol=tolerance, atol=tolerance), \
+        (out.double() - expected).abs().max().item()
+
+
+def test_shapes_outside_the_kernel_are_refused_not_computed() -> None:
+    kernel = native.load_kernel()
+    assert not native.supports(9, 3, 72) and not native.supports(34, 2, 64) and not native.supports(9, 4, 64)
+    assert native.supports(9, 3, 64) and native.supports(32, 8, 128)
+    q = torch.zeros(1, 2, 24)
+    cache = torch.zeros(4, 1, 24)
+    with pytest.raises(RuntimeError, match="shape outside"):
+        kernel(q, cache, cache, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), 4,
+               torch.empty_like(q))
+
+
+def test_native_and_torch_decode_attention_generate_the_same_tokens(make_engine: EngineFactory) -> None:
+    prompts = [p[:n] for p, n in zip(random_prompts(4, 100, 100, seed=5), (2, 17, 64, 100), strict=True)]
+    params = SamplingParams(max_tokens=16, end_id=-1)
+    on_kernel = make_engine(attention="native", tokens_per_block=4)
+    on_torch = make_engine(attention="torch", tokens_per_block=4)
+    assert on_kernel.runner.model.decode_kernel is not None and on_torch.runner.model.decode_kernel is None
+    assert ([o.output_token_ids for o in on_kernel.generate(prompts, params)]
+            == [o.output_token_ids for o in on_torch.generate(prompts, params)])
+
+
+def test_without_a_compiler_auto_falls_back_and_native_says_why(make_engine: EngineFactory,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    monkeypatch.setenv("TRTKIT_CACHE_DIR", str(tmp_path / "cache"))  # nothing built there yet
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, gcc or clang on it
+    monkeypatch.delenv("CC", raising=False)
+    native._load.cache_clear()
+    try:
+        with pytest.raises(native.KernelUnavailable, match="no C compiler"):
+            native.load_kernel()
+        assert make_engine(attention="auto").runner.model.decode_kernel is None
+        with pytest.raises(EngineError, match="serve.cpu_attention: native: no C compiler"):
+            make_engine(attention="native")
+    finally:
+        native._load.cache_clear()
+
+
+def test_a_build_is_reused_and_an_unwritable_cache_falls_back_to_tmp(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("TRTKIT_CACHE_DIR", str(blocked))  # mkdir under a file fails
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    first = native.build_library()
+    assert first.parent == tmp_path / "tmp" / f"trtkit-native-{os.getuid()}"
+    stamp = first.stat().st_mtime_ns
+    assert native.build_library() == first and first.stat().st_mtime_ns == stamp  # found, not rebuilt
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_projection_equals_f_linear(dtype: torch.dtype) -> None:
+    if not packing_available(dtype):
+        pytest.skip("this torch has no oneDNN weight packing; the engine uses F.linear")
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(320, 192, generator=generator).to(dtype)
+    packed = pack(weight)
+    for rows in (1, 3, 16, 100):
+        x = torch.randn(rows, 192, generator=generator).to(dtype)
+        tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+        assert torch.allclose(packed_linear(x, packed).float(), F.linear(x, weight).float(), rtol=tolerance,
+                              atol=tolerance)
