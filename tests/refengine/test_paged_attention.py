@@ -65,7 +65,7 @@ def test_kernel_matches_attention_over_the_gathered_context(dtype: torch.dtype, 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        kernel(q, key, value, table, torch.tensor(lengths, dtype=torch.long), block_size, out)
+        kernel.decode(q, key, value, table, torch.tensor(lengths, dtype=torch.long), block_size, out)
     finally:
         torch.set_num_threads(before)
     expected = reference(q, key, value, tables, lengths, block_size)
@@ -82,7 +82,7 @@ def test_shapes_outside_the_kernel_are_refused_not_computed() -> None:
     q = torch.zeros(1, 2, 24)
     cache = torch.zeros(4, 1, 24)
     with pytest.raises(RuntimeError, match="shape outside"):
-        kernel(q, cache, cache, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), 4,
+        kernel.decode(q, cache, cache, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long), 4,
                torch.empty_like(q))
 
 
@@ -91,7 +91,7 @@ def test_native_and_torch_decode_attention_generate_the_same_tokens(make_engine:
     params = SamplingParams(max_tokens=16, end_id=-1)
     on_kernel = make_engine(attention="native", tokens_per_block=4)
     on_torch = make_engine(attention="torch", tokens_per_block=4)
-    assert on_kernel.runner.model.decode_kernel is not None and on_torch.runner.model.decode_kernel is None
+    assert on_kernel.runner.model.kernels is not None and on_torch.runner.model.kernels is None
     assert ([o.output_token_ids for o in on_kernel.generate(prompts, params)]
             == [o.output_token_ids for o in on_torch.generate(prompts, params)])
 
@@ -106,7 +106,7 @@ def test_without_a_compiler_auto_falls_back_and_native_says_why(make_engine: Eng
     try:
         with pytest.raises(native.KernelUnavailable, match="no C compiler"):
             native.load_kernel()
-        assert make_engine(attention="auto").runner.model.decode_kernel is None
+        assert make_engine(attention="auto").runner.model.kernels is None
         with pytest.raises(EngineError, match="serve.cpu_attention: native: no C compiler"):
             make_engine(attention="native")
     finally:
@@ -139,3 +139,30 @@ def test_packed_projection_equals_f_linear(dtype: torch.dtype) -> None:
         tolerance = 1e-4 if dtype == torch.float32 else 2e-2
         assert torch.allclose(packed_linear(x, packed).float(), F.linear(x, weight).float(), rtol=tolerance,
                               atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_and_store_gives_the_torch_path_bits_and_writes_the_slots(dtype: torch.dtype) -> None:
+    from trtkit.refengine.layers import rope_tables, rotate_half
+
+    kernels = native.load_kernel()
+    heads, kv_heads, dim, tokens = 9, 3, 64, 70  # 70 rows: the multi-threaded branch (64 and more)
+    generator = torch.Generator().manual_seed(7)
+    cos, sin = rope_tables(dim, 512, 100000.0, dtype)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=generator).to(dtype)
+    positions = torch.randint(0, 512, (tokens,), generator=generator)
+    slots = torch.randperm(200, generator=generator)[:tokens]
+    key_cache = torch.zeros(200, kv_heads, dim, dtype=dtype)
+    value_cache = torch.zeros(200, kv_heads, dim, dtype=dtype)
+    q, k = kernels.rope_and_store(qkv, positions, slots, cos, sin, key_cache, value_cache, heads)
+    c, s = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
+    q_ref, k_ref, v_ref = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    q_ref = q_ref.reshape(tokens, heads, dim)
+    k_ref = k_ref.reshape(tokens, kv_heads, dim)
+    assert torch.equal(q, q_ref * c + rotate_half(q_ref) * s)
+    assert torch.equal(k, k_ref * c + rotate_half(k_ref) * s)
+    assert torch.equal(key_cache[slots], k)
+    assert torch.equal(value_cache[slots], v_ref.reshape(tokens, kv_heads, dim))
+    untouched = torch.ones(200, dtype=torch.bool)
+    untouched[slots] = False
+    assert not key_cache[untouched].any() and not value_cache[untouched].any()

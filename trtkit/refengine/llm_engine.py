@@ -20,7 +20,7 @@ from trtkit.refengine.cpu_features import native_bf16_flags, usable_cores
 from trtkit.refengine.model import KVCache
 from trtkit.refengine.model_runner import ModelRunner, PreparedStep
 from trtkit.refengine.outputs import EngineStats, FinishReason, RequestOutput, SamplingParams
-from trtkit.refengine.paged_attention import KernelUnavailable, PagedDecodeAttention, load_kernel, supports
+from trtkit.refengine.paged_attention import KernelUnavailable, AttentionKernels, load_kernel, supports
 from trtkit.refengine.sampling import choose_tokens
 from trtkit.refengine.scheduler import ScheduledChunk, Scheduler
 from trtkit.refengine.sequence import Sequence
@@ -53,7 +53,7 @@ def _compute_dtype(config: EngineConfig) -> torch.dtype:
     return torch.bfloat16
 
 
-def _decode_kernel(config: EngineConfig, spec: ModelSpec) -> PagedDecodeAttention | None:
+def _attention_kernels(config: EngineConfig, spec: ModelSpec) -> AttentionKernels | None:
     """The native decode-attention kernel for attention native/auto; None for torch (or auto without a compiler)."""
     if config.attention == "torch":
         return None
@@ -97,7 +97,7 @@ class LLMEngine:
         self.block_manager = BlockManager(num_blocks, config.tokens_per_block, enable_reuse=config.enable_kv_cache_reuse)
         self.scheduler = Scheduler(config, self.block_manager)
         self.runner = ModelRunner(weights, num_blocks=num_blocks, block_size=config.tokens_per_block,
-                                  max_seq_len=config.max_seq_len, dtype=dtype, decode_kernel=_decode_kernel(config, spec))
+                                  max_seq_len=config.max_seq_len, dtype=dtype, kernels=_attention_kernels(config, spec))
         self.sequences: dict[str, Sequence] = {}
         self._finished_outputs: list[RequestOutput] = []  # cancellations, delivered by the next step()
         self._counters = _Counters()
@@ -106,7 +106,7 @@ class LLMEngine:
         log.info("CPU engine ready: %d KV blocks x %d tokens, policy %s, reuse %s, chunked context %s, %s on %d "
                  "threads, decode attention in %s", num_blocks, config.tokens_per_block, config.scheduler_policy,
                  config.enable_kv_cache_reuse, config.enable_chunked_context, config.dtype, torch.get_num_threads(),
-                 "the native kernel" if self.runner.model.decode_kernel else "torch")
+                 "the native kernel" if self.runner.model.kernels else "torch")
 
     @classmethod
     def from_pretrained(cls, path: str | Path, config: EngineConfig | None = None) -> LLMEngine:

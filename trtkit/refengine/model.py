@@ -28,7 +28,7 @@ from trtkit.refengine.layers import (
     rotate_half,
 )
 from trtkit.refengine.packed_linear import packing_available
-from trtkit.refengine.paged_attention import PagedDecodeAttention
+from trtkit.refengine.paged_attention import AttentionKernels
 from trtkit.refengine.weights import LayerWeights, ModelWeights
 
 
@@ -85,10 +85,10 @@ class KVCache:
 
 class LlamaModel:
     def __init__(self, weights: ModelWeights, max_positions: int, dtype: torch.dtype, block_size: int,
-                 decode_kernel: PagedDecodeAttention | None = None) -> None:
+                 kernels: AttentionKernels | None = None) -> None:
         self.weights = weights
         self.block_size = block_size
-        self.decode_kernel = decode_kernel  # None: decodes are attended in torch, by length group
+        self.kernels = kernels  # None: decodes are attended in torch, by length group
         # The vocabulary projection gets a Linear of its own: with tied embeddings, the embedding lookup
         # keeps reading the plain table.
         self.lm_head = Linear(weights.lm_head)
@@ -101,17 +101,22 @@ class LlamaModel:
         self.cos, self.sin = rope_tables(spec.head_dim, max_positions, spec.rope_theta, dtype)
         self.q_size = spec.num_heads * spec.head_dim
         self.kv_size = spec.num_kv_heads * spec.head_dim
+        # Layers whose K/V the GPU would store quantized keep the torch path for the rotary embedding and the
+        # cache write (the kernel writes K/V as computed).
+        self.torch_rope = kernels is None or any(layer.kv_scale is not None for layer in weights.layers)
 
     def forward(self, input_ids: torch.Tensor, batch: AttentionBatch, cache: KVCache) -> torch.Tensor:
         """Next-token logits [S, vocab] for batch.logit_rows."""
         w = self.weights
         x = F.embedding(input_ids, w.embed)
-        # index_select, not advanced indexing: it is several times faster for row gathers on CPU.
-        cos = self.cos.index_select(0, batch.positions).unsqueeze(1)  # [T, 1, head_dim]
-        sin = self.sin.index_select(0, batch.positions).unsqueeze(1)
+        rope = None
+        if self.torch_rope:
+            # index_select, not advanced indexing: it is several times faster for row gathers on CPU.
+            rope = (self.cos.index_select(0, batch.positions).unsqueeze(1),  # [T, 1, head_dim]
+                    self.sin.index_select(0, batch.positions).unsqueeze(1))
         for index, layer in enumerate(w.layers):
             h = rms_norm(x, layer.input_norm, w.spec.rms_norm_eps)
-            x = x + layer.o_proj(self._attention(layer, h, cos, sin, batch, cache.key[index], cache.value[index]))
+            x = x + layer.o_proj(self._attention(layer, h, rope, batch, cache.key[index], cache.value[index]))
             h = rms_norm(x, layer.post_norm, w.spec.rms_norm_eps)
             gate, up = layer.gate_up(h).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
@@ -121,26 +126,23 @@ class LlamaModel:
     def _lm_head(self, x: torch.Tensor) -> torch.Tensor:
         return self.lm_head(x)
 
-    def _attention(self, layer: LayerWeights, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def _attention(self, layer: LayerWeights, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None,
                    batch: AttentionBatch, key_cache: torch.Tensor, value_cache: torch.Tensor) -> torch.Tensor:
         spec = self.weights.spec
         num_tokens = h.shape[0]
-        q, k, v = layer.qkv(h).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(num_tokens, spec.num_heads, spec.head_dim)
-        k = k.view(num_tokens, spec.num_kv_heads, spec.head_dim)
-        v = v.view(num_tokens, spec.num_kv_heads, spec.head_dim)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        if layer.kv_scale is not None:  # the GPU stores K/V quantized: attend to what it would read back
-            quant = fake_quant_fp8 if self.weights.spec.kv_cache_quant_algo == "FP8" else fake_quant_int8
-            k, v = quant(k, layer.kv_scale), quant(v, layer.kv_scale)
-        key_cache.index_copy_(0, batch.slot_mapping, k)
-        value_cache.index_copy_(0, batch.slot_mapping, v)
+        qkv = layer.qkv(h)
+        if self.kernels is not None and layer.kv_scale is None:
+            q, k = self.kernels.rope_and_store(qkv, batch.positions, batch.slot_mapping, self.cos, self.sin,
+                                               key_cache, value_cache, spec.num_heads)
+            v = qkv[:, self.q_size + self.kv_size:].view(num_tokens, spec.num_kv_heads, spec.head_dim)
+        else:
+            assert rope is not None
+            q, k, v = self._rope_and_store(layer, qkv, rope, batch.slot_mapping, key_cache, value_cache)
         out = torch.empty_like(q)
-        if batch.decode_tables is not None and self.decode_kernel is not None:
+        if batch.decode_tables is not None and self.kernels is not None:
             decodes = batch.decode_tables.lengths.shape[0]
-            self.decode_kernel(q[:decodes], key_cache, value_cache, batch.decode_tables.tables,
-                               batch.decode_tables.lengths, self.block_size, out[:decodes])
+            self.kernels.decode(q[:decodes], key_cache, value_cache, batch.decode_tables.tables,
+                                batch.decode_tables.lengths, self.block_size, out[:decodes])
         for group in batch.decode_groups:
             rows = slice(group.row_start, group.row_start + group.blocks.shape[0])
             out[rows] = self._decode_attention(q[rows], group, key_cache, value_cache)
@@ -148,6 +150,26 @@ class LlamaModel:
             rows = slice(chunk.row_start, chunk.row_start + chunk.num_tokens)
             out[rows] = self._prefill_attention(q[rows], k[rows], v[rows], chunk, key_cache, value_cache)
         return out.view(num_tokens, self.q_size)
+
+    def _rope_and_store(self, layer: LayerWeights, qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                        slots: torch.Tensor, key_cache: torch.Tensor,
+                        value_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The torch path of rope_and_store, plus the quantized-KV round trip the kernel does not do."""
+        spec = self.weights.spec
+        num_tokens = qkv.shape[0]
+        cos, sin = rope
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(num_tokens, spec.num_heads, spec.head_dim)
+        k = k.view(num_tokens, spec.num_kv_heads, spec.head_dim)
+        v = v.view(num_tokens, spec.num_kv_heads, spec.head_dim)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if layer.kv_scale is not None:  # the GPU stores K/V quantized: attend to what it would read back
+            quant = fake_quant_fp8 if spec.kv_cache_quant_algo == "FP8" else fake_quant_int8
+            k, v = quant(k, layer.kv_scale), quant(v, layer.kv_scale)
+        key_cache.index_copy_(0, slots, k)
+        value_cache.index_copy_(0, slots, v)
+        return q, k, v
 
     def _gather_blocks(self, cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
         """[*blocks.shape[:-1], num_blocks * block_size, kv_heads, head_dim]: whole blocks, one copy each."""

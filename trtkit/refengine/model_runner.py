@@ -14,7 +14,7 @@ from trtkit.refengine.model import (
     LlamaModel,
     PrefillChunk,
 )
-from trtkit.refengine.paged_attention import PagedDecodeAttention
+from trtkit.refengine.paged_attention import AttentionKernels
 from trtkit.refengine.scheduler import ScheduledChunk
 from trtkit.refengine.weights import ModelWeights
 
@@ -48,10 +48,10 @@ class PreparedStep:
 
 class ModelRunner:
     def __init__(self, weights: ModelWeights, *, num_blocks: int, block_size: int, max_seq_len: int,
-                 dtype: torch.dtype, decode_kernel: PagedDecodeAttention | None = None) -> None:
+                 dtype: torch.dtype, kernels: AttentionKernels | None = None) -> None:
         spec = weights.spec
         self.block_size = block_size
-        self.model = LlamaModel(weights, max_seq_len, dtype, block_size, decode_kernel)
+        self.model = LlamaModel(weights, max_seq_len, dtype, block_size, kernels)
         self.cache = KVCache(spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim, dtype)
 
     def run(self, chunks: list[ScheduledChunk], *, all_positions: bool = False,
@@ -93,7 +93,7 @@ class ModelRunner:
             elif chunk.completes_sequence:
                 logit_rows.append(row + chunk.num_tokens - 1)
                 sampled.append(chunk)
-        native = self.model.decode_kernel is not None
+        native = self.model.kernels is not None
         batch = AttentionBatch(
             positions=torch.tensor(positions, dtype=torch.long), slot_mapping=torch.tensor(slots, dtype=torch.long),
             decode_groups=[] if native else self._decode_groups(decodes), prefills=prefills,

@@ -139,14 +139,15 @@ def build_library() -> Path:
 
 
 @dataclass(frozen=True, slots=True)
-class PagedDecodeAttention:
-    """Attention of one query token per sequence over its cached context, read in place from the pool."""
+class AttentionKernels:
+    """The library's two entry points: decode attention over the pool, and rotary embedding + the cache write."""
 
-    function: ctypes._CFuncPtr  # type: ignore[name-defined]
+    decode_function: ctypes._CFuncPtr  # type: ignore[name-defined]
+    rope_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     path: Path
 
-    def __call__(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, tables: torch.Tensor,
-                 lengths: torch.Tensor, block_size: int, out: torch.Tensor) -> None:
+    def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, tables: torch.Tensor,
+               lengths: torch.Tensor, block_size: int, out: torch.Tensor) -> None:
         """out[n, heads, dim] = softmax(q k^T / sqrt(dim)) v over each sequence's first lengths[i] tokens.
 
         q and out: [n, heads, dim], contiguous; key_cache, value_cache: [slots, kv_heads, dim], contiguous, slot =
@@ -158,27 +159,54 @@ class PagedDecodeAttention:
         assert q.dtype == key_cache.dtype == value_cache.dtype == out.dtype in (torch.float32, torch.bfloat16)
         assert all(t.is_contiguous() for t in (q, key_cache, value_cache, tables, lengths, out))
         assert tables.dtype == lengths.dtype == torch.int64 and tables.shape[0] == lengths.shape[0] == num_seqs
-        code = self.function(q.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), out.data_ptr(),
-                             tables.data_ptr(), lengths.data_ptr(), num_seqs, tables.shape[1], heads, kv_heads, dim,
-                             block_size, int(q.dtype == torch.bfloat16), dim ** -0.5, torch.get_num_threads())
+        code = self.decode_function(q.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), out.data_ptr(),
+                                    tables.data_ptr(), lengths.data_ptr(), num_seqs, tables.shape[1], heads, kv_heads,
+                                    dim, block_size, int(q.dtype == torch.bfloat16), dim ** -0.5,
+                                    torch.get_num_threads())
         if code != 0:
             raise RuntimeError(f"paged_decode_attention failed: {ERRORS.get(code, code)}")
 
+    def rope_and_store(self, qkv: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, cos: torch.Tensor,
+                       sin: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
+                       heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotary-embedded q [T, heads, dim] and k [T, kv_heads, dim] of the fused projection qkv [T, (heads + 2
+        kv_heads) dim]; k and v are written into the cache at slots [T]. cos, sin: [positions, dim] tables. The
+        same bits as torch's q * cos + rotate_half(q) * sin in the model's dtype, in one call instead of a dozen
+        small operations per layer."""
+        tokens = qkv.shape[0]
+        kv_heads, dim = key_cache.shape[1], key_cache.shape[2]
+        assert qkv.dtype == cos.dtype == sin.dtype == key_cache.dtype == value_cache.dtype
+        assert qkv.shape[1] == (heads + 2 * kv_heads) * dim
+        assert all(t.is_contiguous() for t in (qkv, positions, slots, cos, sin, key_cache, value_cache))
+        assert positions.dtype == slots.dtype == torch.int64 and positions.shape == slots.shape == (tokens,)
+        q = torch.empty(tokens, heads, dim, dtype=qkv.dtype)
+        k = torch.empty(tokens, kv_heads, dim, dtype=qkv.dtype)
+        code = self.rope_function(qkv.data_ptr(), tokens, qkv.shape[1], cos.data_ptr(), sin.data_ptr(),
+                                  positions.data_ptr(), slots.data_ptr(), q.data_ptr(), k.data_ptr(),
+                                  key_cache.data_ptr(), value_cache.data_ptr(), heads, kv_heads, dim,
+                                  int(qkv.dtype == torch.bfloat16), torch.get_num_threads())
+        if code != 0:
+            raise RuntimeError(f"rope_and_store failed: {ERRORS.get(code, code)}")
+        return q, k
+
 
 @lru_cache(maxsize=1)
-def _load() -> PagedDecodeAttention:
+def _load() -> AttentionKernels:
     path = build_library()
     try:
-        function = ctypes.CDLL(str(path)).paged_decode_attention
+        library = ctypes.CDLL(str(path))
     except OSError as error:
         raise KernelUnavailable(f"could not load {path}: {error}") from error
-    function.restype = ctypes.c_int
-    function.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 2 + [ctypes.c_int] * 5
-                         + [ctypes.c_float, ctypes.c_int])
-    return PagedDecodeAttention(function, path)
+    decode, rope = library.paged_decode_attention, library.rope_and_store
+    decode.restype = rope.restype = ctypes.c_int
+    decode.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 2 + [ctypes.c_int] * 5
+                       + [ctypes.c_float, ctypes.c_int])
+    rope.argtypes = ([ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 8
+                     + [ctypes.c_int] * 5)
+    return AttentionKernels(decode, rope, path)
 
 
-def load_kernel() -> PagedDecodeAttention:
+def load_kernel() -> AttentionKernels:
     """The kernel, built on first use; raises KernelUnavailable naming what is missing."""
     try:
         return _load()

@@ -7,6 +7,9 @@
  * cached tokens to read.
  */
 #include <stdint.h>
+#if defined(__AVX512F__) || defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,14 +37,35 @@ typedef struct {
 static inline vf load16(const void *base, int64_t offset, int bf16) {
     vf r;
     if (bf16) {
+#ifdef __AVX512F__
+        /* one zero-extend and one shift; the generic conversion below compiles to four shuffles more */
+        const __m512i bits = _mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + offset))), 16);
+        memcpy(&r, &bits, sizeof r);
+#else
         vh half;
         memcpy(&half, (const uint16_t *)base + offset, sizeof half);
         vu bits = __builtin_convertvector(half, vu) << 16;
         memcpy(&r, &bits, sizeof r);
+#endif
     } else {
         memcpy(&r, (const float *)base + offset, sizeof r);
     }
     return r;
+}
+
+static inline float to_float(const void *base, int64_t index, int bf16) {
+    if (!bf16) return ((const float *)base)[index];
+    uint32_t bits = (uint32_t)((const uint16_t *)base)[index] << 16;
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+static inline uint16_t bf16_bits(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    return (uint16_t)((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
 }
 
 static inline void store1(void *base, int64_t index, float value, int bf16) {
@@ -112,66 +136,201 @@ static inline float exp_in_place(float *scores, int64_t count, float max) {
     return sum;
 }
 
-#define DEFINE_RUN(NAME, CHUNKS_EXPR)                                                                         \
-    static void NAME(const Job *job, float *scores) {                                                         \
-        const int group = job->heads / job->kv_heads, kvh = job->kv_heads, dim = job->head_dim;               \
-        const int chunks = (CHUNKS_EXPR), bs = job->block_size, bf16 = job->bf16;                             \
-        const int64_t row = (int64_t)kvh * dim, stride = job->max_len;                                        \
-        vf q[MAX_GROUP][MAX_CHUNKS], acc[MAX_GROUP][MAX_CHUNKS], kv[MAX_CHUNKS];                              \
-        float best[MAX_GROUP], total[MAX_GROUP];                                                              \
-        for (int64_t item = job->first; item < job->last; item++) {                                           \
-            const int64_t seq = item / kvh, length = job->lengths[seq];                                       \
-            const int h = (int)(item % kvh);                                                                  \
-            const int64_t *table = job->tables + seq * job->max_blocks;                                       \
-            for (int g = 0; g < group; g++) {                                                                 \
-                best[g] = -3.0e38f;                                                                           \
-                for (int c = 0; c < chunks; c++)                                                              \
-                    q[g][c] = load16(job->q, (seq * job->heads + h * group + g) * dim + c * LANES, bf16) *    \
-                              job->scale;                                                                     \
-            }                                                                                                 \
-            for (int64_t t = 0; t < length; t++) {                                                            \
-                const int64_t base = (table[t / bs] * bs + t % bs) * row + (int64_t)h * dim;                  \
-                for (int c = 0; c < chunks; c++) kv[c] = load16(job->key, base + c * LANES, bf16);            \
-                for (int g = 0; g < group; g++) {                                                             \
-                    vf a = q[g][0] * kv[0];                                                                   \
-                    for (int c = 1; c < chunks; c++) a += q[g][c] * kv[c];                                    \
-                    const float s = hsum(a);                                                                  \
-                    scores[g * stride + t] = s;                                                               \
-                    best[g] = s > best[g] ? s : best[g];                                                      \
-                }                                                                                             \
-            }                                                                                                 \
-            for (int g = 0; g < group; g++) {                                                                 \
-                total[g] = exp_in_place(scores + g * stride, length, best[g]);                                \
-                for (int c = 0; c < chunks; c++) acc[g][c] = (vf){0};                                         \
-            }                                                                                                 \
-            for (int64_t t = 0; t < length; t++) {                                                            \
-                const int64_t base = (table[t / bs] * bs + t % bs) * row + (int64_t)h * dim;                  \
-                for (int c = 0; c < chunks; c++) kv[c] = load16(job->value, base + c * LANES, bf16);          \
-                for (int g = 0; g < group; g++) {                                                             \
-                    const float p = scores[g * stride + t];                                                   \
-                    for (int c = 0; c < chunks; c++) acc[g][c] += p * kv[c];                                  \
-                }                                                                                             \
-            }                                                                                                 \
-            for (int g = 0; g < group; g++) {                                                                 \
-                const float inv = 1.f / total[g];                                                             \
-                const int64_t out = (seq * job->heads + h * group + g) * dim;                                 \
-                for (int c = 0; c < chunks; c++)                                                              \
-                    for (int l = 0; l < LANES; l++) store1(job->out, out + c * LANES + l, acc[g][c][l] * inv, bf16); \
-            }                                                                                                 \
-        }                                                                                                     \
-    }
+/* sums[i] = the sum of v[i]'s lanes, for 16 vectors at once: a transpose-and-add tree, 15 adds in all instead of
+   16 separate horizontal sums. */
+static inline vf sum_each(const vf v[LANES]) {
+    vf b[8], c[4], d[2];
+    for (int i = 0; i < 8; i++)
+        b[i] = __builtin_shufflevector(v[2 * i], v[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               __builtin_shufflevector(v[2 * i], v[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29,
+                                       30, 31);
+    for (int i = 0; i < 4; i++)
+        c[i] = __builtin_shufflevector(b[2 * i], b[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+               __builtin_shufflevector(b[2 * i], b[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30,
+                                       31);
+    for (int i = 0; i < 2; i++)
+        d[i] = __builtin_shufflevector(c[2 * i], c[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+               __builtin_shufflevector(c[2 * i], c[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30,
+                                       31);
+    return __builtin_shufflevector(d[0], d[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+           __builtin_shufflevector(d[0], d[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+}
 
-DEFINE_RUN(run_dim64, 4)
-DEFINE_RUN(run_dim128, 8)
-DEFINE_RUN(run_any_dim, dim / LANES)
+/* Walks a block table token by token without a division per token. */
+typedef struct {
+    const int64_t *table;
+    int64_t block, offset, block_size, row;
+} Cursor;
+
+static inline int64_t next_slot_base(Cursor *cursor) {
+    const int64_t base = (cursor->table[cursor->block] * cursor->block_size + cursor->offset) * cursor->row;
+    if (++cursor->offset == cursor->block_size) {
+        cursor->offset = 0;
+        cursor->block++;
+    }
+    return base;
+}
+
+/* One (sequence, KV head) item; chunks = head_dim / 16, a constant where the caller is specialised. */
+static inline __attribute__((always_inline)) void attend(const Job *job, float *scores, int64_t item,
+                                                         const int chunks) {
+    const int group = job->heads / job->kv_heads, kvh = job->kv_heads, dim = job->head_dim, bf16 = job->bf16;
+    const int64_t row = (int64_t)kvh * dim, stride = job->max_len;
+    const int64_t seq = item / kvh, length = job->lengths[seq];
+    const int h = (int)(item % kvh);
+    const Cursor start = {job->tables + seq * job->max_blocks, 0, 0, job->block_size, row};
+    vf q[MAX_GROUP][MAX_CHUNKS], acc[MAX_GROUP][MAX_CHUNKS], keys[LANES][MAX_CHUNKS], dots[LANES];
+    vf best[MAX_GROUP];
+    float total[MAX_GROUP];
+    for (int g = 0; g < group; g++) {
+        best[g] = (vf){0} - 3.0e38f;
+        for (int c = 0; c < chunks; c++)
+            q[g][c] = load16(job->q, (seq * job->heads + h * group + g) * dim + c * LANES, bf16) * job->scale;
+    }
+#ifdef __AVX512BF16__
+    const int paired = bf16 && chunks % 2 == 0;
+    __m512i raw_q[MAX_GROUP][MAX_CHUNKS / 2], raw_keys[LANES][MAX_CHUNKS / 2];
+    if (paired)
+        for (int g = 0; g < group; g++)
+            for (int c = 0; c < chunks / 2; c++)
+                raw_q[g][c] = _mm512_loadu_si512((const uint16_t *)job->q + (seq * job->heads + h * group + g) * dim +
+                                                 c * 2 * LANES);
+#endif
+    /* scores, 16 tokens at a time: their keys in fp32, then each query head's 16 dot products summed together */
+    Cursor cursor = start;
+    for (int64_t first = 0; first < length; first += LANES) {
+        const int count = length - first < LANES ? (int)(length - first) : LANES;
+#ifdef __AVX512BF16__
+        if (paired) {
+            for (int o = 0; o < count; o++) {
+                const uint16_t *row = (const uint16_t *)job->key + next_slot_base(&cursor) + (int64_t)h * dim;
+                for (int c = 0; c < chunks / 2; c++) raw_keys[o][c] = _mm512_loadu_si512(row + c * 2 * LANES);
+            }
+            for (int o = count; o < LANES; o++)
+                for (int c = 0; c < chunks / 2; c++) raw_keys[o][c] = _mm512_setzero_si512();
+        } else
+#endif
+        {
+            for (int o = 0; o < count; o++) {
+                const int64_t base = next_slot_base(&cursor) + (int64_t)h * dim;
+                for (int c = 0; c < chunks; c++) keys[o][c] = load16(job->key, base + c * LANES, bf16);
+            }
+            for (int o = count; o < LANES; o++)
+                for (int c = 0; c < chunks; c++) keys[o][c] = (vf){0};
+        }
+        for (int g = 0; g < group; g++) {
+#ifdef __AVX512BF16__
+            if (paired) {
+                /* bf16 pairs multiplied and summed into fp32 lanes by the CPU's dot-product instruction */
+                for (int o = 0; o < LANES; o++) {
+                    __m512 a = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)raw_q[g][0], (__m512bh)raw_keys[o][0]);
+                    for (int c = 1; c < chunks / 2; c++)
+                        a = _mm512_dpbf16_ps(a, (__m512bh)raw_q[g][c], (__m512bh)raw_keys[o][c]);
+                    memcpy(&dots[o], &a, sizeof a);
+                }
+            } else
+#endif
+            {
+                for (int o = 0; o < LANES; o++) {
+                    vf a = q[g][0] * keys[o][0];
+                    for (int c = 1; c < chunks; c++) a += q[g][c] * keys[o][c];
+                    dots[o] = a;
+                }
+            }
+            vf s = sum_each(dots);
+#ifdef __AVX512BF16__
+            if (paired) s *= job->scale; /* the raw bf16 query is unscaled */
+#endif
+            memcpy(scores + g * stride + first, &s, sizeof(float) * (size_t)count);
+            for (int o = count; o < LANES; o++) s[o] = -3.0e38f;
+            const vi larger = s > best[g];
+            vi si, bi;
+            memcpy(&si, &s, sizeof si);
+            memcpy(&bi, &best[g], sizeof bi);
+            bi = (larger & si) | (~larger & bi);
+            memcpy(&best[g], &bi, sizeof bi);
+        }
+    }
+    for (int g = 0; g < group; g++) {
+        float max = best[g][0];
+        for (int l = 1; l < LANES; l++) max = best[g][l] > max ? best[g][l] : max;
+        total[g] = exp_in_place(scores + g * stride, length, max);
+        for (int c = 0; c < chunks; c++) acc[g][c] = (vf){0};
+    }
+    cursor = start;
+#ifdef __AVX512BF16__
+    if (paired) {
+        /* two tokens per step: their value rows interleaved word by word, their bf16 weights as one pair, so
+           the dot-product instruction adds p0 v0[d] + p1 v1[d] into each lane. The interleave works within
+           128-bit lanes, so the accumulators hold dimensions in the order the store below undoes. */
+        for (int64_t t = 0; t < length; t += 2) {
+            const int two = t + 1 < length;
+            const uint16_t *first_row = (const uint16_t *)job->value + next_slot_base(&cursor) + (int64_t)h * dim;
+            const uint16_t *second_row =
+                two ? (const uint16_t *)job->value + next_slot_base(&cursor) + (int64_t)h * dim : NULL;
+            __m512i low[MAX_CHUNKS / 2], high[MAX_CHUNKS / 2];
+            for (int c = 0; c < chunks / 2; c++) {
+                const __m512i a = _mm512_loadu_si512(first_row + c * 2 * LANES);
+                const __m512i b = two ? _mm512_loadu_si512(second_row + c * 2 * LANES) : _mm512_setzero_si512();
+                low[c] = _mm512_unpacklo_epi16(a, b);
+                high[c] = _mm512_unpackhi_epi16(a, b);
+            }
+            for (int g = 0; g < group; g++) {
+                const uint32_t pair = bf16_bits(scores[g * stride + t]) |
+                                      (two ? (uint32_t)bf16_bits(scores[g * stride + t + 1]) << 16 : 0u);
+                const __m512bh weights = (__m512bh)_mm512_set1_epi32((int)pair);
+                for (int c = 0; c < chunks / 2; c++) {
+                    __m512 a, b;
+                    memcpy(&a, &acc[g][2 * c], sizeof a);
+                    memcpy(&b, &acc[g][2 * c + 1], sizeof b);
+                    a = _mm512_dpbf16_ps(a, weights, (__m512bh)low[c]);
+                    b = _mm512_dpbf16_ps(b, weights, (__m512bh)high[c]);
+                    memcpy(&acc[g][2 * c], &a, sizeof a);
+                    memcpy(&acc[g][2 * c + 1], &b, sizeof b);
+                }
+            }
+        }
+        for (int g = 0; g < group; g++) {
+            const float inv = 1.f / total[g];
+            const int64_t out = (seq * job->heads + h * group + g) * dim;
+            for (int c = 0; c < chunks; c++)
+                for (int l = 0; l < LANES; l++) /* lane l of the low / high half: dimension 8 (l / 4) + l % 4 (+ 4) */
+                    store1(job->out, out + (c / 2) * 2 * LANES + (l / 4) * 8 + (c % 2) * 4 + l % 4,
+                           acc[g][c][l] * inv, bf16);
+        }
+        return;
+    }
+#endif
+    for (int64_t t = 0; t < length; t++) {
+        const int64_t base = next_slot_base(&cursor) + (int64_t)h * dim;
+        vf value[MAX_CHUNKS];
+        for (int c = 0; c < chunks; c++) value[c] = load16(job->value, base + c * LANES, bf16);
+        for (int g = 0; g < group; g++) {
+            const float p = scores[g * stride + t];
+            for (int c = 0; c < chunks; c++) acc[g][c] += p * value[c];
+        }
+    }
+    for (int g = 0; g < group; g++) {
+        const float inv = 1.f / total[g];
+        const int64_t out = (seq * job->heads + h * group + g) * dim;
+        for (int c = 0; c < chunks; c++)
+            for (int l = 0; l < LANES; l++) store1(job->out, out + c * LANES + l, acc[g][c][l] * inv, bf16);
+    }
+}
+
+static void run_items(const Job *job, float *scores) {
+    for (int64_t item = job->first; item < job->last; item++) {
+        if (job->head_dim == 64) attend(job, scores, item, 4);
+        else if (job->head_dim == 128) attend(job, scores, item, 8);
+        else attend(job, scores, item, job->head_dim / LANES);
+    }
+}
 
 static void *worker(void *arg) {
     const Job *job = (const Job *)arg;
     float *scores = malloc(sizeof(float) * (size_t)(job->heads / job->kv_heads) * (size_t)job->max_len);
     if (!scores) return (void *)1;
-    if (job->head_dim == 64) run_dim64(job, scores);
-    else if (job->head_dim == 128) run_dim128(job, scores);
-    else run_any_dim(job, scores);
+    run_items(job, scores);
     free(scores);
     return NULL;
 }
@@ -206,4 +365,64 @@ int paged_decode_attention(const void *q, const void *key, const void *value, vo
 #pragma omp parallel for num_threads(threads) schedule(static, 1) reduction(| : failed)
     for (int w = 0; w < threads; w++) failed |= worker(&jobs[w]) != NULL;
     return failed ? -2 : 0;
+}
+
+/* ---- rotary embedding and the K/V cache write, for every row of a step ---- */
+
+static inline float bf16_round(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    bits += 0x7FFF + ((bits >> 16) & 1);
+    bits &= 0xFFFF0000u;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+/* GPT-NeoX rotate-half rotary embedding of one head, in the same operations and roundings as torch's
+   x * cos + rotate_half(x) * sin in the model's dtype (bf16 rounds after each of the three), so both paths
+   give the same bits. Contraction into fused multiply-adds is off here for that reason. */
+__attribute__((optimize("fp-contract=off"))) static void rope_head(const void *x, int64_t x_offset,
+                                                                    const void *cos, const void *sin,
+                                                                    int64_t table_offset, int dim, int bf16,
+                                                                    void *out, int64_t out_offset) {
+    const int half = dim / 2;
+    for (int d = 0; d < dim; d++) {
+        const float value = to_float(x, x_offset + d, bf16);
+        const float partner = d < half ? -to_float(x, x_offset + d + half, bf16) : to_float(x, x_offset + d - half, bf16);
+        float a = value * to_float(cos, table_offset + d, bf16), b = partner * to_float(sin, table_offset + d, bf16);
+        if (bf16) {
+            a = bf16_round(a);
+            b = bf16_round(b);
+        }
+        store1(out, out_offset + d, a + b, bf16);
+    }
+}
+
+static void copy_row(const void *src, int64_t src_offset, void *dst, int64_t dst_offset, int count, int bf16) {
+    const size_t size = bf16 ? 2 : 4;
+    memcpy((char *)dst + (size_t)dst_offset * size, (const char *)src + (size_t)src_offset * size, size * (size_t)count);
+}
+
+/* For each row t of the fused projection output qkv [tokens, row_stride] (q heads, then k heads, then v heads):
+   q_out[t] = rope(q), k_out[t] = rope(k), key_cache[slots[t]] = k_out[t], value_cache[slots[t]] = v.
+   cos and sin are [positions, head_dim] tables; positions[t] is row t's position. Returns 0, or -1 for an odd
+   head_dim. */
+int rope_and_store(const void *qkv, int64_t tokens, int64_t row_stride, const void *cos, const void *sin,
+                   const int64_t *positions, const int64_t *slots, void *q_out, void *k_out, void *key_cache,
+                   void *value_cache, int heads, int kv_heads, int head_dim, int bf16, int threads) {
+    if (head_dim % 2 || threads < 1) return -1;
+    const int64_t kv_row = (int64_t)kv_heads * head_dim;
+#pragma omp parallel for num_threads(threads) schedule(static) if (tokens >= 64)
+    for (int64_t t = 0; t < tokens; t++) {
+        const int64_t in = t * row_stride, table = positions[t] * head_dim;
+        for (int h = 0; h < heads; h++)
+            rope_head(qkv, in + (int64_t)h * head_dim, cos, sin, table, head_dim, bf16, q_out,
+                      (t * heads + h) * head_dim);
+        for (int h = 0; h < kv_heads; h++)
+            rope_head(qkv, in + (int64_t)(heads + h) * head_dim, cos, sin, table, head_dim, bf16, k_out,
+                      (t * kv_heads + h) * head_dim);
+        copy_row(k_out, t * kv_row, key_cache, slots[t] * kv_row, (int)kv_row, bf16);
+        copy_row(qkv, in + (int64_t)(heads + kv_heads) * head_dim, value_cache, slots[t] * kv_row, (int)kv_row, bf16);
+    }
+    return 0;
 }
