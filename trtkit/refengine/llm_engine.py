@@ -20,7 +20,7 @@ from trtkit.refengine.cpu_features import native_bf16_flags, usable_cores
 from trtkit.refengine.model import KVCache
 from trtkit.refengine.model_runner import ModelRunner, PreparedStep
 from trtkit.refengine.outputs import EngineStats, FinishReason, RequestOutput, SamplingParams
-from trtkit.refengine.paged_attention import KernelUnavailable, AttentionKernels, load_kernel, supports
+from trtkit.refengine.paged_attention import AttentionKernels, KernelUnavailable, load_kernel, supports
 from trtkit.refengine.sampling import choose_tokens
 from trtkit.refengine.scheduler import ScheduledChunk, Scheduler
 from trtkit.refengine.sequence import Sequence
