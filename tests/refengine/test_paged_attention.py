@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import random
 import tempfile
 from pathlib import Path
@@ -15,6 +16,7 @@ from tests.refengine.conftest import EngineFactory, random_prompts
 from trtkit.errors import EngineError
 from trtkit.refengine import SamplingParams
 from trtkit.refengine import paged_attention as native
+from trtkit.refengine.cpu_features import cpu_flags
 from trtkit.refengine.packed_linear import pack, packed_linear, packing_available
 
 
@@ -39,12 +41,24 @@ SHAPES = [  # heads, kv_heads, head_dim, block_size
 ]
 
 
+@pytest.fixture(scope="module", params=[native.NATIVE_ARCH, "x86-64-v3"])
+def kernels(request: pytest.FixtureRequest) -> native.AttentionKernels:
+    """The build for this CPU, and an AVX2 build: on an AVX-512 machine that one runs the generic vector code
+    (no AVX-512 or AVX512-BF16 intrinsics), which an AVX2 machine runs natively."""
+    if request.param == native.NATIVE_ARCH:
+        return native.load_kernel()
+    if platform.machine() != "x86_64" or "avx2" not in cpu_flags():
+        pytest.skip("the x86-64-v3 build needs an x86-64 CPU with AVX2")
+    return native.load_library(native.build_library(request.param))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("heads", "kv_heads", "head_dim", "block_size"), SHAPES)
 @pytest.mark.parametrize("threads", [1, 2])
-def test_kernel_matches_attention_over_the_gathered_context(dtype: torch.dtype, heads: int, kv_heads: int,
-                                                            head_dim: int, block_size: int, threads: int) -> None:
-    kernel = native.load_kernel()
+def test_kernel_matches_attention_over_the_gathered_context(kernels: native.AttentionKernels, dtype: torch.dtype,
+                                                            heads: int, kv_heads: int, head_dim: int,
+                                                            block_size: int, threads: int) -> None:
+    kernel = kernels
     rng = random.Random(heads * 1000 + head_dim + block_size)
     generator = torch.Generator().manual_seed(rng.randrange(1 << 30))
     lengths = [1, 2, block_size, block_size + 1, 37, 300, rng.randint(1, 200)]
@@ -142,10 +156,10 @@ def test_packed_projection_equals_f_linear(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_rope_and_store_gives_the_torch_path_bits_and_writes_the_slots(dtype: torch.dtype) -> None:
+def test_rope_and_store_gives_the_torch_path_bits_and_writes_the_slots(kernels: native.AttentionKernels,
+                                                                      dtype: torch.dtype) -> None:
     from trtkit.refengine.layers import rope_tables, rotate_half
 
-    kernels = native.load_kernel()
     heads, kv_heads, dim, tokens = 9, 3, 64, 70  # 70 rows: the multi-threaded branch (64 and more)
     generator = torch.Generator().manual_seed(7)
     cos, sin = rope_tables(dim, 512, 100000.0, dtype)

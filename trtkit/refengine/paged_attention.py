@@ -43,7 +43,8 @@ from trtkit.refengine.cpu_features import cpu_flags
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).resolve().parent / "native" / "paged_attention.c"
-FLAGS = ("-O3", "-march=native", "-fPIC", "-fopenmp", "-std=gnu11")
+FLAGS = ("-O3", "-fPIC", "-fopenmp", "-std=gnu11", "-Wno-psabi")
+NATIVE_ARCH = "native"  # -march: this CPU; the tests also build x86-64-v3 (AVX2) to check the generic vector code
 OPENMP_RUNTIMES = ("libgomp", "libiomp5")  # GNU's, and Intel's (which also exports the GOMP_ entry points)
 ERRORS = {-1: "a shape outside what the kernel handles", -2: "out of memory for the score buffers"}
 LANES, MAX_GROUP, MAX_HEAD_DIM = 16, 16, 256  # the kernel's limits (paged_attention.c)
@@ -95,10 +96,10 @@ def link_arguments(runtime: Path | None) -> list[str]:
     return [str(runtime), f"-Wl,-rpath,{runtime.parent}"]
 
 
-def _build_key(cc: str, runtime: Path | None) -> str:
+def _build_key(cc: str, runtime: Path | None, arch: str) -> str:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     cpu = " ".join(sorted(cpu_flags())) + platform.machine()
-    material = "\n".join((SOURCE.read_text(encoding="utf-8"), cc, version, " ".join(FLAGS), str(runtime), cpu))
+    material = "\n".join((SOURCE.read_text(encoding="utf-8"), cc, version, " ".join(FLAGS), arch, str(runtime), cpu))
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
@@ -115,11 +116,11 @@ def writable_cache_dir() -> Path:
                             "TRTKIT_CACHE_DIR to a writable folder")
 
 
-def build_library() -> Path:
-    """The compiled library for this source, compiler and CPU (built now if the cache has none)."""
+def build_library(arch: str = NATIVE_ARCH) -> Path:
+    """The compiled library for this source, compiler, CPU and -march (built now if the cache has none)."""
     cc = compiler()
     runtime = torch_openmp_runtime()
-    name = f"paged_attention-{_build_key(cc, runtime)}.so"
+    name = f"paged_attention-{_build_key(cc, runtime, arch)}.so"
     for folder in (cache_dir(), Path(tempfile.gettempdir()) / f"trtkit-native-{os.getuid()}"):
         if (folder / name).exists():
             return folder / name
@@ -128,7 +129,7 @@ def build_library() -> Path:
     os.close(handle)
     objects = partial[:-3] + ".o"
     try:
-        steps = ([cc, *FLAGS, "-c", "-o", objects, str(SOURCE)],
+        steps = ([cc, *FLAGS, f"-march={arch}", "-c", "-o", objects, str(SOURCE)],
                  [cc, "-shared", "-o", partial, objects, *link_arguments(runtime)])
         for step in steps:
             result = subprocess.run(step, capture_output=True, text=True, timeout=120)
@@ -196,7 +197,11 @@ class AttentionKernels:
 
 @lru_cache(maxsize=1)
 def _load() -> AttentionKernels:
-    path = build_library()
+    return load_library(build_library())
+
+
+def load_library(path: Path) -> AttentionKernels:
+    """The kernels of one built library file."""
     try:
         library = ctypes.CDLL(str(path))
     except OSError as error:
