@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from trtkit.errors import EngineError
 
@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 SchedulerPolicyName = Literal["guaranteed_no_evict", "max_utilization"]
 AttentionPath = Literal["auto", "native", "torch"]
-ATTENTION_PATHS = ("auto", "native", "torch")
+ATTENTION_PATHS: tuple[str, ...] = get_args(AttentionPath)
 DEFAULT_CPU_QUEUE_SIZE = 1024
 
 

@@ -20,7 +20,12 @@ from trtkit.refengine.cpu_features import native_bf16_flags, usable_cores
 from trtkit.refengine.model import KVCache
 from trtkit.refengine.model_runner import ModelRunner, PreparedStep
 from trtkit.refengine.outputs import EngineStats, FinishReason, RequestOutput, SamplingParams
-from trtkit.refengine.paged_attention import AttentionKernels, KernelUnavailable, load_kernel, supports
+from trtkit.refengine.paged_attention import (
+    AttentionKernels,
+    KernelUnavailable,
+    load_kernel,
+    unsupported_shape,
+)
 from trtkit.refengine.sampling import choose_tokens
 from trtkit.refengine.scheduler import ScheduledChunk, Scheduler
 from trtkit.refengine.sequence import Sequence
@@ -58,10 +63,9 @@ def _attention_kernels(config: EngineConfig, spec: ModelSpec) -> AttentionKernel
     if config.attention == "torch":
         return None
     try:
-        if not supports(spec.num_heads, spec.num_kv_heads, spec.head_dim):
-            raise KernelUnavailable(f"the kernel does not handle {spec.num_heads} heads over {spec.num_kv_heads} KV "
-                                    f"heads of dimension {spec.head_dim} (it needs a multiple of 16, at most 256, "
-                                    "and at most 16 query heads per KV head)")
+        reason = unsupported_shape(spec.num_heads, spec.num_kv_heads, spec.head_dim)
+        if reason is not None:
+            raise KernelUnavailable(reason)
         return load_kernel()
     except KernelUnavailable as error:
         if config.attention == "native":

@@ -50,10 +50,17 @@ ERRORS = {-1: "a shape outside what the kernel handles", -2: "out of memory for 
 LANES, MAX_GROUP, MAX_HEAD_DIM = 16, 16, 256  # the kernel's limits (paged_attention.c)
 
 
+def unsupported_shape(heads: int, kv_heads: int, head_dim: int) -> str | None:
+    """Why the kernel cannot handle this attention shape, or None when it can (else the engine attends in torch)."""
+    if (kv_heads >= 1 and heads % kv_heads == 0 and heads // kv_heads <= MAX_GROUP
+            and head_dim % LANES == 0 and head_dim <= MAX_HEAD_DIM):
+        return None
+    return (f"the kernel does not handle {heads} heads over {kv_heads} KV heads of dimension {head_dim} (it needs a "
+            f"multiple of {LANES}, at most {MAX_HEAD_DIM}, and at most {MAX_GROUP} query heads per KV head)")
+
+
 def supports(heads: int, kv_heads: int, head_dim: int) -> bool:
-    """Whether the kernel handles this attention shape (else the engine attends in torch)."""
-    return (kv_heads >= 1 and heads % kv_heads == 0 and heads // kv_heads <= MAX_GROUP
-            and head_dim % LANES == 0 and head_dim <= MAX_HEAD_DIM)
+    return unsupported_shape(heads, kv_heads, head_dim) is None
 
 
 class KernelUnavailable(RuntimeError):
@@ -103,9 +110,15 @@ def _build_key(cc: str, runtime: Path | None, arch: str) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
+def cache_dirs() -> tuple[Path, Path]:
+    """cache_dir(), then this user's folder under the temporary directory (where builds go when the first
+    cannot be written)."""
+    return cache_dir(), Path(tempfile.gettempdir()) / f"trtkit-native-{os.getuid()}"
+
+
 def writable_cache_dir() -> Path:
-    """cache_dir(), or a folder of this user under the temporary directory when that one cannot be written."""
-    for folder in (cache_dir(), Path(tempfile.gettempdir()) / f"trtkit-native-{os.getuid()}"):
+    """The first of cache_dirs() that can be written."""
+    for folder in cache_dirs():
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError:
@@ -121,7 +134,7 @@ def build_library(arch: str = NATIVE_ARCH) -> Path:
     cc = compiler()
     runtime = torch_openmp_runtime()
     name = f"paged_attention-{_build_key(cc, runtime, arch)}.so"
-    for folder in (cache_dir(), Path(tempfile.gettempdir()) / f"trtkit-native-{os.getuid()}"):
+    for folder in cache_dirs():
         if (folder / name).exists():
             return folder / name
     target = writable_cache_dir() / name

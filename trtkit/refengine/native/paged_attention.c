@@ -62,6 +62,7 @@ static inline float to_float(const void *base, int64_t index, int bf16) {
     return value;
 }
 
+/* round to nearest even, as torch rounds float to bfloat16 */
 static inline uint16_t bf16_bits(float value) {
     uint32_t bits;
     memcpy(&bits, &value, sizeof bits);
@@ -69,14 +70,8 @@ static inline uint16_t bf16_bits(float value) {
 }
 
 static inline void store1(void *base, int64_t index, float value, int bf16) {
-    if (!bf16) {
-        ((float *)base)[index] = value;
-        return;
-    }
-    uint32_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    bits += 0x7FFF + ((bits >> 16) & 1);
-    ((uint16_t *)base)[index] = (uint16_t)(bits >> 16);
+    if (bf16) ((uint16_t *)base)[index] = bf16_bits(value);
+    else ((float *)base)[index] = value;
 }
 
 /* A pairwise sum: a chain of 16 dependent adds would cost 16 add latencies per dot product. */
@@ -370,10 +365,7 @@ int paged_decode_attention(const void *q, const void *key, const void *value, vo
 /* ---- rotary embedding and the K/V cache write, for every row of a step ---- */
 
 static inline float bf16_round(float value) {
-    uint32_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    bits += 0x7FFF + ((bits >> 16) & 1);
-    bits &= 0xFFFF0000u;
+    const uint32_t bits = (uint32_t)bf16_bits(value) << 16;
     memcpy(&value, &bits, sizeof value);
     return value;
 }
