@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -100,6 +101,46 @@ def test_disconnect_mid_non_stream_cancels_and_bills(gateway, live_server) -> No
         assert after.used_blocks <= before.used_blocks, "KV blocks still held after the disconnect"
         return
     pytest.fail(f"5 requests of {longest} tokens all ended before their client left")
+
+
+def chunked_frames(port: int, secret: str, payload: dict) -> list[bytes]:
+    """The HTTP chunks of one streamed answer, as the gateway framed them (one frame per ASGI send)."""
+    import socket
+
+    data = json.dumps(payload).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {secret}\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+        raw = b""
+        while not raw.endswith(b"\r\n0\r\n\r\n"):
+            more = sock.recv(65536)
+            assert more, f"the connection closed before the last chunk: {raw[-200:]!r}"
+            raw += more
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower(), head
+    frames = []
+    while True:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return frames
+        frames.append(rest[:size])
+        rest = rest[size + 2:]
+
+
+def test_a_stream_ends_with_finish_usage_and_done_in_one_frame(gateway) -> None:
+    """Text chunks go out one by one; the finish chunk, the usage chunk and [DONE] share the last frame
+    (one write for the end of the stream)."""
+    _, secret = gateway.key()
+    frames = chunked_frames(gateway.port, secret, body(max_tokens=6, stream=True,
+                                                        stream_options={"include_usage": True}))
+    *texts, last = frames
+    assert texts and all(f.startswith(b"data: ") and f.count(b"data: ") == 1 and b'"text":' in f for f in texts)
+    events = last.split(b"\n\n")
+    assert events[-2:] == [b"data: [DONE]", b""] and len(events) == 4, last
+    finish, usage = (json.loads(e[len(b"data: "):]) for e in events[:2])
+    assert finish["choices"][0]["finish_reason"] in ("stop", "length") and finish["usage"] is None
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] >= 1
 
 
 def test_fifty_concurrent_requests_never_overshoot_a_budget(gateway) -> None:

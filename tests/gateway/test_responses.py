@@ -29,3 +29,18 @@ def test_spliced_chunks_equal_the_openai_types_dump(kind: str) -> None:
 def test_a_template_without_the_marker_is_refused() -> None:
     with pytest.raises(ValueError, match="marker"):
         responses.TextChunks(responses.completion_chunk("cmpl-1", "m", 1, text="no marker here"))
+
+
+@pytest.mark.parametrize("kind", ["chat", "completion"])
+def test_a_restamped_template_dumps_as_a_chunk_built_for_that_stream(kind: str) -> None:
+    def build(response_id: str, created: int, text: str):  # type: ignore[no-untyped-def]
+        if kind == "chat":
+            return responses.chat_chunk(response_id, "tiny-llama", created, text=text)
+        return responses.completion_chunk(response_id, "tiny-llama", created, text=text)
+
+    template = build("", 0, responses.TEXT_MARK)
+    for response_id, created in (("cmpl-abc", 1700000000), ("chatcmpl-\"q\"", 1)):
+        chunks = responses.TextChunks(responses.restamped(template, response_id, created))
+        for text in TEXTS:
+            assert chunks.sse(text) == responses.sse(build(response_id, created, text)), (response_id, text)
+    assert template.id == "" and template.created == 0  # the template itself is never changed

@@ -30,6 +30,7 @@ from trtkit.gateway.admission import StoreRuleBook, current_key
 from trtkit.gateway.errors import ModelNotFoundError, RateLimitedError, RequestValidationError
 from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.metrics import GatewayMetrics
+from trtkit.gateway.responses import LastEvent
 
 PARENT_HEADER = "x-trtkit-parent-request-id"
 _REFUSALS: tuple[type[Exception], ...] = (BudgetExceededError, RateLimitedError, InputTooLongError)
@@ -172,6 +173,9 @@ class CancellingStreamResponse(Response):
         async def pump() -> None:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async for event in self.events:
+                if isinstance(event, LastEvent):  # with the end of the body, in one write
+                    await send({"type": "http.response.body", "body": bytes(event), "more_body": False})
+                    return
                 await send({"type": "http.response.body", "body": event, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 

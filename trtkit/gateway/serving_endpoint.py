@@ -38,6 +38,12 @@ class ServingEndpoint(Generic[RequestT]):
 
     def __init__(self, ctx: ServingContext) -> None:
         self.ctx = ctx
+        self._text_template: BaseModel | None = None  # the text chunk, validated on first use, then restamped
+
+    def text_chunks(self, response_id: str, created: int) -> responses.TextChunks:
+        if self._text_template is None:
+            self._text_template = self.chunk("", 0, text=responses.TEXT_MARK)
+        return responses.TextChunks(responses.restamped(self._text_template, response_id, created))
 
     # What an endpoint defines -------------------------------------------------------------------------
     def prompt_of(self, request: RequestT) -> str:
@@ -79,19 +85,20 @@ class ServingEndpoint(Generic[RequestT]):
         for opening in self.opening_chunks(response_id, created):
             yield responses.sse(opening)
         chunks = generation.chunks()
-        texts = responses.TextChunks(self.chunk(response_id, created, text=responses.TEXT_MARK))
+        texts = self.text_chunks(response_id, created)
         try:
+            tail = b""
             async for chunk in chunks:
                 if chunk.text:
                     yield texts.sse(chunk.text)
-                if chunk.result is not None:
+                if chunk.result is not None:  # the last chunk: its events go out with [DONE] in one write
                     result = chunk.result
                     observe(self.ctx, result)
-                    yield responses.sse(self.chunk(response_id, created, finish_reason=result.finish_reason,
-                                                   result=result))
+                    tail = responses.sse(self.chunk(response_id, created, finish_reason=result.finish_reason,
+                                                    result=result))
                     if include_usage:
-                        yield responses.sse(self.chunk(response_id, created, usage=result.usage))
-            yield responses.SSE_DONE
+                        tail += responses.sse(self.chunk(response_id, created, usage=result.usage))
+            yield responses.LastEvent(tail + responses.SSE_DONE)
         except Exception as exc:  # the backend failed mid-stream: say so in the stream, never a traceback
             yield sse_error(exc)
         finally:
