@@ -1,0 +1,184 @@
+"""The load generators of benchmarks/gateway_overhead.py: the openai SDK through the gateway, the project's
+asyncio client direct to Triton, and a bare keep-alive HTTP/1.1 client for the echo rate. They only measure;
+the report is drawn by gateway_overhead.py.
+
+Imported by the scripts in this folder (Python puts a script's own folder on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+
+from trtkit.gateway.server import GATEWAY_TRITON_MODEL  # the direct client calls the gateway's model
+
+PROMPTS = ["Explain why the sky is blue.", "Write a short poem about rivers.", "List three uses of copper.",
+           "What is a binary search tree?", "Describe the water cycle.", "How do vaccines work?"]
+
+async def _concurrently(n: int, concurrency: int, one) -> float:  # type: ignore[no-untyped-def]
+    gate = asyncio.Semaphore(concurrency)
+
+    async def guarded(i: int) -> None:
+        async with gate:
+            await one(i)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(guarded(i) for i in range(n)))
+    return time.perf_counter() - start
+
+
+async def via_gateway(url: str, secret: str, n: int, concurrency: int, max_tokens: int) -> dict[str, float]:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=secret, max_retries=0)
+    ttfts: list[float] = []
+    tokens = 0
+
+    async def one(i: int) -> None:
+        nonlocal tokens
+        start = time.perf_counter()
+        first = None
+        stream = await client.completions.create(model="tiny-llama", prompt=PROMPTS[i % len(PROMPTS)],
+                                                 max_tokens=max_tokens, temperature=0, stream=True,
+                                                 stream_options={"include_usage": True})
+        async for chunk in stream:
+            if first is None and chunk.choices and chunk.choices[0].text:
+                first = time.perf_counter() - start
+            if chunk.usage is not None:
+                tokens += chunk.usage.completion_tokens
+        ttfts.append(first or 0.0)
+
+    wall = await _concurrently(n, concurrency, one)
+    await client.close()
+    return {"ttft_ms": statistics.median(ttfts) * 1e3, "tokens_per_s": tokens / wall, "wall_s": wall,
+            "ttfts": ttfts, "tokens": tokens}
+
+
+async def direct(client, n: int, concurrency: int, max_tokens: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    from trtkit.client import SamplingParams
+
+    ttfts: list[float] = []
+    tokens = 0
+
+    async def one(i: int) -> None:
+        nonlocal tokens
+        start = time.perf_counter()
+        first = None
+        async for chunk in client.stream(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=max_tokens)):
+            if first is None and chunk.text:
+                first = time.perf_counter() - start
+            if chunk.result is not None:
+                tokens += chunk.result.usage.completion_tokens
+        ttfts.append(first or 0.0)
+
+    wall = await _concurrently(n, concurrency, one)
+    return {"ttft_ms": statistics.median(ttfts) * 1e3, "tokens_per_s": tokens / wall, "wall_s": wall,
+            "ttfts": ttfts, "tokens": tokens}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its children (Triton's Python stubs), from /proc via psutil."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    return sum(sum(p.cpu_times()[:2]) for p in [proc, *proc.children(recursive=True)])
+
+
+class KeepAliveConnection:
+    """A bare HTTP/1.1 keep-alive client for the echo path: httpx costs ~10 ms of CPU per request here, more
+    than the gateway itself, and on 2 cores the load generator's CPU is taken from the servers."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, request: bytes) -> int:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(request)
+        head = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+        status = int(head.split(" ", 2)[1])
+        length = next((int(line.split(":", 1)[1]) for line in head.split("\r\n") if line.startswith("content-length:")),
+                      None)
+        if length is None:
+            raise RuntimeError(f"the gateway answered without Content-Length: {head!r}")
+        await self.reader.readexactly(length)
+        return status
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def echo_request(url: str, secret: str) -> tuple[str, int, bytes]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    body = json.dumps({"model": "tiny-llama", "prompt": "Hi", "max_tokens": 1, "temperature": 0}).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nhost: {parts.netloc}\r\nauthorization: Bearer {secret}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n")
+    return parts.hostname or "127.0.0.1", parts.port or 80, head.encode() + body
+
+
+async def echo_rate(url: str, secret: str, n: int, gateway_pid: int, triton_pid: int,
+                    connections: int = 64) -> dict[str, float]:
+    """Requests/s, and the CPU milliseconds each request cost in the gateway, in Triton and in this load
+    generator: on 2 cores the rate cannot pass 2000 / (their sum), whatever the gateway does."""
+    host, port, request = echo_request(url, secret)
+    codes: list[int] = []
+    errors: list[str] = []
+
+    async def worker(count: int) -> None:
+        connection = KeepAliveConnection(host, port)
+        try:
+            for _ in range(count):
+                try:
+                    codes.append(await connection.post(request))
+                except (OSError, RuntimeError, asyncio.IncompleteReadError) as exc:  # counted: the table shows it
+                    codes.append(0)
+                    errors.append(repr(exc))
+                    await connection.close()
+                    connection = KeepAliveConnection(host, port)
+        finally:
+            await connection.close()
+
+    async def run(total: int) -> float:
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(total // connections + (i < total % connections)) for i in range(connections)))
+        return time.perf_counter() - start
+
+    await run(connections)  # warm the gateway
+    codes.clear()
+    cpu0 = cpu_seconds(gateway_pid), cpu_seconds(triton_pid), time.process_time()
+    wall = await run(n)
+    cpu1 = cpu_seconds(gateway_pid), cpu_seconds(triton_pid), time.process_time()
+    if errors:
+        print(f"echo path: {len(errors)} errors, first: {errors[0]}", file=sys.stderr)
+    gateway_ms, triton_ms, loadgen_ms = ((b - a) * 1e3 / n for a, b in zip(cpu0, cpu1, strict=True))
+    return {"requests_per_s": codes.count(200) / wall, "ok": codes.count(200), "requests": n,
+            "gateway_cpu_ms": gateway_ms, "triton_cpu_ms": triton_ms, "loadgen_cpu_ms": loadgen_ms}
+
+
+async def direct_echo_rate(config, url: str, n: int) -> float:  # type: ignore[no-untyped-def]
+    """The same echo requests through the asyncio client alone (same governance, no HTTP): what Triton and
+    the governance cost without the gateway, to show where the time goes."""
+    from trtkit.client import AsyncTritonLLMClient, SamplingParams
+
+    async with AsyncTritonLLMClient(url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
+        await _concurrently(64, 64, lambda i: client.generate("Hi", SamplingParams(max_tokens=1)))
+        wall = await _concurrently(n, 64, lambda i: client.generate("Hi", SamplingParams(max_tokens=1)))
+    return n / wall
+
+
+def pooled_ttft_ms(rounds: list[dict]) -> float:
+    """The median TTFT over every request of every round (one slow round moves it less than a mean of medians)."""
+    return statistics.median(t for r in rounds for t in r["ttfts"]) * 1e3
+
+
+def pooled_rate(rounds: list[dict]) -> float:
+    return sum(r["tokens"] for r in rounds) / sum(r["wall_s"] for r in rounds)
