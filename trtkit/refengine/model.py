@@ -8,8 +8,11 @@ offset). Attention differs by chunk kind:
   and copies nothing. Without it (``serve.cpu_attention: torch``, or no C compiler), decodes are attended
   in torch, in groups of similar context length: a group gathers whole blocks of its members' own block
   tables (one memcpy per block, not per token) and pads only to the longest member of the group;
-- a prompt chunk starting at position 0 attends to its own fresh K/V (causal);
-- a chunk continuing a cached prefix attends to its blocks in the cache.
+- prompt chunks go to the kernel's prefill entry point when it is loaded: every chunk of the step in one call,
+  each query row attending causally to the cache through its chunk's block table (the step's own K/V is
+  written there first), so a fresh prompt and a chunk continuing a cached prefix are the same case. Without
+  it, a prompt chunk starting at position 0 attends to its own fresh K/V (causal) and a chunk continuing a
+  cached prefix to its blocks gathered from the cache, one scaled_dot_product_attention call per chunk.
 """
 
 from __future__ import annotations
@@ -59,6 +62,17 @@ class DecodeTables:
 
 
 @dataclass(slots=True)
+class PrefillTables:
+    """Prompt chunks for the native kernel: chunk c's rows [row_starts[c], + num_tokens[c]) sit at positions
+    context_starts[c] onwards and read their context through tables[c]."""
+
+    tables: torch.Tensor  # [chunks, max_blocks] int64 block ids (padded with block 0, never read)
+    row_starts: torch.Tensor  # [chunks] int64
+    num_tokens: torch.Tensor  # [chunks] int64
+    context_starts: torch.Tensor  # [chunks] int64
+
+
+@dataclass(slots=True)
 class AttentionBatch:
     positions: torch.Tensor  # [T]
     slot_mapping: torch.Tensor  # [T] where each token's K/V is written
@@ -66,6 +80,7 @@ class AttentionBatch:
     prefills: list[PrefillChunk]
     logit_rows: torch.Tensor  # [S] rows whose next-token logits are needed
     decode_tables: DecodeTables | None = None  # kernel path: the decode rows (then decode_groups is empty)
+    prefill_tables: PrefillTables | None = None  # kernel path: the prompt chunks (then prefills is empty)
 
 
 class KVCache:
@@ -146,6 +161,10 @@ class LlamaModel:
         for group in batch.decode_groups:
             rows = slice(group.row_start, group.row_start + group.blocks.shape[0])
             out[rows] = self._decode_attention(q[rows], group, key_cache, value_cache)
+        if batch.prefill_tables is not None and self.kernels is not None:
+            chunks = batch.prefill_tables
+            self.kernels.prefill(q, key_cache, value_cache, chunks.tables, chunks.row_starts, chunks.num_tokens,
+                                 chunks.context_starts, self.block_size, out)
         for chunk in batch.prefills:
             rows = slice(chunk.row_start, chunk.row_start + chunk.num_tokens)
             out[rows] = self._prefill_attention(q[rows], k[rows], v[rows], chunk, key_cache, value_cache)

@@ -13,6 +13,7 @@ from trtkit.refengine.model import (
     KVCache,
     LlamaModel,
     PrefillChunk,
+    PrefillTables,
 )
 from trtkit.refengine.paged_attention import AttentionKernels
 from trtkit.refengine.scheduler import ScheduledChunk
@@ -79,6 +80,8 @@ class ModelRunner:
         logit_rows: list[int] = []
         sampled: list[ScheduledChunk] = []
         prefills: list[PrefillChunk] = []
+        prompt_chunks: list[tuple[int, ScheduledChunk]] = []
+        native = self.model.kernels is not None
         for chunk in ordered:
             row = len(input_ids)
             end = chunk.start + chunk.num_tokens
@@ -87,18 +90,21 @@ class ModelRunner:
             positions.extend(range(chunk.start, end))
             slots.extend(table[p // size] * size + p % size for p in range(chunk.start, end))
             if chunk.num_tokens != 1:
-                prefills.append(self._prefill_chunk(row, chunk))
+                if native:
+                    prompt_chunks.append((row, chunk))
+                else:
+                    prefills.append(self._prefill_chunk(row, chunk))
             if all_positions:
                 logit_rows.extend(range(row, row + chunk.num_tokens))
             elif chunk.completes_sequence:
                 logit_rows.append(row + chunk.num_tokens - 1)
                 sampled.append(chunk)
-        native = self.model.kernels is not None
         batch = AttentionBatch(
             positions=torch.tensor(positions, dtype=torch.long), slot_mapping=torch.tensor(slots, dtype=torch.long),
             decode_groups=[] if native else self._decode_groups(decodes), prefills=prefills,
             logit_rows=torch.tensor(logit_rows, dtype=torch.long),
-            decode_tables=self._decode_tables(decodes) if native and decodes else None)
+            decode_tables=self._decode_tables(decodes) if native and decodes else None,
+            prefill_tables=self._prefill_tables(prompt_chunks) if prompt_chunks else None)
         return PreparedStep(sampled, torch.tensor(input_ids, dtype=torch.long), batch)
 
     def _decode_tables(self, decodes: list[ScheduledChunk]) -> DecodeTables:
@@ -108,6 +114,16 @@ class ModelRunner:
         tables = [c.seq.block_table[:width] for c in decodes]
         return DecodeTables(torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long),
                             torch.tensor(lengths, dtype=torch.long))
+
+    def _prefill_tables(self, prompt_chunks: list[tuple[int, ScheduledChunk]]) -> PrefillTables:
+        """Each prompt chunk's first row, size, context start and block table (padded with block 0)."""
+        ends = [c.start + c.num_tokens for _, c in prompt_chunks]
+        width = -(-max(ends) // self.block_size)
+        tables = [c.seq.block_table[:width] for _, c in prompt_chunks]
+        return PrefillTables(torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long),
+                             torch.tensor([row for row, _ in prompt_chunks], dtype=torch.long),
+                             torch.tensor([c.num_tokens for _, c in prompt_chunks], dtype=torch.long),
+                             torch.tensor([c.start for _, c in prompt_chunks], dtype=torch.long))
 
     def _decode_groups(self, decodes: list[ScheduledChunk]) -> list[DecodeGroup]:
         """Decodes (sorted by context) in groups of similar length; each reads only its members' blocks."""

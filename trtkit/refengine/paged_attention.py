@@ -42,7 +42,9 @@ from trtkit.refengine.cpu_features import cpu_flags
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).resolve().parent / "native" / "paged_attention.c"
+NATIVE_DIR = Path(__file__).resolve().parent / "native"
+SOURCES = (NATIVE_DIR / "paged_attention.c", NATIVE_DIR / "prefill_attention.c")  # one library
+HEADERS = (NATIVE_DIR / "vector.h",)
 FLAGS = ("-O3", "-fPIC", "-fopenmp", "-std=gnu11", "-Wno-psabi")
 NATIVE_ARCH = "native"  # -march: this CPU; the tests also build x86-64-v3 (AVX2) to check the generic vector code
 OPENMP_RUNTIMES = ("libgomp", "libiomp5")  # GNU's, and Intel's (which also exports the GOMP_ entry points)
@@ -104,9 +106,10 @@ def link_arguments(runtime: Path | None) -> list[str]:
 
 
 def _build_key(cc: str, runtime: Path | None, arch: str) -> str:
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, errors="replace", timeout=30).stdout
     cpu = " ".join(sorted(cpu_flags())) + platform.machine()
-    material = "\n".join((SOURCE.read_text(encoding="utf-8"), cc, version, " ".join(FLAGS), arch, str(runtime), cpu))
+    code = [path.read_text(encoding="utf-8") for path in (*SOURCES, *HEADERS)]
+    material = "\n".join((*code, cc, version, " ".join(FLAGS), arch, str(runtime), cpu))
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
@@ -140,17 +143,21 @@ def build_library(arch: str = NATIVE_ARCH) -> Path:
     target = writable_cache_dir() / name
     handle, partial = tempfile.mkstemp(dir=target.parent, prefix=".build-", suffix=".so")
     os.close(handle)
-    objects = partial[:-3] + ".o"
+    objects = [f"{partial[:-3]}-{index}.o" for index in range(len(SOURCES))]
     try:
-        steps = ([cc, *FLAGS, f"-march={arch}", "-c", "-o", objects, str(SOURCE)],
-                 [cc, "-shared", "-o", partial, objects, *link_arguments(runtime)])
+        steps = [[cc, *FLAGS, f"-march={arch}", "-c", "-o", obj, str(source)]
+                 for obj, source in zip(objects, SOURCES, strict=True)]
+        steps.append([cc, "-shared", "-o", partial, *objects, *link_arguments(runtime)])
         for step in steps:
-            result = subprocess.run(step, capture_output=True, text=True, timeout=120)
+            # errors="replace": a compiler's curly quotes must not break an interpreter whose locale is ASCII (the
+            # Triton stub's embedded Python), where the build's message is what the user needs to see
+            result = subprocess.run(step, capture_output=True, text=True, errors="replace", timeout=120)
             if result.returncode != 0:
-                raise KernelUnavailable(f"{cc} could not build {SOURCE.name}: {result.stderr.strip()[-2000:]}")
+                raise KernelUnavailable(f"{cc} could not build the attention kernels in {NATIVE_DIR}: "
+                                        f"{result.stderr.strip()[-2000:]}")
         os.replace(partial, target)  # atomic: concurrent builders each rename a complete file
     finally:
-        for leftover in (partial, objects):
+        for leftover in (partial, *objects):
             if os.path.exists(leftover):
                 os.unlink(leftover)
     return target
@@ -158,10 +165,12 @@ def build_library(arch: str = NATIVE_ARCH) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class AttentionKernels:
-    """The library's two entry points: decode attention over the pool, and rotary embedding + the cache write."""
+    """The library's entry points: decode and prefill attention over the pool, and rotary embedding + the cache
+    write."""
 
     decode_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     rope_function: ctypes._CFuncPtr  # type: ignore[name-defined]
+    prefill_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     path: Path
 
     def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, tables: torch.Tensor,
@@ -183,6 +192,30 @@ class AttentionKernels:
                                     torch.get_num_threads())
         if code != 0:
             raise RuntimeError(f"paged_decode_attention failed: {ERRORS.get(code, code)}")
+
+    def prefill(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, tables: torch.Tensor,
+                row_starts: torch.Tensor, num_tokens: torch.Tensor, context_starts: torch.Tensor, block_size: int,
+                out: torch.Tensor) -> None:
+        """Causal attention of prompt chunks over the pool: chunk c's query rows [row_starts[c], + num_tokens[c])
+        sit at positions context_starts[c] onwards, and row i attends to positions [0, context_starts[c] + i]
+        through the block table tables[c] (the chunk's own K/V already in the cache).
+
+        q and out: [rows, heads, dim], contiguous (rows outside every chunk are left alone); tables: [chunks,
+        max_blocks] int64; row_starts, num_tokens, context_starts: [chunks] int64.
+        """
+        heads, dim = q.shape[1], q.shape[2]
+        kv_heads = key_cache.shape[1]
+        chunks = tables.shape[0]
+        assert q.dtype == key_cache.dtype == value_cache.dtype == out.dtype in (torch.float32, torch.bfloat16)
+        assert all(t.is_contiguous() for t in (q, key_cache, value_cache, tables, row_starts, num_tokens,
+                                               context_starts, out))
+        assert all(t.dtype == torch.int64 and t.shape == (chunks,) for t in (row_starts, num_tokens, context_starts))
+        code = self.prefill_function(q.data_ptr(), key_cache.data_ptr(), value_cache.data_ptr(), out.data_ptr(),
+                                     tables.data_ptr(), tables.shape[1], row_starts.data_ptr(), num_tokens.data_ptr(),
+                                     context_starts.data_ptr(), chunks, heads, kv_heads, dim, block_size,
+                                     int(q.dtype == torch.bfloat16), dim ** -0.5, torch.get_num_threads())
+        if code != 0:
+            raise RuntimeError(f"paged_prefill_attention failed: {ERRORS.get(code, code)}")
 
     def rope_and_store(self, qkv: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, cos: torch.Tensor,
                        sin: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -219,13 +252,15 @@ def load_library(path: Path) -> AttentionKernels:
         library = ctypes.CDLL(str(path))
     except OSError as error:
         raise KernelUnavailable(f"could not load {path}: {error}") from error
-    decode, rope = library.paged_decode_attention, library.rope_and_store
-    decode.restype = rope.restype = ctypes.c_int
+    decode, rope, prefill = library.paged_decode_attention, library.rope_and_store, library.paged_prefill_attention
+    decode.restype = rope.restype = prefill.restype = ctypes.c_int
     decode.argtypes = ([ctypes.c_void_p] * 6 + [ctypes.c_int64] * 2 + [ctypes.c_int] * 5
                        + [ctypes.c_float, ctypes.c_int])
     rope_arguments: list[type] = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
     rope.argtypes = rope_arguments + [ctypes.c_void_p] * 8 + [ctypes.c_int] * 5
-    return AttentionKernels(decode, rope, path)
+    prefill.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_int64]
+                        + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int])
+    return AttentionKernels(decode, rope, prefill, path)
 
 
 def load_kernel() -> AttentionKernels:
