@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import sys
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -66,7 +67,15 @@ class CallReader:
             self.items.put_nowait(_END)
 
     async def next(self, timeout: float):  # type: ignore[no-untyped-def]
-        """The next (result, error), an exception to raise, or _END; raises TimeoutError."""
+        """The next (result, error), an exception to raise, or _END; raises TimeoutError.
+
+        This runs once per streamed token: a response already queued is taken at once, and a wait uses
+        asyncio.timeout where it exists, since wait_for wraps every wait in a task of its own."""
+        if not self.items.empty():
+            return self.items.get_nowait()
+        if sys.version_info >= (3, 11):
+            async with asyncio.timeout(timeout):
+                return await self.items.get()
         return await asyncio.wait_for(self.items.get(), timeout=timeout)
 
     async def ended(self, timeout: float) -> bool:
