@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,6 +12,8 @@ import pytest
 import torch
 
 from trtkit.refengine import EngineConfig, LLMEngine
+from trtkit.refengine import paged_attention as native
+from trtkit.refengine.cpu_features import cpu_flags
 from trtkit.refengine.weights import ModelWeights, load_model
 
 EngineFactory = Callable[..., LLMEngine]
@@ -25,6 +28,17 @@ def one_thread_when_busy() -> Iterator[None]:
         torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module", params=[native.NATIVE_ARCH, "x86-64-v3"])
+def kernels(request: pytest.FixtureRequest) -> native.AttentionKernels:
+    """The native library built for this CPU, and an AVX2 build: on an AVX-512 machine that one runs the generic
+    vector code (no AVX-512 or AVX512-BF16 intrinsics), which an AVX2 machine runs natively."""
+    if request.param == native.NATIVE_ARCH:
+        return native.load_kernel()
+    if platform.machine() != "x86_64" or "avx2" not in cpu_flags():
+        pytest.skip("the x86-64-v3 build needs an x86-64 CPU with AVX2")
+    return native.load_library(native.build_library(request.param))
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import random
 import tempfile
 from pathlib import Path
@@ -16,7 +15,6 @@ from tests.refengine.conftest import EngineFactory, random_prompts
 from trtkit.errors import EngineError
 from trtkit.refengine import SamplingParams
 from trtkit.refengine import paged_attention as native
-from trtkit.refengine.cpu_features import cpu_flags
 from trtkit.refengine.packed_linear import pack, packed_linear, packing_available
 
 
@@ -39,17 +37,6 @@ SHAPES = [  # heads, kv_heads, head_dim, block_size
     (16, 1, 32, 4),  # 16 query heads on one KV head, the generic dimension, small blocks
     (4, 2, 80, 1),  # a dimension that is a multiple of 16 but not specialised; one token per block
 ]
-
-
-@pytest.fixture(scope="module", params=[native.NATIVE_ARCH, "x86-64-v3"])
-def kernels(request: pytest.FixtureRequest) -> native.AttentionKernels:
-    """The build for this CPU, and an AVX2 build: on an AVX-512 machine that one runs the generic vector code
-    (no AVX-512 or AVX512-BF16 intrinsics), which an AVX2 machine runs natively."""
-    if request.param == native.NATIVE_ARCH:
-        return native.load_kernel()
-    if platform.machine() != "x86_64" or "avx2" not in cpu_flags():
-        pytest.skip("the x86-64-v3 build needs an x86-64 CPU with AVX2")
-    return native.load_library(native.build_library(request.param))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

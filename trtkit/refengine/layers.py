@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from trtkit.refengine.packed_linear import pack, packed_linear
+from trtkit.refengine.skinny_gemm import MAX_ROWS, SkinnyGemm
 
 ActQuant = Literal["int8", "int8_per_token", "fp8"]
 FP8_MAX = 448.0
@@ -44,16 +45,24 @@ class Linear:
     act_quant: ActQuant | None = None
     act_scale: torch.Tensor | None = None
     packed: bool = False
+    panels: torch.Tensor | None = None  # decode-size copy of the weight for gemm (skinny_gemm.py)
+    gemm: SkinnyGemm | None = None
+    out_features: int = 0
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.input_scale is not None:
             x = x * self.input_scale
         if self.act_quant is not None:
             x = fake_quant_activation(x, self.act_quant, self.act_scale)
+        if self.gemm is not None and self.panels is not None and x.shape[0] <= MAX_ROWS:
+            return self.gemm(x, self.panels, self.out_features)
         return packed_linear(x, self.weight) if self.packed else F.linear(x, self.weight)
 
-    def pack(self) -> None:
-        """Replace the weight by its oneDNN-packed form (packed_linear.py), once."""
+    def pack(self, gemm: SkinnyGemm | None = None) -> None:
+        """Replace the weight by its oneDNN-packed form (packed_linear.py), once; with gemm, also keep the
+        weight's panels for decode-size products."""
+        if gemm is not None and self.panels is None and gemm.handles(self.weight.dtype) and not self.packed:
+            self.panels, self.gemm, self.out_features = gemm.pack(self.weight), gemm, self.weight.shape[0]
         if not self.packed:
             self.weight, self.packed = pack(self.weight), True
 
@@ -71,9 +80,9 @@ class MergedLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([part(x) for part in self.parts], dim=-1)
 
-    def pack(self) -> None:
+    def pack(self, gemm: SkinnyGemm | None = None) -> None:
         for part in self.parts:
-            part.pack()
+            part.pack(gemm)
 
 
 Projection = Linear | MergedLinear

@@ -39,11 +39,12 @@ from pathlib import Path
 import torch
 
 from trtkit.refengine.cpu_features import cpu_flags
+from trtkit.refengine.skinny_gemm import SkinnyGemm
 
 log = logging.getLogger(__name__)
 
 NATIVE_DIR = Path(__file__).resolve().parent / "native"
-SOURCES = (NATIVE_DIR / "paged_attention.c", NATIVE_DIR / "prefill_attention.c")  # one library
+SOURCES = (NATIVE_DIR / "paged_attention.c", NATIVE_DIR / "prefill_attention.c", NATIVE_DIR / "skinny_gemm.c")
 HEADERS = (NATIVE_DIR / "vector.h",)
 FLAGS = ("-O3", "-fPIC", "-fopenmp", "-std=gnu11", "-Wno-psabi")
 NATIVE_ARCH = "native"  # -march: this CPU; the tests also build x86-64-v3 (AVX2) to check the generic vector code
@@ -165,12 +166,13 @@ def build_library(arch: str = NATIVE_ARCH) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class AttentionKernels:
-    """The library's entry points: decode and prefill attention over the pool, and rotary embedding + the cache
-    write."""
+    """The library's entry points: decode and prefill attention over the pool, rotary embedding + the cache
+    write, and the decode-size fp32 projection (skinny_gemm.py)."""
 
     decode_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     rope_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     prefill_function: ctypes._CFuncPtr  # type: ignore[name-defined]
+    gemm: SkinnyGemm
     path: Path
 
     def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, tables: torch.Tensor,
@@ -260,7 +262,7 @@ def load_library(path: Path) -> AttentionKernels:
     rope.argtypes = rope_arguments + [ctypes.c_void_p] * 8 + [ctypes.c_int] * 5
     prefill.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_int64]
                         + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int])
-    return AttentionKernels(decode, rope, prefill, path)
+    return AttentionKernels(decode, rope, prefill, SkinnyGemm.from_library(library), path)
 
 
 def load_kernel() -> AttentionKernels:
