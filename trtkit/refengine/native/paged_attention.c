@@ -54,8 +54,10 @@ static inline int64_t next_slot_base(Cursor *cursor) {
 
 /* A cursor that also prefetches the row PREFETCH_TOKENS tokens ahead of it. A sequence's blocks lie anywhere in
    the pool and hold 16 or 32 rows each, too short a run for the hardware prefetcher to learn before the walk
-   jumps to the next block; reads ran at about half the memory bandwidth without this. */
-#define PREFETCH_TOKENS 12
+   jumps to the next block. The prefetch goes to L2 (prefetcht1), whose miss queue is deeper than L1's. Measured
+   (12 sequences of 200-700 tokens, 30 layers, 2 threads, Zen 4): fp32 12.7 GB/s without, 14.8 into L1 at 12
+   rows ahead, 21-22 into L2 at 32; bf16 9.4, 13.3, 17.1. */
+#define PREFETCH_TOKENS 32
 typedef struct {
     Cursor now, ahead;
     int64_t ahead_left; /* rows the ahead cursor may still visit */
@@ -67,7 +69,7 @@ static inline void prefetch_ahead(Walker *walker) {
     if (walker->ahead_left <= 0) return;
     walker->ahead_left--;
     const char *row = walker->base + next_slot_base(&walker->ahead) * walker->element;
-    for (int l = 0; l < walker->lines; l++) __builtin_prefetch(row + 64 * l, 0, 3);
+    for (int l = 0; l < walker->lines; l++) __builtin_prefetch(row + 64 * l, 0, 2);
 }
 
 static inline Walker start_walk(Cursor start, int64_t length, const void *cache, int64_t head_offset, int bf16,
