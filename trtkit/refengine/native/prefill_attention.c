@@ -16,7 +16,7 @@
 
 #define KEY_TILE 64
 #define KEY_VECS (KEY_TILE / LANES)
-#define QUERY_TILE 16
+#define QUERY_TILE 32
 #define ROW_BLOCK 4
 #define MASKED -3.0e38f
 
