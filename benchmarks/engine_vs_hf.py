@@ -16,15 +16,16 @@ Also measured:
   take turns, one step each, 15 steps: engine_checks.decode_growth);
 - time to first token with a shared 512-token system prompt, KV reuse on vs off.
 
-    python benchmarks/engine_vs_hf.py                  # everything (fp32 + bf16): 17 min on a quiet 2-core Zen 4 (2026-12-06)
+    python benchmarks/engine_vs_hf.py                  # everything (fp32 + bf16): 17-18 min, quiet 2-core Zen 4
     python benchmarks/engine_vs_hf.py --modes fp32     # about 13 minutes (2026-12-04; 17 on an older machine)
     python benchmarks/engine_vs_hf.py --quick          # 16 short requests, 5-10 minutes
     python benchmarks/engine_vs_hf.py --quick --skip-hf --modes fp32   # engine figures only, 2-3 minutes
 
-Run time, measured (quiet 2-core Zen 4, 2026-12-06, both modes, commit 4a2f3c5): 17 minutes. fp32: our engine
-2 x 0.7 min, transformers one at a time 0.5 min, static batches 3.4 min, continuous batching 3.5 min; bf16: our
-engine 2 x 0.45 min, static 2.2 min, continuous 2.5 min; the rest (model loads, quality, decode-step and prefix
-probes) about 3 min. On 2026-12-04 (commit db0c937, a slower engine) the whole run took 19 minutes. An older, slower machine took 17 minutes for fp32 alone (2026-12-03, older engine).
+Run time, measured (quiet 2-core Zen 4, 2026-12-06, both modes, commits 4a2f3c5 and fb06b36): 17 and 18
+minutes. fp32: our engine 2 x 0.7 min, transformers one at a time 0.5 min, static batches 3.4 min, continuous
+batching 3.5-3.9 min; bf16: our engine 2 x 0.45 min, static 2.2 min, continuous 2.5 min; the rest (model loads,
+quality, decode-step and prefix probes) about 3 min. On 2026-12-04 (commit db0c937, a slower engine) the whole run
+took 19 minutes; an older, slower machine took 17 minutes for fp32 alone (2026-12-03, older engine).
 """
 
 from __future__ import annotations
