@@ -68,21 +68,28 @@ static inline __attribute__((always_inline)) void panel_pair(const float *x, int
     }
 }
 
-static void pair_rows(const float *x, int64_t k, const float *first, float *y, int64_t n, int64_t column, int rows) {
-    switch (rows) {
-    case 1: panel_pair(x, k, first, y, n, column, 1); break;
-    case 2: panel_pair(x, k, first, y, n, column, 2); break;
-    case 3: panel_pair(x, k, first, y, n, column, 3); break;
-    case 4: panel_pair(x, k, first, y, n, column, 4); break;
-    case 5: panel_pair(x, k, first, y, n, column, 5); break;
-    case 6: panel_pair(x, k, first, y, n, column, 6); break;
-    case 7: panel_pair(x, k, first, y, n, column, 7); break;
-    case 8: panel_pair(x, k, first, y, n, column, 8); break;
-    case 9: panel_pair(x, k, first, y, n, column, 9); break;
-    case 10: panel_pair(x, k, first, y, n, column, 10); break;
-    case 11: panel_pair(x, k, first, y, n, column, 11); break;
-    default: panel_pair(x, k, first, y, n, column, ROWS); break;
+/* CALL(r) once, with r the compile-time constant equal to rows (1 to ROWS), so each row count gets its own
+   fully unrolled copy of the panel loop with its accumulators in registers */
+#define FOR_ROWS(CALL, rows)                                                                                       \
+    switch (rows) {                                                                                                \
+    case 1: CALL(1); break;                                                                                        \
+    case 2: CALL(2); break;                                                                                        \
+    case 3: CALL(3); break;                                                                                        \
+    case 4: CALL(4); break;                                                                                        \
+    case 5: CALL(5); break;                                                                                        \
+    case 6: CALL(6); break;                                                                                        \
+    case 7: CALL(7); break;                                                                                        \
+    case 8: CALL(8); break;                                                                                        \
+    case 9: CALL(9); break;                                                                                        \
+    case 10: CALL(10); break;                                                                                      \
+    case 11: CALL(11); break;                                                                                      \
+    default: CALL(ROWS); break;                                                                                    \
     }
+
+static void pair_rows(const float *x, int64_t k, const float *first, float *y, int64_t n, int64_t column, int rows) {
+#define FP32_PAIR(r) panel_pair(x, k, first, y, n, column, r)
+    FOR_ROWS(FP32_PAIR, rows)
+#undef FP32_PAIR
 }
 
 /* y [m, n] = x [m, k] . w^T with w packed by pack_panels. Returns 0, or -1 for a shape it does not take. */
@@ -181,20 +188,9 @@ static inline __attribute__((always_inline)) void panel_pair_bf16(const uint16_t
 
 static void pair_rows_bf16(const uint16_t *x, int64_t k, const uint16_t *first, uint16_t *y, int64_t n,
                            int64_t column, int rows) {
-    switch (rows) {
-    case 1: panel_pair_bf16(x, k, first, y, n, column, 1); break;
-    case 2: panel_pair_bf16(x, k, first, y, n, column, 2); break;
-    case 3: panel_pair_bf16(x, k, first, y, n, column, 3); break;
-    case 4: panel_pair_bf16(x, k, first, y, n, column, 4); break;
-    case 5: panel_pair_bf16(x, k, first, y, n, column, 5); break;
-    case 6: panel_pair_bf16(x, k, first, y, n, column, 6); break;
-    case 7: panel_pair_bf16(x, k, first, y, n, column, 7); break;
-    case 8: panel_pair_bf16(x, k, first, y, n, column, 8); break;
-    case 9: panel_pair_bf16(x, k, first, y, n, column, 9); break;
-    case 10: panel_pair_bf16(x, k, first, y, n, column, 10); break;
-    case 11: panel_pair_bf16(x, k, first, y, n, column, 11); break;
-    default: panel_pair_bf16(x, k, first, y, n, column, ROWS); break;
-    }
+#define BF16_PAIR(r) panel_pair_bf16(x, k, first, y, n, column, r)
+    FOR_ROWS(BF16_PAIR, rows)
+#undef BF16_PAIR
 }
 
 /* y [m, n] = x [m, k] . w^T in bf16 (fp32 sums, rounded to nearest even), w packed by pack_panels_bf16. */
