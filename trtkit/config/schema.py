@@ -103,8 +103,9 @@ class ServeSection:
     cpu_kv_cache_mb: int = bounded(256, ge=1, doc="KV budget of the CPU reference engine")
     cpu_dtype: CpuDtype = described("fp32", doc="CPU engine compute and KV dtype; bf16 needs AVX512-BF16 or AMX")
     cpu_threads: int = bounded(0, ge=0, doc="CPU engine intra-op threads; 0: every core this process may use")
-    cpu_attention: CpuAttention = described("auto", doc="CPU engine decode attention: native (a C kernel built "
-                                            "with this machine's compiler), torch, or auto (native when it builds)")
+    cpu_attention: CpuAttention = described("auto", doc="CPU engine attention and decode-size projections: native "
+                                            "(C kernels built with this machine's compiler), torch, or auto (native "
+                                            "when they build)")
     enable_kv_cache_reuse: bool = described(True)
     enable_chunked_context: bool | None = described(None, doc="None: from the profile")
     max_queue_delay_microseconds: int | None = bounded(None, ge=0, doc="None: from the profile")

@@ -59,7 +59,8 @@ def _compute_dtype(config: EngineConfig) -> torch.dtype:
 
 
 def _attention_kernels(config: EngineConfig, spec: ModelSpec) -> AttentionKernels | None:
-    """The native decode-attention kernel for attention native/auto; None for torch (or auto without a compiler)."""
+    """The native kernels (decode and prompt attention, decode-size projections) for attention native/auto; None for
+    torch (or auto without a compiler)."""
     if config.attention == "torch":
         return None
     try:
@@ -70,7 +71,7 @@ def _attention_kernels(config: EngineConfig, spec: ModelSpec) -> AttentionKernel
     except KernelUnavailable as error:
         if config.attention == "native":
             raise EngineError(f"serve.cpu_attention: native: {error}") from error
-        log.warning("decode attention runs in torch (slower): %s", error)
+        log.warning("attention and projections run in torch (slower): %s", error)
         return None
 
 
