@@ -108,22 +108,24 @@ class ModelRunner:
         return PreparedStep(sampled, torch.tensor(input_ids, dtype=torch.long), batch)
 
     def _decode_tables(self, decodes: list[ScheduledChunk]) -> DecodeTables:
-        """Each decode row's block table (padded with block 0 to the longest) and context length."""
+        """Each decode row's block table and context length."""
         lengths = [c.start + 1 for c in decodes]
-        width = -(-max(lengths) // self.block_size)
-        tables = [c.seq.block_table[:width] for c in decodes]
-        return DecodeTables(torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long),
-                            torch.tensor(lengths, dtype=torch.long))
+        return DecodeTables(self._block_tables(decodes, max(lengths)), torch.tensor(lengths, dtype=torch.long))
 
     def _prefill_tables(self, prompt_chunks: list[tuple[int, ScheduledChunk]]) -> PrefillTables:
-        """Each prompt chunk's first row, size, context start and block table (padded with block 0)."""
-        ends = [c.start + c.num_tokens for _, c in prompt_chunks]
-        width = -(-max(ends) // self.block_size)
-        tables = [c.seq.block_table[:width] for _, c in prompt_chunks]
-        return PrefillTables(torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long),
+        """Each prompt chunk's first row, size, context start and block table."""
+        chunks = [c for _, c in prompt_chunks]
+        return PrefillTables(self._block_tables(chunks, max(c.start + c.num_tokens for c in chunks)),
                              torch.tensor([row for row, _ in prompt_chunks], dtype=torch.long),
-                             torch.tensor([c.num_tokens for _, c in prompt_chunks], dtype=torch.long),
-                             torch.tensor([c.start for _, c in prompt_chunks], dtype=torch.long))
+                             torch.tensor([c.num_tokens for c in chunks], dtype=torch.long),
+                             torch.tensor([c.start for c in chunks], dtype=torch.long))
+
+    def _block_tables(self, chunks: list[ScheduledChunk], longest: int) -> torch.Tensor:
+        """[chunks, blocks of the longest context] int64: each chunk's block table, padded with block 0 (which the
+        kernels never read past a row's own length)."""
+        width = -(-longest // self.block_size)
+        tables = [c.seq.block_table[:width] for c in chunks]
+        return torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long)
 
     def _decode_groups(self, decodes: list[ScheduledChunk]) -> list[DecodeGroup]:
         """Decodes (sorted by context) in groups of similar length; each reads only its members' blocks."""

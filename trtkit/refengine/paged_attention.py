@@ -167,7 +167,7 @@ def build_library(arch: str = NATIVE_ARCH) -> Path:
 @dataclass(frozen=True, slots=True)
 class AttentionKernels:
     """The library's entry points: decode and prefill attention over the pool, rotary embedding + the cache
-    write, and the decode-size fp32 projection (skinny_gemm.py)."""
+    write, and the decode-size projections (skinny_gemm.py)."""
 
     decode_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     rope_function: ctypes._CFuncPtr  # type: ignore[name-defined]

@@ -158,18 +158,11 @@ static inline __attribute__((always_inline)) void attend(const Job *job, float *
 #endif
             memcpy(scores + g * stride + first, &s, sizeof(float) * (size_t)count);
             for (int o = count; o < LANES; o++) s[o] = -3.0e38f;
-            const vi larger = s > best[g];
-            vi si, bi;
-            memcpy(&si, &s, sizeof si);
-            memcpy(&bi, &best[g], sizeof bi);
-            bi = (larger & si) | (~larger & bi);
-            memcpy(&best[g], &bi, sizeof bi);
+            best[g] = pick(s > best[g], s, best[g]);
         }
     }
     for (int g = 0; g < group; g++) {
-        float max = best[g][0];
-        for (int l = 1; l < LANES; l++) max = best[g][l] > max ? best[g][l] : max;
-        total[g] = exp_in_place(scores + g * stride, length, max);
+        total[g] = exp_in_place(scores + g * stride, length, hmax(best[g]));
         for (int c = 0; c < chunks; c++) acc[g][c] = (vf){0};
     }
     cursor = start_walk(start, length, job->value, (int64_t)h * dim, bf16, dim);

@@ -77,24 +77,6 @@ static void load_key_tile(const PrefillJob *job, const int64_t *table, int h, in
     }
 }
 
-/* Unaligned vector loads and stores of float memory (vector types alias their element type). */
-typedef float vf_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
-
-static inline vf load_floats(const float *p) { return *(const vf_unaligned *)p; }
-static inline void store_floats(float *p, vf v) { *(vf_unaligned *)p = v; }
-
-static inline float hmax(vf v) {
-    vf8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
-    vf8 b = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    a = (vf8)(((a > b) & (vi8)a) | (~(a > b) & (vi8)b));
-    vf4 c = __builtin_shufflevector(a, a, 0, 1, 2, 3), d = __builtin_shufflevector(a, a, 4, 5, 6, 7);
-    c = (vf4)(((c > d) & (vi4)c) | (~(c > d) & (vi4)d));
-    const float x = c[0] > c[1] ? c[0] : c[1], y = c[2] > c[3] ? c[2] : c[3];
-    return x > y ? x : y;
-}
-
-static inline vf pick(vi mask, vf yes, vf no) { return (vf)((mask & (vi)yes) | (~mask & (vi)no)); }
-
 /* Scores of ROW_BLOCK rows against the key tile, the causal mask, and the online-softmax update of each row's max
    and sum: s->weights gets e^(score - new max), 0 where masked, and correction[r] the factor by which the row's
    accumulators must shrink (e^(old max - new max)), which add_values applies. */

@@ -14,8 +14,6 @@
 #define ROWS 12
 #define PREFETCH_ROWS 16 /* k rows (64 bytes each) ahead in each panel */
 
-typedef float vf_unaligned_g __attribute__((vector_size(64), aligned(4), may_alias));
-
 /* Panels, rounded up to an even count so that every pair is whole. */
 int64_t packed_floats(int64_t n, int64_t k) { return (n + 2 * PANEL - 1) / (2 * PANEL) * 2 * PANEL * k; }
 
@@ -33,7 +31,7 @@ void pack_panels(const float *weight, int64_t n, int64_t k, float *packed) {
 static inline void store_columns(float *y, int64_t n, int64_t column, vf value) {
     if (column >= n) return;
     if (column + PANEL <= n) {
-        *(vf_unaligned_g *)(y + column) = value;
+        store_floats(y + column, value);
     } else {
         for (int j = 0; column + j < n; j++) y[column + j] = value[j];
     }
@@ -52,8 +50,8 @@ static inline __attribute__((always_inline)) void panel_pair(const float *x, int
             __builtin_prefetch(first + (kk + PREFETCH_ROWS) * PANEL, 0, 0);
             __builtin_prefetch(second + (kk + PREFETCH_ROWS) * PANEL, 0, 0);
         }
-        const vf u = *(const vf_unaligned_g *)(first + kk * PANEL);
-        const vf v = *(const vf_unaligned_g *)(second + kk * PANEL);
+        const vf u = load_floats(first + kk * PANEL);
+        const vf v = load_floats(second + kk * PANEL);
 #pragma GCC unroll 12
         for (int r = 0; r < rows; r++) {
             const float value = x[r * k + kk];

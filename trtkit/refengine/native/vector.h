@@ -122,6 +122,26 @@ static inline float exp_in_place(float *scores, int64_t count, float max) {
     return sum;
 }
 
+/* Unaligned vector loads and stores of float memory (vector types alias their element type). */
+typedef float vf_unaligned __attribute__((vector_size(64), aligned(4), may_alias));
+
+static inline vf load_floats(const float *p) { return *(const vf_unaligned *)p; }
+static inline void store_floats(float *p, vf v) { *(vf_unaligned *)p = v; }
+
+/* the largest of v's lanes, by a halving tree */
+static inline float hmax(vf v) {
+    vf8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+    vf8 b = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    a = (vf8)(((a > b) & (vi8)a) | (~(a > b) & (vi8)b));
+    vf4 c = __builtin_shufflevector(a, a, 0, 1, 2, 3), d = __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    c = (vf4)(((c > d) & (vi4)c) | (~(c > d) & (vi4)d));
+    const float x = c[0] > c[1] ? c[0] : c[1], y = c[2] > c[3] ? c[2] : c[3];
+    return x > y ? x : y;
+}
+
+/* lane by lane: yes where mask is set, else no */
+static inline vf pick(vi mask, vf yes, vf no) { return (vf)((mask & (vi)yes) | (~mask & (vi)no)); }
+
 static inline float bf16_round(float value) {
     const uint32_t bits = (uint32_t)bf16_bits(value) << 16;
     memcpy(&value, &bits, sizeof value);
