@@ -10,6 +10,7 @@ final flag included, and keep the ensemble request in flight forever (fixed upst
 
 import triton_python_backend_utils as pb_utils
 
+from trtkit.heap import freeze_startup_heap
 from trtkit.stop_request import STOP_TENSORS
 from trtkit.tokenizer.detokenizer import DecodeOptions, find_anchor
 from trtkit.triton_models import triton_io
@@ -25,6 +26,7 @@ class TritonPythonModel:
         self.post = Postprocessor(tokenizer, find_anchor(tokenizer), options)
         self.engine_name = params.get("tensorrt_llm_model_name") or "tensorrt_llm"
         self.engine_decoupled = triton_io.flag(params, "engine_decoupled", True)
+        freeze_startup_heap()
 
     def execute(self, requests):
         responses = []

@@ -4,6 +4,7 @@ All logic lives in trtkit.triton_models.preprocessing; this file only moves tens
 
 import triton_python_backend_utils as pb_utils
 
+from trtkit.heap import freeze_startup_heap
 from trtkit.triton_models import triton_io
 from trtkit.triton_models.preprocessing import Limits, Preprocessor, batch_tensors, load_tokenizer
 
@@ -15,6 +16,7 @@ class TritonPythonModel:
                                 Limits(int(params["max_input_len"]), int(params["max_seq_len"])),
                                 chat_template=triton_io.flag(params, "chat_template", False),
                                 add_special_tokens=triton_io.flag(params, "add_special_tokens", True))
+        freeze_startup_heap()
 
     def execute(self, requests):
         return [self._one(request) for request in requests]

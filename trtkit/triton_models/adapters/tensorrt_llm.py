@@ -7,6 +7,7 @@ import time
 
 import triton_python_backend_utils as pb_utils
 
+from trtkit.heap import freeze_startup_heap
 from trtkit.tokenizer.detokenizer import find_anchor
 from trtkit.triton_models import triton_io
 from trtkit.triton_models.engine_host import StatsPublisher, StreamSink, WaitingSink, start_engine
@@ -48,6 +49,7 @@ class TritonPythonModel:
         self.publisher.start()
         # a non-decoupled request waits for its one answer at most this long (never forever)
         self.request_timeout_s = float(params.get("cpu_request_timeout_s") or 600)
+        freeze_startup_heap()  # full collections skip torch, the weights' objects and the tokenizer
 
     def _observe(self, outputs):
         counts = [outputs.get(name) for name in ("num_input_tokens", "num_output_tokens")]

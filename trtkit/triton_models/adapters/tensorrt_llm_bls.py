@@ -11,6 +11,7 @@ import uuid
 
 import triton_python_backend_utils as pb_utils
 
+from trtkit.heap import freeze_startup_heap
 from trtkit.stop_request import STOP_TENSORS
 from trtkit.tokenizer.detokenizer import DecodeOptions, find_anchor
 from trtkit.triton_models import triton_io
@@ -66,6 +67,7 @@ class TritonPythonModel:
                        per_response_counts=triton_io.flag(params, "engine_per_response_counts", False))
         self.threads = set()
         self.retired = RetiredIterators()
+        freeze_startup_heap()
 
     def _preprocess(self, inputs):
         request = pb_utils.InferenceRequest(model_name="preprocessing", requested_output_names=PRE_OUTPUTS,
