@@ -6,7 +6,13 @@ alone, its torch threads share every core with those frontends: each CPU-millise
 from the engine (and an OpenMP region stalls when one of its threads is preempted). Pinning the engine's
 server to its own cores, and everything else to the rest, keeps the two apart as a GPU would.
 
-Affinity is set on every thread of every process of a tree (``os.sched_setaffinity`` on a thread id sets that
+On the frontends' cores the load generators (the openai SDK, the direct client) share a core with the gateway,
+which in production has its cores to itself while its clients run elsewhere. ``yield_to_servers`` lowers a load
+generator's scheduling priority (nice 10), so the core goes to the servers whenever they have work and the load
+generator takes what they leave: its requests still cost it the CPU they cost, but they no longer delay the
+gateway's. Both paths' load generators are the same process, so both get the same priority.
+
+Affinity and priority are set on every thread of every process of a tree (``os.sched_setaffinity`` on a thread id sets that
 thread only); threads and processes started later inherit it from the thread that starts them.
 
 Imported by the scripts in this folder (Python puts a script's own folder on ``sys.path``).
@@ -45,17 +51,29 @@ def split_cores(engine_cores: int = 1) -> Split | None:
 def pin_process(pid: int, cpus: frozenset[int] | set[int]) -> int:
     """Every thread of one process on ``cpus``; returns how many threads were pinned."""
     pinned = 0
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except FileNotFoundError:
-        return 0
-    for tid in tids:
+    for tid in _threads(pid):
         try:
-            os.sched_setaffinity(int(tid), cpus)
+            os.sched_setaffinity(tid, cpus)
             pinned += 1
         except ProcessLookupError:  # the thread ended meanwhile
             pass
     return pinned
+
+
+LOAD_GENERATOR_NICE = 10
+
+
+def yield_to_servers(pid: int, nice: int = LOAD_GENERATOR_NICE) -> int:
+    """Every thread of one process at niceness ``nice`` (Linux keeps a niceness per thread; threads started
+    later inherit it); returns how many threads were changed."""
+    changed = 0
+    for tid in _threads(pid):
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+            changed += 1
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+    return changed
 
 
 def pin_tree(pid: int, cpus: frozenset[int] | set[int]) -> int:
@@ -78,6 +96,13 @@ def thread_affinities(pid: int) -> set[frozenset[int]]:
         except ProcessLookupError:
             pass
     return masks
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return []
 
 
 def _cpus(cpus: frozenset[int]) -> str:

@@ -12,6 +12,7 @@ import json
 import statistics
 import sys
 import time
+from typing import Any
 
 from trtkit.gateway.server import GATEWAY_TRITON_MODEL  # the direct client calls the gateway's model
 
@@ -30,10 +31,14 @@ async def _concurrently(n: int, concurrency: int, one) -> float:  # type: ignore
     return time.perf_counter() - start
 
 
-async def via_gateway(url: str, secret: str, n: int, concurrency: int, max_tokens: int) -> dict[str, float]:
+def openai_client(url: str, secret: str):  # type: ignore[no-untyped-def]
+    """One SDK client for the whole run, as an application keeps one: its connections are reused."""
     import openai
 
-    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=secret, max_retries=0)
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=secret, max_retries=0)
+
+
+async def via_gateway(client, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     ttfts: list[float] = []
     tokens = 0
 
@@ -52,12 +57,29 @@ async def via_gateway(url: str, secret: str, n: int, concurrency: int, max_token
         ttfts.append(first or 0.0)
 
     wall = await _concurrently(n, concurrency, one)
-    await client.close()
     return {"ttft_ms": statistics.median(ttfts) * 1e3, "tokens_per_s": tokens / wall, "wall_s": wall,
             "ttfts": ttfts, "tokens": tokens}
 
 
-async def direct(client, n: int, concurrency: int, max_tokens: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+async def via_gateway_bare(client: BareStreamClient, n: int, concurrency: int,
+                           max_tokens: int) -> dict[str, Any]:
+    """The same streamed requests through the gateway from a bare HTTP/1.1 client (SSE read by hand): the
+    gateway's share of the SDK path's overhead, without the SDK's own CPU on the shared core."""
+    ttfts: list[float] = []
+    tokens = 0
+
+    async def one(i: int) -> None:
+        nonlocal tokens
+        ttft, completion_tokens = await client.stream(PROMPTS[i % len(PROMPTS)], max_tokens)
+        ttfts.append(ttft)
+        tokens += completion_tokens
+
+    wall = await _concurrently(n, concurrency, one)
+    return {"ttft_ms": statistics.median(ttfts) * 1e3, "tokens_per_s": tokens / wall, "wall_s": wall,
+            "ttfts": ttfts, "tokens": tokens}
+
+
+async def direct(client, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     from trtkit.client import SamplingParams
 
     ttfts: list[float] = []
@@ -113,6 +135,49 @@ class KeepAliveConnection:
     async def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+class BareStreamClient:
+    """Streamed completions over kept-alive HTTP/1.1 connections (a pool, as the SDK keeps), reading the
+    chunked SSE body by hand: first text event -> TTFT, the usage event -> completion tokens."""
+
+    def __init__(self, url: str, secret: str) -> None:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.head = (f"POST /v1/completions HTTP/1.1\r\nhost: {parts.netloc}\r\nauthorization: Bearer {secret}\r\n"
+                     f"content-type: application/json\r\n")
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def stream(self, prompt: str, max_tokens: int) -> tuple[float, int]:
+        body = json.dumps({"model": "tiny-llama", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                           "stream": True, "stream_options": {"include_usage": True}}).encode()
+        start = time.perf_counter()
+        reader, writer = self.idle.pop() if self.idle else await asyncio.open_connection(self.host, self.port)
+        writer.write(f"{self.head}content-length: {len(body)}\r\n\r\n".encode() + body)
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
+        if " 200 " not in head.split("\r\n", 1)[0] or "transfer-encoding: chunked" not in head:
+            raise RuntimeError(f"the gateway answered {head!r}")
+        ttft, completion_tokens = 0.0, 0
+        while (size := int((await reader.readuntil(b"\r\n")).strip(), 16)) > 0:
+            data = await reader.readexactly(size + 2)
+            for event in data[:-2].split(b"\n\n"):
+                if not event.startswith(b"data: {"):
+                    continue
+                chunk = json.loads(event[6:])
+                if not ttft and chunk["choices"] and chunk["choices"][0].get("text"):
+                    ttft = time.perf_counter() - start
+                if chunk.get("usage"):
+                    completion_tokens = chunk["usage"]["completion_tokens"]
+        await reader.readexactly(2)  # the last chunk's CRLF: the connection is ready for the next request
+        self.idle.append((reader, writer))
+        return ttft, completion_tokens
+
+    def close(self) -> None:
+        for _, writer in self.idle:
+            writer.close()
+        self.idle.clear()
 
 
 def echo_request(url: str, secret: str) -> tuple[str, int, bytes]:

@@ -26,11 +26,20 @@ Two CPU layouts of the tiny model (``--layout both``, the default, runs both; th
   SDK take is taken from the engine (and a 2-thread OpenMP region stalls while one thread is preempted): the
   figures then measure CPU contention more than the gateway.
 
+This process is the load generator of every path. Once the servers are up it freezes its heap (its imports
+made its full collections 100-140 ms long, pausing whichever path was measuring) and lowers its priority
+(nice 10, ``cpu_layout.yield_to_servers``): on the core it shares with the gateway it takes what the servers
+leave, as a remote client would not compete with the gateway at all. Each client is made once and kept, as an
+application keeps its client: one ``openai.AsyncOpenAI`` (its connection pool reused), one direct client.
+
 Per layout:
 0. `--alone` streamed requests one at a time each way: TTFT without queueing (the gateway's own latency).
 1. Same streamed greedy requests, `--concurrency` at a time, alternating rounds of
    (a) `openai.AsyncOpenAI` -> gateway -> Triton and (b) `AsyncTritonLLMClient` -> Triton.
    Targets: median TTFT overhead (a - b) <= 3 ms; tokens/s of (a) >= 95% of (b).
+   Also alternating, not judged (where the time goes): (a') a bare HTTP/1.1 client (kept-alive connections,
+   SSE read by hand, ~0.05 ms of CPU per token against the SDK's ~0.25) -> gateway -> Triton. (a') - (b) is
+   the gateway's share of the overhead; (a) - (a') the SDK's own CPU on the shared core.
 Then, unpinned:
 2. (c) bare HTTP/1.1 keep-alive client -> gateway -> echo repository, max_tokens 1, 64 connections: requests/s.
    Target: >= 500 requests/s on 2 cores. Also printed: the CPU milliseconds each echo request costs in
@@ -60,19 +69,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cpu_layout import Split, pin_process, pin_tree, split_cores, usable_cores  # noqa: E402
+from cpu_layout import Split, pin_process, pin_tree, split_cores, usable_cores, yield_to_servers  # noqa: E402
 from gateway_load import (  # noqa: E402
+    BareStreamClient,
     cpu_seconds,
     direct,
     direct_echo_rate,
     echo_rate,
+    openai_client,
     pooled_rate,
     pooled_ttft_ms,
     via_gateway,
+    via_gateway_bare,
 )
 from gateway_report import report  # noqa: E402
 
 from trtkit.gateway.server import GATEWAY_TRITON_MODEL  # noqa: E402  (the direct client calls the gateway's model)
+from trtkit.heap import freeze_startup_heap  # noqa: E402
 
 ROUNDS = 4  # alternating rounds per path at --concurrency
 
@@ -164,40 +177,48 @@ def create_key(env: dict[str, str]) -> str:
 
 
 async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type: ignore[no-untyped-def]
-    """Both paths on one tiny-model server: one at a time, then alternating rounds at --concurrency."""
+    """Both paths on one tiny-model server: one at a time, then alternating rounds at --concurrency; the
+    bare HTTP client through the gateway alternates with them (where the time goes, not judged)."""
     from trtkit.client import AsyncTritonLLMClient
 
     url, gw_url = stack.server.grpc_url, stack.gateway_url  # type: ignore[attr-defined]
     triton_pid = stack.server.pid  # type: ignore[attr-defined]
     if stack.split is not None:  # this process (the SDK and the direct client) on the frontend cores
         pin_process(os.getpid(), stack.split.frontends)
-    rounds: dict[str, list[dict]] = {"gateway": [], "direct": []}
+    rounds: dict[str, list[dict]] = {"gateway": [], "direct": [], "bare": []}
+    sdk, bare = openai_client(gw_url, secret), BareStreamClient(gw_url, secret)
     try:
         async with AsyncTritonLLMClient(url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
-            await direct(client, args.concurrency, args.concurrency, 4)  # warm both paths
-            await via_gateway(gw_url, secret, args.concurrency, args.concurrency, 4)
+            paths = {"gateway": lambda n, c, m: via_gateway(sdk, n, c, m),
+                     "direct": lambda n, c, m: direct(client, n, c, m),
+                     "bare": lambda n, c, m: via_gateway_bare(bare, n, c, m)}
+            for run in paths.values():  # warm every path (and open the clients' connections)
+                await run(args.concurrency, args.concurrency, 4)
             # one at a time first: the gateway's own latency, without queueing behind the engine's batch
-            alone = {"gateway": await via_gateway(gw_url, secret, args.alone, 1, 4),
-                     "direct": await direct(client, args.alone, 1, 4)}
+            alone = {name: await paths[name](args.alone, 1, 4) for name in ("gateway", "direct")}
             print(f"{stack.layout} layout: gateway vs direct ...", file=sys.stderr)
             per_round = args.requests // ROUNDS
-            cpu = {"gateway": [0.0, 0.0, 0.0], "direct": [0.0, 0.0, 0.0]}  # gateway process, this process, Triton
-            for _ in range(ROUNDS):  # alternate, so drift in the shared machine hits both paths alike
-                for name, run in (("gateway", lambda: via_gateway(gw_url, secret, per_round, args.concurrency,
-                                                                  args.max_tokens)),
-                                  ("direct", lambda: direct(client, per_round, args.concurrency, args.max_tokens))):
+            cpu = {name: [0.0, 0.0, 0.0] for name in paths}  # gateway process, this process, Triton
+            for _ in range(ROUNDS):  # alternate, so drift in the shared machine hits every path alike
+                for name, run in paths.items():
                     before = cpu_seconds(stack.gateway.pid), time.process_time(), cpu_seconds(triton_pid)
-                    rounds[name].append(await run())
+                    rounds[name].append(await run(per_round, args.concurrency, args.max_tokens))
                     after = cpu_seconds(stack.gateway.pid), time.process_time(), cpu_seconds(triton_pid)
                     cpu[name] = [c + b - a for c, a, b in zip(cpu[name], before, after, strict=True)]
     finally:
+        await sdk.close()
+        bare.close()
         if stack.split is not None:
             pin_process(os.getpid(), set(usable_cores()))
     f = {"gateway_ttft_ms": pooled_ttft_ms(rounds["gateway"]), "direct_ttft_ms": pooled_ttft_ms(rounds["direct"]),
+         "bare_ttft_ms": pooled_ttft_ms(rounds["bare"]),
          "gateway_alone_ttft_ms": alone["gateway"]["ttft_ms"], "direct_alone_ttft_ms": alone["direct"]["ttft_ms"],
-         "gateway_tokens_per_s": pooled_rate(rounds["gateway"]), "direct_tokens_per_s": pooled_rate(rounds["direct"])}
+         "gateway_tokens_per_s": pooled_rate(rounds["gateway"]), "direct_tokens_per_s": pooled_rate(rounds["direct"]),
+         "bare_tokens_per_s": pooled_rate(rounds["bare"])}
     f |= {"ttft_overhead_ms": f["gateway_ttft_ms"] - f["direct_ttft_ms"],
+          "bare_ttft_overhead_ms": f["bare_ttft_ms"] - f["direct_ttft_ms"],
           "tokens_per_s_ratio": f["gateway_tokens_per_s"] / f["direct_tokens_per_s"],
+          "bare_tokens_per_s_ratio": f["bare_tokens_per_s"] / f["direct_tokens_per_s"],
           "alone_ttft_overhead_ms": f["gateway_alone_ttft_ms"] - f["direct_alone_ttft_ms"]}
     f |= {f"{name}_round_tokens_per_s": [round(r["tokens"] / r["wall_s"]) for r in rounds[name]] for name in rounds}
     return f | per_token_cpu(cpu, rounds)
@@ -215,16 +236,17 @@ async def echo_paths(config, echo_url: str, echo_gw_url: str, secret: str, args,
 
 def per_token_cpu(cpu: dict[str, list[float]], rounds: dict[str, list[dict]]) -> dict[str, float]:
     """CPU ms per streamed token at --concurrency, by process: where the gateway path's extra time goes."""
-    out = {}
-    for name in ("gateway", "direct"):
+    out: dict[str, float] = {}
+    for name in ("gateway", "direct", "bare"):
         tokens = max(1, sum(r["tokens"] for r in rounds[name]))
-        gateway_s, client_s, triton_s = cpu[name]
+        gateway_ms, client_ms, triton_ms = (seconds * 1e3 / tokens for seconds in cpu[name])
         if name == "gateway":
-            out["c16_gateway_cpu_ms_per_token"] = gateway_s * 1e3 / tokens
-            out["c16_sdk_cpu_ms_per_token"] = client_s * 1e3 / tokens
+            out |= {"c16_gateway_cpu_ms_per_token": gateway_ms, "c16_sdk_cpu_ms_per_token": client_ms}
+        elif name == "bare":
+            out |= {"c16_bare_gateway_cpu_ms_per_token": gateway_ms, "c16_bare_client_cpu_ms_per_token": client_ms}
         else:
-            out["c16_direct_client_cpu_ms_per_token"] = client_s * 1e3 / tokens
-        out[f"c16_triton_cpu_ms_per_token_{name}"] = triton_s * 1e3 / tokens
+            out["c16_direct_client_cpu_ms_per_token"] = client_ms
+        out[f"c16_triton_cpu_ms_per_token_{name}"] = triton_ms
     return out
 
 
@@ -271,6 +293,10 @@ def main() -> None:
                     stacks[layout] = Stack(layout, server, gateway, url, split if layout == "split" else None)
                 echo_gw, echo_url = start_gateway(echo.grpc_url, env, work / "tiny-llama-nocache.yaml")
                 gateways.append(echo_gw)
+                # this process imported the repository tools (torch among them): its full collections took
+                # 100-140 ms, pausing whichever path was measuring; the servers freeze their own heaps alike
+                freeze_startup_heap()
+                yield_to_servers(os.getpid())  # the load generators take the CPU the servers leave
                 figures = asyncio.run(run_all(config, stacks, secret, args,
                                               (echo.grpc_url, echo_url, echo_gw.pid, echo.pid)))
             finally:

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from cpu_layout import pin_tree, split_cores, thread_affinities, usable_cores  # noqa: E402
+from cpu_layout import pin_tree, split_cores, thread_affinities, usable_cores, yield_to_servers  # noqa: E402
 
 # a parent with an extra thread and a child process (as tritonserver has threads and Python stubs)
 TREE = ("import subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); "
@@ -48,3 +48,29 @@ def test_split_keeps_the_engine_and_the_frontends_apart() -> None:
     assert split is not None
     assert split.engine == {cores[0]} and split.frontends == set(cores[1:])
     assert split_cores(len(cores)) is None and split_cores(0) is None
+
+
+def test_yield_to_servers_lowers_every_thread_and_the_threads_started_later() -> None:
+    script = ("import os, sys, threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); "
+              "print('ready', flush=True); sys.stdin.readline(); "
+              "later = threading.Thread(target=lambda: print(os.getpriority(os.PRIO_PROCESS, 0), flush=True)); "
+              "later.start(); later.join(); time.sleep(60)")
+    base = os.getpriority(os.PRIO_PROCESS, 0)  # the child starts here (CI may run the tests niced)
+    lower = min(19, base + 7)
+    if lower == base:
+        pytest.skip("the tests already run at the lowest priority")
+    process = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdin is not None
+        assert process.stdout.readline().strip() == "ready"
+        tids = [int(t) for t in os.listdir(f"/proc/{process.pid}/task")]
+        assert len(tids) >= 2 and all(os.getpriority(os.PRIO_PROCESS, t) == base for t in tids)
+        assert yield_to_servers(process.pid, lower) == len(tids)
+        assert {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {lower}
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        assert process.stdout.readline().strip() == str(lower)  # a thread started afterwards inherits it
+        assert os.getpriority(os.PRIO_PROCESS, 0) == base  # this process is untouched
+    finally:
+        process.kill()
+        process.wait()
