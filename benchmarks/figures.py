@@ -40,6 +40,14 @@ def verdict_at_most(value: float, interval: tuple[float, float], limit: float) -
             "interval_straddles_target": low <= limit < high}
 
 
+def verdict_at_least(value: float, interval: tuple[float, float], floor: float) -> dict[str, Any]:
+    """A ``value >= floor`` target, as verdict_at_most: the point figure judges, the interval says whether
+    the run can tell."""
+    low, high = interval
+    return {"met": value >= floor, "interval": [round(low, 5), round(high, 5)],
+            "interval_straddles_target": low < floor <= high}
+
+
 def straddle_note(name: str, verdict: dict[str, Any], unit: Callable[[float], str]) -> str:
     """One line: the verdict, and that the noise leaves it open when the interval straddles the target."""
     low, high = verdict["interval"]

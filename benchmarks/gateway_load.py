@@ -247,3 +247,17 @@ def pooled_ttft_ms(rounds: list[dict]) -> float:
 
 def pooled_rate(rounds: list[dict]) -> float:
     return sum(r["tokens"] for r in rounds) / sum(r["wall_s"] for r in rounds)
+
+
+def paired_round_intervals(path: list[dict], direct: list[dict]) -> dict[str, tuple[float, float]]:
+    """95% bootstrap intervals of the TTFT overhead and the tokens/s ratio, resampling round indices: round i
+    of a path and round i of the direct client ran back to back, so a slow minute of the VM stays paired."""
+    from figures import bootstrap_interval
+
+    def pick(rounds: list[dict], idx) -> list[dict]:  # type: ignore[no-untyped-def]
+        return [rounds[i] for i in idx]
+
+    return {"ttft_overhead_ms": bootstrap_interval(
+                lambda idx: pooled_ttft_ms(pick(path, idx)) - pooled_ttft_ms(pick(direct, idx)), len(direct)),
+            "tokens_per_s_ratio": bootstrap_interval(
+                lambda idx: pooled_rate(pick(path, idx)) / pooled_rate(pick(direct, idx)), len(direct))}

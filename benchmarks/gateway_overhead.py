@@ -77,6 +77,7 @@ from gateway_load import (  # noqa: E402
     direct_echo_rate,
     echo_rate,
     openai_client,
+    paired_round_intervals,
     pooled_rate,
     pooled_ttft_ms,
     via_gateway,
@@ -221,6 +222,9 @@ async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type
           "bare_tokens_per_s_ratio": f["bare_tokens_per_s"] / f["direct_tokens_per_s"],
           "alone_ttft_overhead_ms": f["gateway_alone_ttft_ms"] - f["direct_alone_ttft_ms"]}
     f |= {f"{name}_round_tokens_per_s": [round(r["tokens"] / r["wall_s"]) for r in rounds[name]] for name in rounds}
+    intervals = paired_round_intervals(rounds["gateway"], rounds["direct"])
+    f |= {"ttft_overhead_interval_ms": list(intervals["ttft_overhead_ms"]),
+          "tokens_per_s_ratio_interval": list(intervals["tokens_per_s_ratio"])}
     return f | per_token_cpu(cpu, rounds)
 
 

@@ -12,7 +12,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from figures import bootstrap_interval, process_tree_cpu_s, straddle_note, verdict_at_most  # noqa: E402
+from figures import (  # noqa: E402
+    bootstrap_interval,
+    process_tree_cpu_s,
+    straddle_note,
+    verdict_at_least,
+    verdict_at_most,
+)
 
 
 def test_bootstrap_interval_brackets_the_figure_and_narrows_with_more_units() -> None:
@@ -39,6 +45,19 @@ def test_verdict_names_an_interval_that_straddles_the_target() -> None:
     clear_miss = verdict_at_most(0.04, (0.03, 0.05), 0.02)
     assert not clear_miss["met"] and not clear_miss["interval_straddles_target"]
     assert "MISSED" in straddle_note("fp8", clear_miss, lambda v: f"{v:.1%}")
+
+
+def test_verdict_at_least_mirrors_at_most() -> None:
+    open_case = verdict_at_least(0.96, (0.91, 0.99), 0.95)
+    assert open_case["met"] and open_case["interval_straddles_target"]
+    assert "cannot tell" in straddle_note("tokens/s", open_case, lambda v: f"{v:.1%}")
+    clear_met = verdict_at_least(0.97, (0.955, 0.99), 0.95)
+    assert clear_met["met"] and not clear_met["interval_straddles_target"]
+    clear_miss = verdict_at_least(0.90, (0.88, 0.93), 0.95)
+    assert not clear_miss["met"] and not clear_miss["interval_straddles_target"]
+    assert "MISSED" in straddle_note("tokens/s", clear_miss, lambda v: f"{v:.1%}")
+    on_the_line = verdict_at_least(0.95, (0.95, 0.97), 0.95)  # the floor itself is met, and not straddled
+    assert on_the_line["met"] and not on_the_line["interval_straddles_target"]
 
 
 def test_process_tree_cpu_counts_a_busy_child() -> None:
