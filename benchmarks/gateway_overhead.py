@@ -46,8 +46,8 @@ Then, unpinned:
    the gateway process, in Triton (server and Python stubs) and in this load generator. All three share
    the 2 cores, so 2000 / (their sum) bounds the rate whatever the gateway does.
 The echo repository's engine computes in bf16 where the CPU has native support (AVX512-BF16 or AMX).
-Real run time on the 2-core machine: 45 and 46 s with both layouts, including five server starts (measured
-2026-12-06, benchmarks/results/gateway_overhead.md); ``--layout split --echo-requests 300``: 23 s. The figures at
+Real run time on the 2-core machine: 51 and 52 s with both layouts, including five server starts (measured
+2026-12-06 03:30, benchmarks/results/gateway_overhead.md); ``--layout split --echo-requests 300``: 23-26 s. The figures at
 concurrency 16 move between runs on that VM: compare paths within one run only.
 Ends with one ``BENCH {json}`` line: ``figures`` and ``met`` for the judged layout (and the echo path),
 ``shared_layout`` with the shared layout's figures when it ran.
