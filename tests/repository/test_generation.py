@@ -127,6 +127,21 @@ def test_profile_override_changes_the_configs(tmp_path: Path, tiny_llama_dir: Pa
     assert any(i.field == "serve.max_queue_delay_microseconds" and "throughput" in i.reason for i in result.implied)
 
 
+def test_cpu_engine_has_a_triton_batcher_only_for_a_gathering_window(tmp_path: Path, tiny_llama_dir: Path) -> None:
+    # the CPU engine batches in flight and bounds its own queue; Triton's dynamic batcher would only add its
+    # waits for a free instance (models.engine_cpu), so the latency profile (no queue delay) has none
+    config = load_config(CONFIGS / "tiny-llama.yaml")
+    deploy_repository(config, tiny_llama_dir, tmp_path / "latency", target="cpu")
+    latency = read(tmp_path / "latency" / "tensorrt_llm" / "config.pbtxt")
+    assert not latency.HasField("dynamic_batching")
+    assert _params(latency)["cpu_max_queue_size"] == "1024"  # the engine's own bound stays
+    assert read(tmp_path / "latency" / "preprocessing" / "config.pbtxt").HasField("dynamic_batching")
+    deploy_repository(config, tiny_llama_dir, tmp_path / "throughput", target="cpu", profile="throughput")
+    throughput = read(tmp_path / "throughput" / "tensorrt_llm" / "config.pbtxt")
+    assert throughput.dynamic_batching.max_queue_delay_microseconds == 50_000
+    assert throughput.dynamic_batching.default_queue_policy.max_queue_size == 1024
+
+
 def test_refuses_to_overwrite_a_foreign_folder(tmp_path: Path, tiny_llama_dir: Path) -> None:
     out = tmp_path / "taken"
     out.mkdir()
