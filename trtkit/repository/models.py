@@ -106,8 +106,9 @@ def engine_cpu(s: RepoSettings) -> mc.ModelConfig:
     # It waits for a free instance with a 500 ms timeout, and a slot freed between its check and its wait is
     # seen only at the timeout (triton-inference-server/core src/dynamic_batch_scheduler.cc,
     # WaitForPayloadSlotAvailable, default_wait_microseconds; read at 73aad7c). Measured on the 2-core VM at
-    # concurrency 16: from the gRPC call to this model's execute, 90th percentile 56-77 ms with bursts of 16
-    # requests waiting ~510 ms; without the batcher 20 ms, at most 32 ms.
+    # concurrency 16: from the gRPC call to this model's execute, 90th percentile 56-84 ms with bursts of 16
+    # requests waiting ~510 ms; without the batcher 16-21 ms, at most 34 ms. The cost: each request is its own
+    # execute (echo path: ~0.13 ms more of Triton's CPU per 1-token request).
     _engine_common(config, s, batcher=s.max_queue_delay_us > 0)
     pbtxt.add_outputs(config, pbtxt.tensors(ENGINE, "outputs") + EXTRA_OUTPUTS + [ENGINE_KEY_OUTPUT])
     params = {k: v for k, v in engine_gpu_parameters(s).items() if k in CPU_SHARED_PARAMETERS}
