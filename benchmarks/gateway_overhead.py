@@ -26,10 +26,12 @@ Two CPU layouts of the tiny model (``--layout both``, the default, runs both; th
   SDK take is taken from the engine (and a 2-thread OpenMP region stalls while one thread is preempted): the
   figures then measure CPU contention more than the gateway.
 
-This process is the load generator of every path. Once the servers are up it freezes its heap (its imports
-made its full collections 100-140 ms long, pausing whichever path was measuring) and lowers its priority
-(nice 10, ``cpu_layout.yield_to_servers``): on the core it shares with the gateway it takes what the servers
-leave, as a remote client would not compete with the gateway at all. Each client is made once and kept, as an
+Phases run one at a time, each with only its own servers up (an idle tiny tritonserver takes ~9% of a core):
+the echo phase first, then the shared layout, then the split one. This process is the load generator of every
+path. It freezes its heap before the first phase (its imports made its full collections 100-140 ms long,
+pausing whichever path was measuring) and, once the tiny servers are up, lowers its priority (nice 10,
+``cpu_layout.yield_to_servers``; servers started later would inherit it): on the core it shares with the
+gateway it takes what the servers leave, as a remote client would not compete with the gateway at all. Each client is made once and kept, as an
 application keeps its client: one ``openai.AsyncOpenAI`` (its connection pool reused), one direct client.
 
 Per layout:
@@ -40,7 +42,7 @@ Per layout:
    Also alternating, not judged (where the time goes): (a') a bare HTTP/1.1 client (kept-alive connections,
    SSE read by hand, ~0.05 ms of CPU per token against the SDK's ~0.25) -> gateway -> Triton. (a') - (b) is
    the gateway's share of the overhead; (a) - (a') the SDK's own CPU on the shared core.
-Then, unpinned:
+And, unpinned, before the layouts:
 2. (c) bare HTTP/1.1 keep-alive client -> gateway -> echo repository, max_tokens 1, 64 connections: requests/s.
    Target: >= 500 requests/s on 2 cores. Also printed: the CPU milliseconds each echo request costs in
    the gateway process, in Triton (server and Python stubs) and in this load generator. All three share
@@ -115,6 +117,28 @@ class Stack:
     gateway: subprocess.Popen
     gateway_url: str
     split: Split | None = None
+    phase: contextlib.ExitStack | None = None
+
+    def stop(self) -> None:
+        if self.phase is not None:
+            self.phase.close()
+            self.phase = None
+
+
+@contextlib.contextmanager
+def stack_of(layout: str, server, env: dict[str, str], work: Path, split: Split | None):  # type: ignore[no-untyped-def]
+    """Start one layout's server and gateway (pinned in the split layout); stopped by Stack.stop or on exit."""
+    phase = contextlib.ExitStack()
+    try:
+        gateway, url = phase.enter_context(serving(server, env, work / f"tiny-llama-{layout}.yaml"))
+        if layout == "split":
+            assert split is not None
+            pin_tree(server.pid, split.engine)
+            pin_tree(gateway.pid, split.frontends)
+        stack = Stack(layout, server, gateway, url, split if layout == "split" else None, phase)
+        yield stack
+    finally:
+        phase.close()
 
 
 def start_servers(work: Path, max_batch: int, layouts: list[str], split: Split | None):  # type: ignore[no-untyped-def]
@@ -280,42 +304,35 @@ def main() -> None:
             env["TRTKIT_CACHE"] = os.environ["TRTKIT_CACHE"] = str(ROOT / ".trtkit-cache")
         os.environ["TRTKIT_HOME"] = env["TRTKIT_HOME"]
         config, servers, echo = start_servers(work, args.max_batch, layouts, split)
+        secret = create_key(env)
+        # this process imported the repository tools (torch among them): its full collections took 100-140 ms,
+        # pausing whichever path was measuring; the servers freeze their own heaps alike
+        freeze_startup_heap()
+        # One phase at a time, each with the machine to itself (an idle tiny tritonserver takes ~9% of a core).
+        # The echo phase first: its servers start before this process lowers its priority (children inherit it).
+        with serving(echo, env, work / "tiny-llama-nocache.yaml") as (echo_gw, echo_url):
+            figures = {"echo": asyncio.run(echo_paths(config, echo.grpc_url, echo_url, secret, args,
+                                                       (echo_gw.pid, echo.pid)))}
         with contextlib.ExitStack() as running:
-            for server in (*servers.values(), echo):
-                running.enter_context(server)
-            secret = create_key(env)
-            gateways: list[subprocess.Popen] = []
-            try:
-                stacks = {}
-                for layout, server in servers.items():
-                    gateway, url = start_gateway(server.grpc_url, env, work / f"tiny-llama-{layout}.yaml")
-                    gateways.append(gateway)
-                    if layout == "split":
-                        assert split is not None
-                        pin_tree(server.pid, split.engine)
-                        pin_tree(gateway.pid, split.frontends)
-                    stacks[layout] = Stack(layout, server, gateway, url, split if layout == "split" else None)
-                echo_gw, echo_url = start_gateway(echo.grpc_url, env, work / "tiny-llama-nocache.yaml")
-                gateways.append(echo_gw)
-                # this process imported the repository tools (torch among them): its full collections took
-                # 100-140 ms, pausing whichever path was measuring; the servers freeze their own heaps alike
-                freeze_startup_heap()
-                yield_to_servers(os.getpid())  # the load generators take the CPU the servers leave
-                figures = asyncio.run(run_all(config, stacks, secret, args,
-                                              (echo.grpc_url, echo_url, echo_gw.pid, echo.pid)))
-            finally:
-                for process in gateways:
-                    process.terminate()
-                    process.wait(timeout=60)
+            stacks = {layout: running.enter_context(stack_of(layout, server, env, work, split))
+                      for layout, server in servers.items()}
+            yield_to_servers(os.getpid())  # the load generators take the CPU the servers leave
+            for layout in list(stacks):
+                figures[layout] = asyncio.run(layout_paths(config, stacks[layout], secret, args))
+                stacks.pop(layout).stop()  # the next layout runs without this one idling beside it
     report(figures, args, split)
 
 
-async def run_all(config, stacks: dict[str, Stack], secret: str, args,  # type: ignore[no-untyped-def]
-                  echo: tuple[str, str, int, int]) -> dict[str, dict]:
-    out = {layout: await layout_paths(config, stack, secret, args) for layout, stack in stacks.items()}
-    echo_url, echo_gw_url, echo_gw_pid, echo_pid = echo
-    out["echo"] = await echo_paths(config, echo_url, echo_gw_url, secret, args, (echo_gw_pid, echo_pid))
-    return out
+@contextlib.contextmanager
+def serving(server, env: dict[str, str], config_path: Path):  # type: ignore[no-untyped-def]
+    """A started tritonserver and its gateway for one phase: (gateway process, gateway URL); both stop after."""
+    with server:
+        gateway, url = start_gateway(server.grpc_url, env, config_path)
+        try:
+            yield gateway, url
+        finally:
+            gateway.terminate()
+            gateway.wait(timeout=60)
 
 
 if __name__ == "__main__":
