@@ -31,8 +31,9 @@ the echo phase first, then the shared layout, then the split one. This process i
 path. It freezes its heap before the first phase (its imports made its full collections 100-140 ms long,
 pausing whichever path was measuring) and, once the tiny servers are up, lowers its priority (nice 10,
 ``cpu_layout.yield_to_servers``; servers started later would inherit it): on the core it shares with the
-gateway it takes what the servers leave, as a remote client would not compete with the gateway at all. Each client is made once and kept, as an
-application keeps its client: one ``openai.AsyncOpenAI`` (its connection pool reused), one direct client.
+gateway it takes what the servers leave, as a remote client would not compete with the gateway at all. Each
+client is made once and kept, as an application keeps its client: one ``openai.AsyncOpenAI`` (its connection
+pool reused), one direct client.
 
 Per layout:
 0. `--alone` streamed requests one at a time each way: TTFT without queueing (the gateway's own latency).
@@ -48,8 +49,8 @@ And, unpinned, before the layouts:
    the gateway process, in Triton (server and Python stubs) and in this load generator. All three share
    the 2 cores, so 2000 / (their sum) bounds the rate whatever the gateway does.
 The echo repository's engine computes in bf16 where the CPU has native support (AVX512-BF16 or AMX).
-Real run time on the 2-core machine: 51 and 52 s with both layouts, including five server starts (measured
-2026-12-06 03:30, benchmarks/results/gateway_overhead.md); ``--layout split --echo-requests 300``: 23-26 s. The figures at
+Real run time on the 2-core machine: 50-51 s with both layouts, including five server starts (measured
+2026-12-06 04:10, benchmarks/results/gateway_overhead.md); ``--layout split --echo-requests 300``: 23-26 s. The figures at
 concurrency 16 move between runs on that VM: compare paths within one run only.
 Ends with one ``BENCH {json}`` line: ``figures`` and ``met`` for the judged layout (and the echo path),
 ``shared_layout`` with the shared layout's figures when it ran.
@@ -117,28 +118,17 @@ class Stack:
     gateway: subprocess.Popen
     gateway_url: str
     split: Split | None = None
-    phase: contextlib.ExitStack | None = None
-
-    def stop(self) -> None:
-        if self.phase is not None:
-            self.phase.close()
-            self.phase = None
 
 
-@contextlib.contextmanager
-def stack_of(layout: str, server, env: dict[str, str], work: Path, split: Split | None):  # type: ignore[no-untyped-def]
-    """Start one layout's server and gateway (pinned in the split layout); stopped by Stack.stop or on exit."""
-    phase = contextlib.ExitStack()
-    try:
-        gateway, url = phase.enter_context(serving(server, env, work / f"tiny-llama-{layout}.yaml"))
-        if layout == "split":
-            assert split is not None
-            pin_tree(server.pid, split.engine)
-            pin_tree(gateway.pid, split.frontends)
-        stack = Stack(layout, server, gateway, url, split if layout == "split" else None, phase)
-        yield stack
-    finally:
-        phase.close()
+def start_stack(layout: str, server, env: dict[str, str], work: Path, split: Split | None,  # type: ignore[no-untyped-def]
+                phase: contextlib.ExitStack) -> Stack:
+    """One layout's server and gateway, up until ``phase`` closes (pinned in the split layout)."""
+    gateway, url = phase.enter_context(serving(server, env, work / f"tiny-llama-{layout}.yaml"))
+    if layout == "split":
+        assert split is not None
+        pin_tree(server.pid, split.engine)
+        pin_tree(gateway.pid, split.frontends)
+    return Stack(layout, server, gateway, url, split if layout == "split" else None)
 
 
 def start_servers(work: Path, max_batch: int, layouts: list[str], split: Split | None):  # type: ignore[no-untyped-def]
@@ -314,12 +304,13 @@ def main() -> None:
             figures = {"echo": asyncio.run(echo_paths(config, echo.grpc_url, echo_url, secret, args,
                                                        (echo_gw.pid, echo.pid)))}
         with contextlib.ExitStack() as running:
-            stacks = {layout: running.enter_context(stack_of(layout, server, env, work, split))
+            phases = {layout: running.enter_context(contextlib.ExitStack()) for layout in servers}
+            stacks = {layout: start_stack(layout, server, env, work, split, phases[layout])
                       for layout, server in servers.items()}
             yield_to_servers(os.getpid())  # the load generators take the CPU the servers leave
-            for layout in list(stacks):
-                figures[layout] = asyncio.run(layout_paths(config, stacks[layout], secret, args))
-                stacks.pop(layout).stop()  # the next layout runs without this one idling beside it
+            for layout, stack in stacks.items():
+                figures[layout] = asyncio.run(layout_paths(config, stack, secret, args))
+                phases[layout].close()  # the next layout runs without this one idling beside it
     report(figures, args, split)
 
 
