@@ -26,7 +26,7 @@ Two CPU layouts of the tiny model (``--layout both``, the default, runs both; th
   SDK take is taken from the engine (and a 2-thread OpenMP region stalls while one thread is preempted): the
   figures then measure CPU contention more than the gateway.
 
-Phases run one at a time, each with only its own servers up (an idle tiny tritonserver takes ~9% of a core):
+Phases run one at a time, each with only its own servers up (an idle tiny tritonserver tree takes ~1% of a core):
 the echo phase first, then the shared layout, then the split one. This process is the load generator of every
 path. It freezes its heap before the first phase (its imports made its full collections 100-140 ms long,
 pausing whichever path was measuring) and, once the tiny servers are up, lowers its priority (nice 10,
@@ -298,7 +298,7 @@ def main() -> None:
         # this process imported the repository tools (torch among them): its full collections took 100-140 ms,
         # pausing whichever path was measuring; the servers freeze their own heaps alike
         freeze_startup_heap()
-        # One phase at a time, each with the machine to itself (an idle tiny tritonserver takes ~9% of a core).
+        # One phase at a time, each with the machine to itself (an idle tiny tritonserver tree takes ~1% of a core).
         # The echo phase first: its servers start before this process lowers its priority (children inherit it).
         with serving(echo, env, work / "tiny-llama-nocache.yaml") as (echo_gw, echo_url):
             figures = {"echo": asyncio.run(echo_paths(config, echo.grpc_url, echo_url, secret, args,
