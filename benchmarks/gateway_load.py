@@ -38,39 +38,15 @@ def openai_client(url: str, secret: str):  # type: ignore[no-untyped-def]
     return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=secret, max_retries=0)
 
 
-async def via_gateway(client, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+async def _measured(n: int, concurrency: int, request) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """``n`` requests, ``concurrency`` at a time; ``request(i)`` streams one and returns (TTFT in seconds,
+    completion tokens). The figures every path reports."""
     ttfts: list[float] = []
     tokens = 0
 
     async def one(i: int) -> None:
         nonlocal tokens
-        start = time.perf_counter()
-        first = None
-        stream = await client.completions.create(model="tiny-llama", prompt=PROMPTS[i % len(PROMPTS)],
-                                                 max_tokens=max_tokens, temperature=0, stream=True,
-                                                 stream_options={"include_usage": True})
-        async for chunk in stream:
-            if first is None and chunk.choices and chunk.choices[0].text:
-                first = time.perf_counter() - start
-            if chunk.usage is not None:
-                tokens += chunk.usage.completion_tokens
-        ttfts.append(first or 0.0)
-
-    wall = await _concurrently(n, concurrency, one)
-    return {"ttft_ms": statistics.median(ttfts) * 1e3, "tokens_per_s": tokens / wall, "wall_s": wall,
-            "ttfts": ttfts, "tokens": tokens}
-
-
-async def via_gateway_bare(client: BareStreamClient, n: int, concurrency: int,
-                           max_tokens: int) -> dict[str, Any]:
-    """The same streamed requests through the gateway from a bare HTTP/1.1 client (SSE read by hand): the
-    gateway's share of the SDK path's overhead, without the SDK's own CPU on the shared core."""
-    ttfts: list[float] = []
-    tokens = 0
-
-    async def one(i: int) -> None:
-        nonlocal tokens
-        ttft, completion_tokens = await client.stream(PROMPTS[i % len(PROMPTS)], max_tokens)
+        ttft, completion_tokens = await request(i)
         ttfts.append(ttft)
         tokens += completion_tokens
 
@@ -79,26 +55,42 @@ async def via_gateway_bare(client: BareStreamClient, n: int, concurrency: int,
             "ttfts": ttfts, "tokens": tokens}
 
 
+async def via_gateway(client, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    async def request(i: int) -> tuple[float, int]:
+        start, first, tokens = time.perf_counter(), 0.0, 0
+        stream = await client.completions.create(model="tiny-llama", prompt=PROMPTS[i % len(PROMPTS)],
+                                                 max_tokens=max_tokens, temperature=0, stream=True,
+                                                 stream_options={"include_usage": True})
+        async for chunk in stream:
+            if not first and chunk.choices and chunk.choices[0].text:
+                first = time.perf_counter() - start
+            if chunk.usage is not None:
+                tokens = chunk.usage.completion_tokens
+        return first, tokens
+
+    return await _measured(n, concurrency, request)
+
+
+async def via_gateway_bare(client: BareStreamClient, n: int, concurrency: int,
+                           max_tokens: int) -> dict[str, Any]:
+    """The same streamed requests through the gateway from a bare HTTP/1.1 client (SSE read by hand): the
+    gateway's share of the SDK path's overhead, without the SDK's own CPU on the shared core."""
+    return await _measured(n, concurrency, lambda i: client.stream(PROMPTS[i % len(PROMPTS)], max_tokens))
+
+
 async def direct(client, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     from trtkit.client import SamplingParams
 
-    ttfts: list[float] = []
-    tokens = 0
-
-    async def one(i: int) -> None:
-        nonlocal tokens
-        start = time.perf_counter()
-        first = None
+    async def request(i: int) -> tuple[float, int]:
+        start, first, tokens = time.perf_counter(), 0.0, 0
         async for chunk in client.stream(PROMPTS[i % len(PROMPTS)], SamplingParams(max_tokens=max_tokens)):
-            if first is None and chunk.text:
+            if not first and chunk.text:
                 first = time.perf_counter() - start
             if chunk.result is not None:
-                tokens += chunk.result.usage.completion_tokens
-        ttfts.append(first or 0.0)
+                tokens = chunk.result.usage.completion_tokens
+        return first, tokens
 
-    wall = await _concurrently(n, concurrency, one)
-    return {"ttft_ms": statistics.median(ttfts) * 1e3, "tokens_per_s": tokens / wall, "wall_s": wall,
-            "ttfts": ttfts, "tokens": tokens}
+    return await _measured(n, concurrency, request)
 
 
 def cpu_seconds(pid: int) -> float:
