@@ -23,6 +23,7 @@ import tritonclient.grpc.aio as aiogrpc
 from trtkit.client.accumulate import StreamAccumulator
 from trtkit.client.budgets import BudgetGuard
 from trtkit.client.caller import Caller
+from trtkit.client.flow import RequestFlow
 from trtkit.client.governor import PreparedRequest
 from trtkit.client.ledger import Ledger
 from trtkit.client.metrics import ClientMetrics
@@ -31,11 +32,9 @@ from trtkit.client.protocol import Delta, stop_inputs, stop_outcome
 from trtkit.client.results import GenerationResult, StreamChunk
 from trtkit.client.tokens import TokenCounter
 from trtkit.client.transport import (
-    FINISH_CANCELLED,
     FINISH_DEADLINE,
     ServerUnavailableError,
     backoff_s,
-    is_server_failure,
     is_unavailable,
     make_setup,
 )
@@ -171,37 +170,26 @@ class AsyncTritonLLMClient:
             await self.governor.arecord_hit(prepared, who)
             yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
             return
-        guard = self.governor.new_guard()
-        use_stream = server_stream if server_stream is not None else guard is not None
-        acc = StreamAccumulator(prepared.prompt_tokens, self.governor.counter, guard, prepared.params)
-        deadline = time.monotonic() + (deadline_s or self.setup.deadline_s)
-        stop_reason = None
+        flow = RequestFlow(self.governor, prepared, server_stream=server_stream,
+                           deadline_s=deadline_s or self.setup.deadline_s)
         try:
             # aclosing: when this stream is closed early, the gRPC call is cancelled now, not by a finaliser
-            async with contextlib.aclosing(self._deltas(prepared, use_stream, deadline, acc)) as deltas:
+            async with contextlib.aclosing(self._deltas(prepared, flow.use_stream, flow.deadline, flow.acc)) as deltas:
                 async for delta in deltas:
-                    if isinstance(delta, str):
-                        stop_reason = delta
+                    chunk, over = flow.take(delta)
+                    if chunk is not None:
+                        yield chunk
+                    if over:
                         break
-                    stop_reason = acc.add(delta)
-                    if use_stream and delta.text:
-                        yield StreamChunk(delta.text, acc.running_usage(), prepared.request_id)
-                    if stop_reason or acc.finished:
-                        break
-        except (asyncio.CancelledError, GeneratorExit):  # task cancelled, or the consumer stopped reading
-            if acc.has_output:
-                self.governor.complete_detached(prepared, acc.outcome(FINISH_CANCELLED))
-            else:
+        except BaseException as exc:  # cancelled task, a consumer that stopped reading, or a failure
+            outcome = flow.ended_by(exc)
+            if outcome is None:  # refused, or never reached the server
                 self.governor.release(prepared)
+            else:  # never blocks the loop on the ledger's fsync (a cancelled task must end now)
+                self.governor.complete_detached(prepared, outcome)
             raise
-        except BaseException as exc:
-            if acc.has_output or is_server_failure(exc):  # the server worked on it: the ledger shows it
-                self.governor.complete_detached(prepared, acc.outcome("error"))
-            else:  # refused, or never reached the server
-                self.governor.release(prepared)
-            raise
-        result = await self.governor.acomplete(prepared, acc.outcome(stop_reason))
-        yield StreamChunk("" if use_stream else result.text, result.usage, result.request_id, result)
+        result = await self.governor.acomplete(prepared, flow.outcome())
+        yield StreamChunk("" if flow.use_stream else result.text, result.usage, result.request_id, result)
 
     async def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
                       acc: StreamAccumulator) -> AsyncGenerator[Delta | str, None]:

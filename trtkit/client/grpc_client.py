@@ -19,6 +19,7 @@ import tritonclient.grpc as grpcclient
 
 from trtkit.client.accumulate import StreamAccumulator
 from trtkit.client.caller import Caller
+from trtkit.client.flow import RequestFlow
 from trtkit.client.governor import PreparedRequest
 from trtkit.client.ledger import Ledger
 from trtkit.client.metrics import ClientMetrics
@@ -31,7 +32,6 @@ from trtkit.client.transport import (
     FINISH_DEADLINE,
     ServerUnavailableError,
     backoff_s,
-    is_server_failure,
     is_unavailable,
     make_setup,
 )
@@ -113,37 +113,31 @@ class TritonLLMClient:
         if isinstance(prepared, GenerationResult):
             yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
             return
-        guard = self.governor.new_guard()
-        use_stream = server_stream if server_stream is not None else guard is not None  # the guard needs deltas
-        acc = StreamAccumulator(prepared.prompt_tokens, self.governor.counter, guard, prepared.params)
-        deadline = time.monotonic() + (deadline_s or self.setup.deadline_s)
-        stop_reason, settled = None, False
+        flow = RequestFlow(self.governor, prepared, server_stream=server_stream,
+                           deadline_s=deadline_s or self.setup.deadline_s)
+        settled = False
         try:
-            with closing(self._deltas(prepared, use_stream, deadline, acc)) as deltas:
+            with closing(self._deltas(prepared, flow.use_stream, flow.deadline, flow.acc)) as deltas:
                 for delta in deltas:
-                    if isinstance(delta, str):  # client-side stop: cancelled or deadline
-                        stop_reason = delta
+                    chunk, over = flow.take(delta)
+                    if chunk is not None:
+                        yield chunk
+                    if over:
                         break
-                    stop_reason = acc.add(delta)
-                    if use_stream and delta.text:
-                        yield StreamChunk(delta.text, acc.running_usage(), prepared.request_id)
-                    if stop_reason or acc.finished:
-                        break
-                result, committed = self.governor.submit(prepared, acc.outcome(stop_reason))
+                result, committed = self.governor.submit(prepared, flow.outcome())
                 settled = True
             # leaving the block closed the stream (or cancelled the request) while the row was committing
-        except BaseException as exc:
+        except BaseException as exc:  # a consumer that stopped reading (GeneratorExit), or a failure
             if settled:
                 raise
-            if acc.has_output or is_server_failure(exc):  # the server worked on it: the ledger shows it
-                # a consumer that stops reading a stream cancels it; anything else is an error
-                reason = FINISH_CANCELLED if isinstance(exc, GeneratorExit) else "error"
-                self.governor.complete(prepared, acc.outcome(reason))
-            else:  # refused, or never reached the server
+            outcome = flow.ended_by(exc)
+            if outcome is None:  # refused, or never reached the server
                 self.governor.release(prepared)
+            else:
+                self.governor.complete(prepared, outcome)
             raise
         self.governor.wait_committed(prepared, committed)
-        yield StreamChunk("" if use_stream else result.text, result.usage, result.request_id, result)
+        yield StreamChunk("" if flow.use_stream else result.text, result.usage, result.request_id, result)
 
     def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
                 acc: StreamAccumulator) -> Generator[Delta | str, None, None]:
