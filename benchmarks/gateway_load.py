@@ -12,6 +12,7 @@ import json
 import statistics
 import sys
 import time
+import uuid
 from typing import Any
 
 from trtkit.gateway.server import GATEWAY_TRITON_MODEL  # the direct client calls the gateway's model
@@ -91,6 +92,54 @@ async def direct(client, n: int, concurrency: int, max_tokens: int) -> dict[str,
         return first, tokens
 
     return await _measured(n, concurrency, request)
+
+
+class BareGrpcStreams:
+    """The direct client's engine requests (same prompt ids, same inputs) on bare ``tritonclient.grpc.aio``
+    streams: no governance, no detokenization, one call per request. What receiving the tokens over gRPC
+    costs any Python process: the floor under the direct client and the gateway (where the time goes)."""
+
+    def __init__(self, url: str, counter, tokens_per_block: int) -> None:  # type: ignore[no-untyped-def]
+        import tritonclient.grpc.aio as aiogrpc
+
+        self.client = aiogrpc.InferenceServerClient(url)
+        self.counter, self.tokens_per_block = counter, tokens_per_block
+        self.wire = None
+
+    async def stream(self, prompt: str, max_tokens: int) -> tuple[float, int]:
+        from trtkit.client import SamplingParams
+        from trtkit.client.token_wire import TokenWire
+
+        if self.wire is None:
+            metadata = await self.client.get_model_metadata(GATEWAY_TRITON_MODEL, as_json=True)
+            self.wire = TokenWire(metadata, self.counter, self.tokens_per_block)
+        inputs, outputs = self.wire.request(self.counter.prompt_ids(prompt), SamplingParams(max_tokens=max_tokens),
+                                            stream=True)
+        message = {"model_name": GATEWAY_TRITON_MODEL, "inputs": inputs, "outputs": outputs,
+                   "request_id": uuid.uuid4().hex}
+
+        async def requests():  # type: ignore[no-untyped-def]
+            yield message
+
+        start, ttft, tokens = time.perf_counter(), 0.0, 0
+        async for result, error in self.client.stream_infer(requests()):
+            if error is not None:
+                raise error
+            response = result.get_response()
+            ids = result.as_numpy("output_ids")
+            if ids is not None and ids.size:
+                tokens += int(ids.size)
+                ttft = ttft or time.perf_counter() - start
+            if response.parameters["triton_final_response"].bool_param:
+                break
+        return ttft, tokens
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+async def via_bare_grpc(streams: BareGrpcStreams, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:
+    return await _measured(n, concurrency, lambda i: streams.stream(PROMPTS[i % len(PROMPTS)], max_tokens))
 
 
 def cpu_seconds(pid: int) -> float:

@@ -42,7 +42,9 @@ Per layout:
    Targets: median TTFT overhead (a - b) <= 3 ms; tokens/s of (a) >= 95% of (b).
    Also alternating, not judged (where the time goes): (a') a bare HTTP/1.1 client (kept-alive connections,
    SSE read by hand, ~0.05 ms of CPU per token against the SDK's ~0.25) -> gateway -> Triton. (a') - (b) is
-   the gateway's share of the overhead; (a) - (a') the SDK's own CPU on the shared core.
+   the gateway's share of the overhead; (a) - (a') the SDK's own CPU on the shared core. And (b') the direct
+   client's engine requests on bare ``tritonclient.grpc.aio`` streams (no governance, no detokenization): its
+   CPU per token is what receiving tokens over gRPC costs any Python process, the floor under (a) and (b).
 And, unpinned, before the layouts:
 2. (c) bare HTTP/1.1 keep-alive client -> gateway -> echo repository, max_tokens 1, 64 connections: requests/s.
    Target: >= 500 requests/s on 2 cores. Also printed: the CPU milliseconds each echo request costs in
@@ -74,6 +76,7 @@ sys.path.insert(0, str(ROOT))
 
 from cpu_layout import Split, pin_process, pin_tree, split_cores, usable_cores, yield_to_servers  # noqa: E402
 from gateway_load import (  # noqa: E402
+    BareGrpcStreams,
     BareStreamClient,
     cpu_seconds,
     direct,
@@ -83,6 +86,7 @@ from gateway_load import (  # noqa: E402
     paired_round_intervals,
     pooled_rate,
     pooled_ttft_ms,
+    via_bare_grpc,
     via_gateway,
     via_gateway_bare,
 )
@@ -200,13 +204,16 @@ async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type
     triton_pid = stack.server.pid  # type: ignore[attr-defined]
     if stack.split is not None:  # this process (the SDK and the direct client) on the frontend cores
         pin_process(os.getpid(), stack.split.frontends)
-    rounds: dict[str, list[dict]] = {"gateway": [], "direct": [], "bare": []}
+    rounds: dict[str, list[dict]] = {"gateway": [], "direct": [], "bare": [], "grpc": []}
     sdk, bare = openai_client(gw_url, secret), BareStreamClient(gw_url, secret)
+    grpc_floor = None
     try:
         async with AsyncTritonLLMClient(url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
+            grpc_floor = BareGrpcStreams(url, client.governor.counter, config.build.tokens_per_block)
             paths = {"gateway": lambda n, c, m: via_gateway(sdk, n, c, m),
                      "direct": lambda n, c, m: direct(client, n, c, m),
-                     "bare": lambda n, c, m: via_gateway_bare(bare, n, c, m)}
+                     "bare": lambda n, c, m: via_gateway_bare(bare, n, c, m),
+                     "grpc": lambda n, c, m: via_bare_grpc(grpc_floor, n, c, m)}
             for run in paths.values():  # warm every path (and open the clients' connections)
                 await run(args.concurrency, args.concurrency, 4)
             # one at a time first: the gateway's own latency, without queueing behind the engine's batch
@@ -223,6 +230,8 @@ async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type
     finally:
         await sdk.close()
         bare.close()
+        if grpc_floor is not None:
+            await grpc_floor.close()
         if stack.split is not None:
             pin_process(os.getpid(), set(usable_cores()))
     f = {"gateway_ttft_ms": pooled_ttft_ms(rounds["gateway"]), "direct_ttft_ms": pooled_ttft_ms(rounds["direct"]),
@@ -255,13 +264,16 @@ async def echo_paths(config, echo_url: str, echo_gw_url: str, secret: str, args,
 def per_token_cpu(cpu: dict[str, list[float]], rounds: dict[str, list[dict]]) -> dict[str, float]:
     """CPU ms per streamed token at --concurrency, by process: where the gateway path's extra time goes."""
     out: dict[str, float] = {}
-    for name in ("gateway", "direct", "bare"):
+    for name in ("gateway", "direct", "bare", "grpc"):
         tokens = max(1, sum(r["tokens"] for r in rounds[name]))
         gateway_ms, client_ms, triton_ms = (seconds * 1e3 / tokens for seconds in cpu[name])
         if name == "gateway":
             out |= {"c16_gateway_cpu_ms_per_token": gateway_ms, "c16_sdk_cpu_ms_per_token": client_ms}
         elif name == "bare":
             out |= {"c16_bare_gateway_cpu_ms_per_token": gateway_ms, "c16_bare_client_cpu_ms_per_token": client_ms}
+        elif name == "grpc":
+            out["c16_grpc_floor_cpu_ms_per_token"] = client_ms
+            continue  # its Triton work is the direct path's
         else:
             out["c16_direct_client_cpu_ms_per_token"] = client_ms
         out[f"c16_triton_cpu_ms_per_token_{name}"] = triton_ms

@@ -32,6 +32,8 @@ def layout_rows(f: dict, args, judged: bool) -> list[tuple[str, str, str]]:  # t
             (f"CPU ms per token at {c}: gateway process / openai SDK (load generator)",
              f"{f['c16_gateway_cpu_ms_per_token']:.2f} / {f['c16_sdk_cpu_ms_per_token']:.2f}", ""),
             (f"CPU ms per token at {c}: direct client", f"{f['c16_direct_client_cpu_ms_per_token']:.2f}", ""),
+            ("  bare tritonclient.grpc.aio streams, same requests (gRPC's own floor)",
+             f"{f['c16_grpc_floor_cpu_ms_per_token']:.2f}", "(where the time goes)"),
             (f"CPU ms per token at {c}, bare client path: gateway process / bare client",
              f"{f['c16_bare_gateway_cpu_ms_per_token']:.2f} / {f['c16_bare_client_cpu_ms_per_token']:.2f}", ""),
             (f"CPU ms per token at {c}: Triton, gateway path / direct path",
