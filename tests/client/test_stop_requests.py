@@ -146,7 +146,7 @@ def test_the_async_client_stops_on_task_cancel_and_on_its_deadline(live_server, 
     assert received and max(received) < LONG and late_finish == "deadline"
     assert engine.iteration - before.iteration < 2 * LONG and engine.used_blocks <= before.used_blocks
     assert metrics.value("trtkit_client_early_ends_total", model="tiny-llama", how="stop") == 2
-    assert metrics.value("trtkit_client_early_ends_total", model="tiny-llama", how="call_cancel") == 0
+    assert metrics.value("trtkit_client_early_ends_total", model="tiny-llama", how="let_go") == 0
 
 
 def test_the_stop_request_matches_the_engine_inputs_of_the_1_2_contract() -> None:

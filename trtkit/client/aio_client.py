@@ -1,19 +1,18 @@
 """asyncio client over ``tritonclient.grpc.aio``: the same governance as the sync client.
 
-One aio client carries any number of concurrent bidirectional streams (one per request).
-Cancelling the awaiting task, a deadline, or the runaway guard stops the request with the engine's
-``stop`` input and reads its stream to the end; the gRPC call is cancelled only when that fails
-(trtkit/stop_request.py says why). A task of its own reads each call: grpc.aio cancels the RPC
-when a read is cancelled (grpc/aio/_call.py ``_read``), so no deadline or cancelled task may wait on
-a read directly.
-"""
+Every request of one aio client travels on one kept bidirectional call, its responses sorted to it by request
+id (trtkit/client/stream_mux.py: a call per request cost ~0.8 ms of CPU to open and close). Cancelling the
+awaiting task, a deadline, or the runaway guard stops the request with the engine's ``stop`` input (on a call
+of its own) and reads its stream to the end; a request the stop does not end in time is let go, and the shared
+call is never cancelled for it (trtkit/stop_request.py says why). A task of its own reads each call: grpc.aio
+cancels the RPC when a read is cancelled (grpc/aio/_call.py ``_read``), so no deadline or cancelled task may
+wait on a read directly."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import functools
-import sys
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -30,6 +29,7 @@ from trtkit.client.metrics import ClientMetrics
 from trtkit.client.params import SamplingParams
 from trtkit.client.protocol import Delta, stop_inputs, stop_outcome
 from trtkit.client.results import GenerationResult, StreamChunk
+from trtkit.client.stream_mux import END, RequestInbox, ResponseQueue, StreamMux
 from trtkit.client.tokens import TokenCounter
 from trtkit.client.transport import (
     FINISH_DEADLINE,
@@ -43,17 +43,14 @@ from trtkit.config.schema import ModelConfig
 from trtkit.errors import ClientError
 from trtkit.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
 
-_END = object()
 
-
-class CallReader:
-    """Reads one stream call in its own task into a queue, so that waiting for a response can time out or
-    be cancelled without cancelling the call."""
+class CallReader(ResponseQueue):
+    """Reads one stream call of its own (a stop request) in a task into a queue, so that waiting for a response
+    can time out or be cancelled without cancelling the call."""
 
     def __init__(self, call) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
         self.call = call
-        self.items: asyncio.Queue = asyncio.Queue()
-        self.final_seen = False
         self.task = asyncio.ensure_future(self._read())
 
     async def _read(self) -> None:
@@ -63,24 +60,7 @@ class CallReader:
         except Exception as exc:  # the call failed (UNAVAILABLE, a broken stream): its consumer raises it
             self.items.put_nowait(exc)
         finally:
-            self.items.put_nowait(_END)
-
-    async def next(self, timeout: float):  # type: ignore[no-untyped-def]
-        """The next (result, error), an exception to raise, or _END; raises TimeoutError.
-
-        This runs once per streamed token: a response already queued is taken at once, and a wait uses
-        asyncio.timeout where it exists, since wait_for wraps every wait in a task of its own."""
-        if not self.items.empty():
-            return self.items.get_nowait()
-        if sys.version_info >= (3, 11):
-            async with asyncio.timeout(timeout):
-                return await self.items.get()
-        return await asyncio.wait_for(self.items.get(), timeout=timeout)
-
-    async def ended(self, timeout: float) -> bool:
-        """Wait, without cancelling anything, until the call ends; False when it has not by then."""
-        done, _ = await asyncio.wait({self.task}, timeout=max(0.0, timeout))
-        return bool(done)
+            self.items.put_nowait(END)
 
 
 class AsyncTritonLLMClient:
@@ -97,6 +77,7 @@ class AsyncTritonLLMClient:
         self._tokens_per_block = config.build.tokens_per_block
         self._metadata_lock: asyncio.Lock | None = None  # made in the running loop, on first use
         self._streams: weakref.WeakSet[AsyncGenerator[StreamChunk, None]] = weakref.WeakSet()
+        self._mux: StreamMux | None = None  # every request on one kept call (made in the running loop)
 
     async def generate(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
                        deadline_s: float | None = None) -> GenerationResult:
@@ -146,6 +127,9 @@ class AsyncTritonLLMClient:
         for chunks in list(self._streams):
             if not getattr(chunks, "ag_running", False):
                 await chunks.aclose()
+        if self._mux is not None:
+            await self._mux.close()
+            self._mux = None
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -197,8 +181,7 @@ class AsyncTritonLLMClient:
         while True:
             reader = None
             try:
-                call, decoder = await self._open(request, stream, deadline)
-                reader = CallReader(call)
+                reader, decoder = await self._open(request, stream, deadline)
                 async for item in self._receive(reader, decoder, deadline):
                     yield item
                     if isinstance(item, str) or item.is_final:
@@ -220,21 +203,20 @@ class AsyncTritonLLMClient:
                 if reader is not None:
                     await self._end(reader, request.request_id)
 
-    async def _end(self, reader: CallReader, request_id: str) -> None:
-        """Let the call end: at once when its request finished; otherwise stop the request with the engine's
-        `stop` input and wait for the stream to end. The call is cancelled only if that takes over
-        STOP_GRACE_S, or if this task is cancelled meanwhile."""
+    async def _end(self, reader: RequestInbox, request_id: str) -> None:
+        """Done with a request: at once when it finished; otherwise stop it with the engine's `stop` input and
+        wait for its stream to end. It is let go (its later responses dropped) when that takes over
+        STOP_GRACE_S, or when this task is cancelled meanwhile: the shared call is never cancelled for one
+        request (trtkit/client/stream_mux.py)."""
         try:
-            if reader.final_seen:
-                await reader.ended(STOP_GRACE_S)
-            elif not await reader.ended(0.0):
+            if not reader.final_seen and not reader.done:
                 stopped = await self._stop_early(reader, request_id)
-                self.governor.metrics.early_ends.labels(self.governor.model, "stop" if stopped else "call_cancel").inc()
+                self.governor.metrics.early_ends.labels(self.governor.model, "stop" if stopped else "let_go").inc()
         finally:
-            if not reader.task.done():
-                reader.call.cancel()
+            if not reader.done:
+                reader.let_go()
 
-    async def _stop_early(self, reader: CallReader, request_id: str) -> bool:
+    async def _stop_early(self, reader: RequestInbox, request_id: str) -> bool:
         until = time.monotonic() + STOP_GRACE_S
         while True:
             said = await self._send_stop(request_id, until)
@@ -258,7 +240,7 @@ class AsyncTritonLLMClient:
             said = "stopped"
             while True:
                 item = await reader.next(max(0.001, until - time.monotonic()))
-                if item is _END:
+                if item is END:
                     return said
                 if isinstance(item, BaseException):
                     return "failed"
@@ -269,21 +251,16 @@ class AsyncTritonLLMClient:
             if not reader.task.done():
                 reader.call.cancel()
 
-    async def _open(self, request: PreparedRequest, stream: bool,  # type: ignore[no-untyped-def]
-                    deadline: float) -> tuple[object, TextReader | TokenReader]:
+    async def _open(self, request: PreparedRequest, stream: bool,
+                    deadline: float) -> tuple[RequestInbox, TextReader | TokenReader]:
+        """Send the request on the kept call (a new one when the last broke). No gRPC deadline: the client's own
+        deadline stops the request (trtkit/stop_request.py says why a gRPC deadline, a cancel, must not)."""
         client = self._connect()
         wire = self._wire or await self._fetch_wire(client)
         inputs, outputs = wire.request(request, stream=stream)
-        message = {"model_name": self.setup.model_name, "inputs": inputs, "request_id": request.request_id}
-        if outputs is not None:
-            message["outputs"] = outputs
-
-        async def requests():  # type: ignore[no-untyped-def]
-            yield message
-
-        # past our own deadline and the time a stop may take: gRPC's deadline is a cancel (trtkit/stop_request.py)
-        call = client.stream_infer(requests(), stream_timeout=max(0.001, deadline - time.monotonic()) + STOP_GRACE_S + 1.0)
-        return call, wire.reader(request)
+        if self._mux is None or not self._mux.usable:
+            self._mux = StreamMux(client)
+        return self._mux.open(self.setup.model_name, inputs, outputs, request.request_id), wire.reader(request)
 
     async def _fetch_wire(self, client: aiogrpc.InferenceServerClient) -> Wire:
         """The model's inputs and outputs, asked once: the first requests of a burst wait for one answer instead
@@ -296,7 +273,7 @@ class AsyncTritonLLMClient:
                 self._wire = wire_for(metadata, self.governor.counter, self._tokens_per_block)
             return self._wire
 
-    async def _receive(self, reader: CallReader, decoder: TextReader | TokenReader,
+    async def _receive(self, reader: RequestInbox, decoder: TextReader | TokenReader,
                        deadline: float) -> AsyncIterator[Delta | str]:
         while True:
             remaining = deadline - time.monotonic()
@@ -308,7 +285,7 @@ class AsyncTritonLLMClient:
             except asyncio.TimeoutError:
                 yield FINISH_DEADLINE
                 return
-            if item is _END:
+            if item is END:
                 return
             if isinstance(item, BaseException):
                 raise item

@@ -28,7 +28,8 @@ class ClientMetrics:
         self.guard_stops = Counter("trtkit_client_guard_stops", "Streams cancelled by the runaway guard",
                                    ["model", "reason"], registry=r)
         # how requests that ended early (cancel, deadline, guard) were stopped on the server: "stop" (the engine's
-        # stop input, then the stream ends by itself) or "call_cancel" (the stop did not end it in time)
+        # stop input, then the stream ends by itself); when the stop did not end it in time, "call_cancel" (the sync
+        # client cancels the request's own call) or "let_go" (the asyncio client drops it from the shared call)
         self.early_ends = Counter("trtkit_client_early_ends", "Requests ended early, by how the server was told",
                                   ["model", "how"], registry=r)
         self.retries = Counter("trtkit_client_retries", "Retries after UNAVAILABLE before the first token", ["model"],
