@@ -26,7 +26,7 @@ TRANSITIVE = {"transformers": {"tokenizers", "safetensors", "huggingface-hub", "
 # modules the Triton server itself provides to Python models
 SERVER_MODULES = {"triton_python_backend_utils"}
 DISTRIBUTION = {"google": "protobuf", "yaml": "pyyaml", "pynvml": "nvidia-ml-py", "modelopt": "nvidia-modelopt",
-                "rank_bm25": "rank-bm25", "jinja2": "jinja2", "prometheus_client": "prometheus-client"}
+                "rank_bm25": "rank-bm25", "grpc": "grpcio", "jinja2": "jinja2", "prometheus_client": "prometheus-client"}
 
 
 def requirements(path: Path) -> dict[str, Requirement]:
