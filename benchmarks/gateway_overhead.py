@@ -51,9 +51,9 @@ And, unpinned, before the layouts:
    the gateway process, in Triton (server and Python stubs) and in this load generator. All three share
    the 2 cores, so 2000 / (their sum) bounds the rate whatever the gateway does.
 The echo repository's engine computes in bf16 where the CPU has native support (AVX512-BF16 or AMX).
-Real run time on the 2-core machine: 50-51 s with both layouts, including five server starts (measured
-2026-12-06 04:10, benchmarks/results/gateway_overhead.md); ``--layout split --echo-requests 300``: 23-26 s. The figures at
-concurrency 16 move between runs on that VM: compare paths within one run only.
+Real run time on the 2-core machine: 50-52 s with both layouts, including five server starts; ``--layout split``:
+31-40 s (measured 2026-12-06 05:32-05:55, benchmarks/results/gateway_overhead.md). The figures at concurrency 16
+move between runs on that VM: compare paths within one run only.
 Ends with one ``BENCH {json}`` line: ``figures`` and ``met`` for the judged layout (and the echo path),
 ``shared_layout`` with the shared layout's figures when it ran.
 """
