@@ -197,3 +197,41 @@ def test_a_killed_server_fails_streams_without_retry_and_new_requests_after_retr
     (row,) = ledger_rows()
     assert row[0] == "error" and 0 < row[1] < LONG
 
+
+
+def test_the_async_client_on_a_killed_server_fails_its_stream_and_renews_its_call(fault_server, config,
+                                                                                 caplog) -> None:
+    """The asyncio client keeps one call for all its requests (trtkit/client/stream_mux.py): a killed server
+    fails the request in flight on it at once, the next request opens a new call (retried, then reported),
+    and the broken call leaves no task behind (asyncio logs one it had to destroy)."""
+    import asyncio
+    import gc
+    import logging
+
+    from trtkit.client import AsyncTritonLLMClient
+
+    fault_server.stop()  # the test before killed it
+    fault_server.start()
+    metrics = ClientMetrics()
+
+    async def run() -> tuple[int, float]:
+        async with AsyncTritonLLMClient(fault_server.grpc_url, config=config, metrics=metrics) as client:
+            received = 0
+            with pytest.raises(ClientError):
+                async for _ in client.stream("Kill the server", LONG_PARAMS, deadline_s=60.0):
+                    received += 1
+                    if received == 3:
+                        os.kill(fault_server.pid, signal.SIGKILL)
+            start = time.monotonic()
+            with pytest.raises(ServerUnavailableError, match="3 attempts"):
+                await client.generate("Anyone there?", SamplingParams(max_tokens=4))
+            refused_after = time.monotonic() - start
+            gc.collect()  # the broken calls are dropped: a task of theirs still pending is reported when collected
+            await asyncio.sleep(0)
+            return received, refused_after
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        received, refused_after = asyncio.run(run())
+    assert 3 <= received < LONG and refused_after < 10.0
+    assert metrics.value("trtkit_client_retries_total", model="tiny-llama") == 2  # the new request only
+    assert not [r.getMessage() for r in caplog.records if r.name == "asyncio"]

@@ -158,6 +158,7 @@ class StreamMux:
         finally:
             for inbox in self._drain():
                 inbox.end()
+            self._outbox.put_nowait(None)  # lets grpc's task that sends the requests end with the call
 
     def _drain(self) -> list[RequestInbox]:
         inboxes, self._inboxes = list(self._inboxes.values()), {}
