@@ -181,7 +181,7 @@ class AsyncTritonLLMClient:
         while True:
             reader = None
             try:
-                reader, decoder = await self._open(request, stream, deadline)
+                reader, decoder = await self._open(request, stream)
                 async for item in self._receive(reader, decoder, deadline):
                     yield item
                     if isinstance(item, str) or item.is_final:
@@ -251,8 +251,7 @@ class AsyncTritonLLMClient:
             if not reader.task.done():
                 reader.call.cancel()
 
-    async def _open(self, request: PreparedRequest, stream: bool,
-                    deadline: float) -> tuple[RequestInbox, TextReader | TokenReader]:
+    async def _open(self, request: PreparedRequest, stream: bool) -> tuple[RequestInbox, TextReader | TokenReader]:
         """Send the request on the kept call (a new one when the last broke). No gRPC deadline: the client's own
         deadline stops the request (trtkit/stop_request.py says why a gRPC deadline, a cancel, must not)."""
         client = self._connect()
