@@ -11,7 +11,9 @@ cancels a stream while a response of it is being written (Process holds the stat
 and waits for the context's ``mu_``; StreamInferResponseComplete holds ``mu_`` and waits for
 ``step_mtx_``: triton-inference-server/server src/grpc/stream_infer_handler.cc, read at 68d4c01e4 and
 unchanged at e1db8a603). The stuck stream never ends. trtkit's clients and gateway therefore stop
-requests with this request and cancel the call only when the stop did not end the stream in time.
+requests with this request; when the stop did not end the stream in time, the sync client cancels the
+request's own call and the asyncio client (one kept call for all its requests: client/stream_mux.py) lets
+the request go.
 
 Imports only numpy, so the Triton adapters and the clients share it."""
 
@@ -28,7 +30,7 @@ STOP_DATATYPES = {"stop": "BOOL", "input_ids": "INT32", "input_lengths": "INT32"
 # the answer to a stop for an id that no live request carries (it ended, or has not reached the engine yet)
 NOT_RUNNING = "stop: no request with id {request_id!r} is running; send the id of a live request"
 _NOT_RUNNING_MARK = NOT_RUNNING.split("{")[0]
-# how long a client waits for a stopped request's stream to end before it cancels the call after all
+# how long a client waits for a stopped request's stream to end before it cancels the call (sync) or lets go (asyncio)
 STOP_GRACE_S = 10.0
 # a stop that arrives before the request reached the engine finds nothing: it is sent again after this
 STOP_RETRY_S = 0.25
