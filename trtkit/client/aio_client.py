@@ -157,7 +157,7 @@ class AsyncTritonLLMClient:
         flow = RequestFlow(self.governor, prepared, server_stream=server_stream,
                            deadline_s=deadline_s or self.setup.deadline_s)
         try:
-            # aclosing: when this stream is closed early, the gRPC call is cancelled now, not by a finaliser
+            # aclosing: when this stream is closed early, the request is stopped now, not by a finaliser
             async with contextlib.aclosing(self._deltas(prepared, flow.use_stream, flow.deadline, flow.acc)) as deltas:
                 async for delta in deltas:
                     chunk, over = flow.take(delta)

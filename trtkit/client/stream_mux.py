@@ -42,7 +42,6 @@ class ResponseQueue:
 
     def __init__(self) -> None:
         self.items: asyncio.Queue = asyncio.Queue()
-        self.final_seen = False  # set by the consumer when the request's last response has been read
 
     async def next(self, timeout: float):  # type: ignore[no-untyped-def]
         """The next item; raises TimeoutError. Runs once per streamed token: a queued item is taken at once,
@@ -62,6 +61,7 @@ class RequestInbox(ResponseQueue):
     def __init__(self, mux: StreamMux, request_id: str) -> None:
         super().__init__()
         self.mux, self.request_id = mux, request_id
+        self.final_seen = False  # set by the consumer when the request's last response has been read
         self._ended = asyncio.Event()
 
     @property
