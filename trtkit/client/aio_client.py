@@ -289,8 +289,7 @@ class AsyncTritonLLMClient:
             if isinstance(item, BaseException):
                 raise item
             result, error = item
-            if error is not None:
-                reader.final_seen = True  # an error ends the request
+            if error is not None:  # an error ends the request: its inbox is done already
                 raise error
             delta = decoder.read(result)
             reader.final_seen = delta.is_final and not delta.engine_running

@@ -144,13 +144,13 @@ class StreamMux:
                 if inbox is None:  # a request let go: the rest of its stream is dropped
                     continue
                 if response.error_message:  # an error ends its request (Triton sends nothing after it)
-                    self.forget(inner.id)
-                    inbox.deliver((None, InferenceServerException(msg=response.error_message)), last=True)
-                    continue
-                last = _FINAL in inner.parameters and inner.parameters[_FINAL].bool_param
+                    item, last = (None, InferenceServerException(msg=response.error_message)), True
+                else:
+                    item = (grpcclient.InferResult(inner), None)
+                    last = _FINAL in inner.parameters and inner.parameters[_FINAL].bool_param
                 if last:
                     self.forget(inner.id)
-                inbox.deliver((grpcclient.InferResult(inner), None), last=last)
+                inbox.deliver(item, last=last)
         except Exception as exc:  # the call broke (UNAVAILABLE, the server went away): every request learns it
             error = get_error_grpc(exc) if isinstance(exc, grpc.RpcError) else exc  # with its status: retries
             for inbox in self._drain():
