@@ -24,9 +24,15 @@ SHARED_CACHE = Path(os.environ.get("TRTKIT_TEST_CACHE", REPO_ROOT / ".trtkit-cac
 
 
 def replica_config(folder: Path, store_url: str, ledger_url: str, lease_seconds: float) -> Path:
-    """tiny-llama.yaml with the shared store, the shared ledger and a short lease."""
+    """tiny-llama.yaml with the shared store, the shared ledger and a short lease, and no response cache.
+
+    The suite counts spending: a cache hit is admitted at 0 tokens, so on a machine slow enough that the
+    first requests of a burst finish before the last are admitted, identical greedy requests would hit the
+    cache and more than the budget's share would be admitted (correctly). The cache has its own tests."""
     config = yaml.safe_load(TINY_CONFIG.read_text())
-    config.setdefault("client", {})["store"] = ledger_url
+    client = config.setdefault("client", {})
+    client["store"] = ledger_url
+    client["cache"] = {"enabled": False}
     config["gateway"] = {"store": store_url, "lease_seconds": lease_seconds}
     path = folder / "fleet.yaml"
     path.write_text(yaml.safe_dump(config))
