@@ -127,10 +127,68 @@ def test_leases_are_renewed_and_expired_holds_freed_exactly_once(store_url: str)
 
 def test_a_hold_freed_by_a_sweeper_is_not_freed_again_by_its_late_settle(store_url: str) -> None:
     store = open_gateway_store(store_url, lease_seconds=30, keep_leases=False)
+    sweeper = open_gateway_store(store_url, keep_leases=False)  # another replica, which saw the lease run out
     hold = store.reserve(10, 0.0, [BudgetLimit("key:late", 0.0, 100, None)], None)
-    assert store.release_expired(now=time.time() + 1000) == 1
+    assert sweeper.release_expired(now=time.time() + 1000) == 1
     store.settle(hold, 6, 0.0)  # its request finished after all: the use counts, the hold is not given back twice
     assert store.account("key:late", 0.0) == (6, 0, 0.0, 0.0)
+    store.close()
+    sweeper.close()
+
+
+def test_a_store_never_sweeps_its_own_in_flight_holds(store_url: str) -> None:
+    """However late its renewals, a replica's running request keeps its hold until it settles: a sweep that
+    freed it would let the budget admit more than it holds (the sweep is the same thread as the renewal)."""
+    store = open_gateway_store(store_url, lease_seconds=30, keep_leases=False)
+    other = open_gateway_store(store_url, keep_leases=False)
+    budget = [BudgetLimit("key:own", 0.0, 100, None)]
+    running = store.reserve(10, 0.0, budget, None)
+    ended = store.reserve(10, 0.0, budget, None)
+    store._forget(ended)  # a settle whose commit was lost: no longer in flight here, only a lease frees it
+    later = time.time() + 1000
+    assert store.release_expired(now=later) == 1  # the forgotten one, not the running one
+    assert store.account("key:own", 0.0) == (0, 10, 0.0, 0.0)
+    assert other.release_expired(now=later) == 1  # a replica that saw this one go silent frees it
+    store.settle(running, 7, 0.0)
+    assert store.account("key:own", 0.0) == (7, 0, 0.0, 0.0) and store.reservations() == 0
+    store.close()
+    other.close()
+
+
+def test_a_renewal_that_waited_for_the_database_writes_a_lease_ahead_of_now(store_url: str) -> None:
+    store = open_gateway_store(store_url, lease_seconds=0.5, keep_leases=False)
+    hold = store.reserve(10, 0.0, [BudgetLimit("key:slow", 0.0, 100, None)], None)
+    transact = store.db.transact
+
+    def after_a_wait(work, **kw):  # type: ignore[no-untyped-def]
+        time.sleep(1.0)  # longer than the lease: a queue of commits ahead of the renewal
+        return transact(work, **kw)
+
+    store.db.transact = after_a_wait  # type: ignore[method-assign]
+    waited_from = time.time()
+    assert store.renew() == 1
+    store.db.transact = transact  # type: ignore[method-assign]
+    assert _expiry(store, hold.id) > waited_from + 1.0
+    store.settle(hold, 10, 0.0)
+    store.close()
+
+
+def test_a_renewal_between_an_admissions_commit_and_its_return_covers_the_new_hold(store_url: str) -> None:
+    store = open_gateway_store(store_url, lease_seconds=30, keep_leases=False)
+    batch = store.db.batch
+    renewed: list[int] = []
+
+    def then_a_keeper_tick(statements):  # type: ignore[no-untyped-def]
+        results = batch(statements)
+        if any("reserv" in sql for sql, _ in statements):
+            renewed.append(store.renew())  # the keeper's thread, between the commit and reserve's return
+        return results
+
+    store.db.batch = then_a_keeper_tick  # type: ignore[method-assign]
+    hold = store.reserve(10, 0.0, [BudgetLimit("key:tick", 0.0, 100, None)], None)
+    store.db.batch = batch  # type: ignore[method-assign]
+    assert renewed == [1]
+    store.settle(hold, 10, 0.0)
     store.close()
 
 

@@ -100,17 +100,22 @@ class SqlGatewayStore:
         impossible = holds.never_fits(tokens, cost, hold.budgets, rate)
         if impossible is not None:
             raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate))
+        # Live before its row exists: a renewal that runs while the admission waits for the database covers it.
+        with self._live_lock:
+            self._live[hold.id] = hold
         now = time.time()
         try:
             results = self.db.batch(holds.reserve_statements(hold, self.owner, now, now + self.lease_seconds,
                                                              self.db.dialect.name))
         except LimitReached:
+            self._forget(hold)
             raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate)) from None
+        except BaseException:
+            self._forget(hold)
+            raise
         if rate is not None:
             requests, used = results[0].rows[0]
             hold.rate_state = {"requests": int(requests), "tokens": int(used)}
-        with self._live_lock:
-            self._live[hold.id] = hold
         return hold
 
     def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None:
@@ -153,19 +158,23 @@ class SqlGatewayStore:
         with self._live_lock:
             ids = list(self._live)
         renewed = 0
-        expires_at = time.time() + self.lease_seconds
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
+            # The new expiry is read inside the transaction: a renewal that waited for the database (a queue of
+            # commits, a lock) must not write a lease that has already run out.
             renewed += self.db.transact(lambda s, c=chunk: s.execute(  # type: ignore[misc]
                 f"UPDATE reservations SET expires_at = ? WHERE id IN ({', '.join('?' * len(c))})",
-                (expires_at, *c)).rowcount, durable=False)
+                (time.time() + self.lease_seconds, *c)).rowcount, durable=False)
         return renewed
 
     def release_expired(self, now: float | None = None) -> int:
-        """Free every hold (of any replica) whose lease ran out; returns how many. Safe to run anywhere,
-        any number of times at once: each hold is freed exactly once."""
+        """Free every hold (of any replica) whose lease ran out, except this store's own in-flight ones (their
+        requests are running here: only their settle ends them, however late a renewal was); returns how many.
+        Safe to run anywhere, any number of times at once: each hold is freed exactly once."""
         when = time.time() if now is None else now
-        return int(self.db.transact(lambda s: holds.free_expired(s, when), durable=False))
+        with self._live_lock:
+            mine = set(self._live)
+        return int(self.db.transact(lambda s: holds.free_expired(s, when, self.owner, mine), durable=False))
 
     def prune_rate_windows(self, now: float | None = None) -> int:
         cutoff = int((time.time() if now is None else now) - RATE_WINDOW_KEEP_S)

@@ -158,10 +158,17 @@ def settled_a_live_hold(results: list[Result], dialect: str) -> bool:
     return results[-1].rowcount == 1
 
 
-def free_expired(session: Session, now: float) -> int:
-    """Delete every reservation whose lease ran out and give back what it held, in one transaction. The
-    DELETE is the claim: a second sweeper (or a late settle) finds the row gone and frees nothing twice."""
-    rows = session.execute("DELETE FROM reservations WHERE expires_at < ? RETURNING body", (now,)).fetchall()
+def free_expired(session: Session, now: float, owner: str, in_flight: set[str]) -> int:
+    """Delete every reservation whose lease ran out, but for ``owner``'s ``in_flight`` ones, and give back what
+    it held, in one transaction. The DELETE is the claim: a second sweeper (or a late settle) finds the row
+    gone and frees nothing twice; it checks the expiry again, so a hold renewed meanwhile stays."""
+    expired = session.execute("SELECT id, owner FROM reservations WHERE expires_at < ?", (now,)).fetchall()
+    ids = [i for i, o in expired if not (o == owner and i in in_flight)]
+    rows: list = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start:start + 500]
+        rows += session.execute(f"DELETE FROM reservations WHERE expires_at < ? AND id IN ({', '.join('?' * len(chunk))}) "
+                                "RETURNING body", (now, *chunk)).fetchall()
     rate_back: dict[tuple[str, int], int] = {}
     budget_back: dict[tuple[str, float], tuple[int, float]] = {}
     for (body,) in rows:

@@ -1,5 +1,6 @@
 """The background keeper of a gateway store: renews this replica's in-flight leases, frees expired ones
-(any replica's), prunes old rate windows. A database outage is logged and outlived, never fatal."""
+(any replica's, but never this one's in-flight holds), prunes old rate windows. A database outage is logged
+and outlived, never fatal."""
 
 from __future__ import annotations
 
