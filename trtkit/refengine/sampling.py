@@ -7,11 +7,34 @@ use a control are left out of its operation, so an all-greedy batch is a single 
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from trtkit.refengine.sequence import Sequence
 
 NEG_INF = float("-inf")
+log = logging.getLogger(__name__)
+
+
+def choose_tokens_isolated(seqs: list[Sequence], logits: torch.Tensor | None,
+                           ) -> list[tuple[int, float | None] | BaseException]:
+    """choose_tokens for a batch, where a request whose sampling fails gets its exception in its place and
+    every other request still gets its (token, log-probability)."""
+    if not seqs or logits is None:
+        return []
+    try:
+        return list(zip(*choose_tokens(seqs, logits), strict=True))
+    except Exception:  # find the request(s) at fault
+        log.exception("sampling failed for the batch; sampling its %d requests one by one", len(seqs))
+    choices: list[tuple[int, float | None] | BaseException] = []
+    for seq, row in zip(seqs, logits, strict=True):
+        try:
+            tokens, log_probs = choose_tokens([seq], row.unsqueeze(0))
+            choices.append((tokens[0], log_probs[0]))
+        except Exception as exc:
+            choices.append(exc)
+    return choices
 
 
 def choose_tokens(seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[int], list[float | None]]:
