@@ -33,10 +33,8 @@ from trtkit.client.stream_mux import END, RequestInbox, ResponseQueue, StreamMux
 from trtkit.client.tokens import TokenCounter
 from trtkit.client.transport import (
     FINISH_DEADLINE,
-    ServerUnavailableError,
-    backoff_s,
-    is_unavailable,
     make_setup,
+    retry_delay_s,
 )
 from trtkit.client.wire import TextReader, TokenReader, Wire, wire_for
 from trtkit.config.schema import ModelConfig
@@ -190,14 +188,8 @@ class AsyncTritonLLMClient:
             except (ClientError, asyncio.CancelledError, GeneratorExit):
                 raise
             except Exception as exc:
-                if not is_unavailable(exc) or acc.has_output:
-                    raise ClientError(f"request {request.request_id} failed: {exc}") from exc
-                if attempt >= self.setup.max_retries:
-                    raise ServerUnavailableError(
-                        f"server {self.url} unavailable after {attempt + 1} attempts ({exc}); "
-                        f"check that tritonserver is running and the URL is right") from exc
-                self.governor.metrics.retries.labels(self.governor.model).inc()
-                await asyncio.sleep(backoff_s(attempt))
+                await asyncio.sleep(retry_delay_s(self.setup, self.url, request.request_id, exc,
+                                                  has_output=acc.has_output, attempt=attempt))
                 attempt += 1
             finally:
                 if reader is not None:

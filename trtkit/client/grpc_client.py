@@ -30,10 +30,8 @@ from trtkit.client.tokens import TokenCounter
 from trtkit.client.transport import (
     FINISH_CANCELLED,
     FINISH_DEADLINE,
-    ServerUnavailableError,
-    backoff_s,
-    is_unavailable,
     make_setup,
+    retry_delay_s,
 )
 from trtkit.client.wire import TextReader, TokenReader, Wire, wire_for
 from trtkit.config.schema import ModelConfig
@@ -161,18 +159,12 @@ class TritonLLMClient:
                 except ClientError:
                     raise
                 except Exception as raised:  # tritonclient raises InferenceServerException
-                    exc = _reported_error(inbox, raised)
-                    if not is_unavailable(exc) or acc.has_output:
-                        raise ClientError(f"request {request.request_id} failed: {exc}") from exc
-                    if attempt >= self.setup.max_retries:
-                        raise ServerUnavailableError(
-                            f"server {self.url} unavailable after {attempt + 1} attempts ({exc}); "
-                            f"check that tritonserver is running and the URL is right") from exc
-                    self.governor.metrics.retries.labels(self.governor.model).inc()
+                    delay = retry_delay_s(self.setup, self.url, request.request_id, _reported_error(inbox, raised),
+                                          has_output=acc.has_output, attempt=attempt)
                     client.stop_stream(cancel_requests=True)
                     client.close()  # a channel that failed is not reused
                     client = None
-                    time.sleep(backoff_s(attempt))
+                    time.sleep(delay)
                     attempt += 1
         except GeneratorExit:  # the caller stopped reading (done, cancelled, or a guard stop): still usable
             raise

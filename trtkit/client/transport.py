@@ -51,6 +51,20 @@ def backoff_s(attempt: int) -> float:
     return random.uniform(0, min(RETRY_MAX_S, RETRY_BASE_S * 2 ** attempt))
 
 
+def retry_delay_s(setup: ClientSetup, url: str, request_id: str, exc: BaseException, *, has_output: bool,
+                  attempt: int) -> float:
+    """The wait before retrying a request that ``exc`` ended on ``attempt`` (from 0), counted as a retry. Raises the
+    caller's error instead when the request must not be retried: a failure other than an unreachable server,
+    tokens already received (a retry would generate and bill them again), or retries used up."""
+    if not is_unavailable(exc) or has_output:
+        raise ClientError(f"request {request_id} failed: {exc}") from exc
+    if attempt >= setup.max_retries:
+        raise ServerUnavailableError(f"server {url} unavailable after {attempt + 1} attempts ({exc}); check that "
+                                     f"tritonserver is running and the URL is right") from exc
+    setup.governor.metrics.retries.labels(setup.governor.model).inc()
+    return backoff_s(attempt)
+
+
 def is_unavailable(error: BaseException) -> bool:
     status = getattr(error, "status", None)
     code = status() if callable(status) else ""
