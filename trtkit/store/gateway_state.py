@@ -158,13 +158,12 @@ class SqlGatewayStore:
         with self._live_lock:
             ids = list(self._live)
         renewed = 0
-        for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
+        for batch, marks in holds.id_batches(ids):
             # The new expiry is read inside the transaction: a renewal that waited for the database (a queue of
             # commits, a lock) must not write a lease that has already run out.
-            renewed += self.db.transact(lambda s, c=chunk: s.execute(  # type: ignore[misc]
-                f"UPDATE reservations SET expires_at = ? WHERE id IN ({', '.join('?' * len(c))})",
-                (time.time() + self.lease_seconds, *c)).rowcount, durable=False)
+            renewed += self.db.transact(lambda s, b=batch, m=marks: s.execute(  # type: ignore[misc]
+                f"UPDATE reservations SET expires_at = ? WHERE id IN ({m})",
+                (time.time() + self.lease_seconds, *b)).rowcount, durable=False)
         return renewed
 
     def release_expired(self, now: float | None = None) -> int:
