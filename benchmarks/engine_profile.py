@@ -72,7 +72,7 @@ def instrument(engine: LLMEngine, clock: Clock) -> None:
     model._lm_head = clock.wrap("lm_head", model._lm_head)  # type: ignore[method-assign]
     model.forward = clock.wrap("forward", model.forward)  # type: ignore[method-assign]
     engine.runner.prepare = clock.wrap("prep", engine.runner.prepare)  # type: ignore[method-assign]
-    llm_engine_module.choose_tokens = clock.wrap("sampling", llm_engine_module.choose_tokens)  # type: ignore[attr-defined]
+    llm_engine_module.choose_tokens_isolated = clock.wrap("sampling", llm_engine_module.choose_tokens_isolated)  # type: ignore[attr-defined]
 
 
 def buckets_of(raw: dict[str, float], qkv: float, step: float) -> dict[str, float]:
