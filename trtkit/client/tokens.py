@@ -19,6 +19,44 @@ from trtkit.errors import ModelSourceError
 log = logging.getLogger(__name__)
 
 
+class RawPrompt(str):
+    """Prompt text the engine gets exactly as written: never wrapped in the chat template, whatever
+    ``model.chat_template`` says. The server's preprocessing wraps every ``text_input``, so a raw prompt
+    travels only on the token path (the engine model, which takes ids): the gateway's ``/v1/completions``
+    (OpenAI's completions take raw text, as vLLM's and trtllm-serve's do) and a conversation the chat
+    template already rendered (``TokenCounter.chat_prompt``).
+
+    ``special_tokens``: the tokenizer adds its own (a BOS) as for any text; False for a rendered template,
+    which holds them already. Text cut from a raw prompt stays raw: ``same_form``."""
+
+    special_tokens: bool
+
+    def __new__(cls, text: str, *, special_tokens: bool = True) -> RawPrompt:
+        prompt = super().__new__(cls, text)
+        prompt.special_tokens = special_tokens
+        return prompt
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _raw_prompt, (str(self), self.special_tokens)
+
+
+def _raw_prompt(text: str, special_tokens: bool) -> RawPrompt:
+    return RawPrompt(text, special_tokens=special_tokens)
+
+
+def same_form(prompt: str, text: str) -> str:
+    """``text`` in the form of ``prompt``: raw (with the same special tokens) if ``prompt`` is, else plain."""
+    return RawPrompt(text, special_tokens=prompt.special_tokens) if isinstance(prompt, RawPrompt) else text
+
+
+def prompt_form(prompt: str) -> str:
+    """What the engine is sent besides the text: "plain" (the server's wrapping applies), "raw" or
+    "raw-rendered" (no special tokens added). Part of a cache key: one text in two forms is two prompts."""
+    if not isinstance(prompt, RawPrompt):
+        return "plain"
+    return "raw" if prompt.special_tokens else "raw-rendered"
+
+
 @dataclass(slots=True, frozen=True)
 class TokenCount:
     characters: int
@@ -43,6 +81,7 @@ class TokenCounter:
         self.add_special_tokens = add_special_tokens
         self._chat_renderer: Any = None
         self._anchor: list[int] | None = None
+        self._has_template: bool | None = None
         # The server's preprocessing wraps text_input in the chat template as one user message when
         # model.chat_template is on and the tokenizer has one; prompt_ids() mirrors that exactly.
         self.wraps_in_chat_template = chat_template and self.has_chat_template()
@@ -58,7 +97,11 @@ class TokenCounter:
         return list(self._tokenizer.encode(text, add_special_tokens=self.add_special_tokens).ids)
 
     def prompt_ids(self, prompt: str) -> list[int]:
-        """The token ids the server's preprocessing makes of ``text_input`` (what the engine counts)."""
+        """The token ids the server's preprocessing makes of ``text_input`` (what the engine counts); a
+        ``RawPrompt``'s ids as written."""
+        if isinstance(prompt, RawPrompt):
+            special = self.add_special_tokens and prompt.special_tokens
+            return list(self._tokenizer.encode(str(prompt), add_special_tokens=special).ids)
         if self.wraps_in_chat_template:
             rendered = self.render_chat([{"role": "user", "content": prompt}], use_template=True)
             return list(self._tokenizer.encode(rendered, add_special_tokens=False).ids)
@@ -87,6 +130,13 @@ class TokenCounter:
         lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
         return "\n".join(lines) + "\nAssistant:"
 
+    def chat_prompt(self, messages: list[dict[str, str]]) -> RawPrompt:
+        """A conversation as the engine should see it: the whole of it rendered by the model's chat template
+        (system prompt, every turn), sent raw; "Role: text" lines where the tokenizer has no template."""
+        if self.has_chat_template():
+            return RawPrompt(self.render_chat(messages, use_template=True), special_tokens=False)
+        return RawPrompt(self.render_chat(messages, use_template=False))
+
     def detokenizing(self) -> tuple[Any, list[int]]:
         """The tokenizer the server's models decode with, and its continuation anchor (the token path's
         incremental detokenizer: trtkit.tokenizer.detokenizer)."""
@@ -97,10 +147,11 @@ class TokenCounter:
         return self._renderer(), self._anchor
 
     def has_chat_template(self) -> bool:
-        if (self.tokenizer_dir / "chat_template.jinja").is_file():
-            return True
-        config = self.tokenizer_dir / "tokenizer_config.json"
-        return config.is_file() and '"chat_template"' in config.read_text(encoding="utf-8")
+        if self._has_template is None:  # read once: the gateway asks per chat request
+            config = self.tokenizer_dir / "tokenizer_config.json"
+            self._has_template = (self.tokenizer_dir / "chat_template.jinja").is_file() or (
+                config.is_file() and '"chat_template"' in config.read_text(encoding="utf-8"))
+        return self._has_template
 
     def _renderer(self) -> Any:
         if self._chat_renderer is None:

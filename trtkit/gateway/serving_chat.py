@@ -8,6 +8,7 @@ from typing import Any
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from trtkit.client.results import GenerationResult
+from trtkit.client.tokens import RawPrompt
 from trtkit.gateway import responses
 from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.protocol import ChatCompletionRequest, ChatMessage
@@ -22,17 +23,11 @@ class ServingChat(ServingEndpoint[ChatCompletionRequest]):
         super().__init__(ctx)
         self.counter = ctx.client.governor.counter
 
-    def render(self, messages: list[ChatMessage]) -> str:
-        """The prompt text, rendered as the token counter renders it. When the server wraps text_input in
-        the template itself (model.chat_template on), a lone user message is sent as is and a conversation
-        as "Role: text" lines, which the server then wraps (as the library's Conversation does)."""
-        plain = [{"role": "system" if m.role == "developer" else m.role, "content": _text(m, i)}
-                 for i, m in enumerate(messages)]
-        if self.counter.wraps_in_chat_template:
-            if len(plain) == 1 and plain[0]["role"] == "user":
-                return plain[0]["content"]
-            return self.counter.render_chat(plain, use_template=False)
-        return self.counter.render_chat(plain, use_template=True)
+    def render(self, messages: list[ChatMessage]) -> RawPrompt:
+        """The prompt: the whole conversation rendered by the model's chat template, as the token counter
+        renders it ("developer" is the system role), sent to the engine as rendered (no second wrapping)."""
+        return self.counter.chat_prompt([{"role": "system" if m.role == "developer" else m.role,
+                                          "content": _text(m, i)} for i, m in enumerate(messages)])
 
     def prompt_of(self, request: ChatCompletionRequest) -> str:
         return self.render(request.messages)
