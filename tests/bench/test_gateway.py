@@ -33,6 +33,8 @@ def test_http_bench_counts_equal_server_counters_and_the_ledger(live_server, tin
             assert s["cache_hits"] == 0  # the gateway's response cache is on: no point may replay another's prompts
             assert s["server"]["matches"] == {"requests": True, "input_tokens": True, "output_tokens": True}, s["server"]
         assert [r.output_tokens for r in run.records] == [r.requested_output_tokens for r in run.records]
+        # the local tokenizer counts the chat prompt as the gateway renders it (the whole template)
+        assert all(r.input_tokens == r.local_input_tokens for r in run.records)
         assert len({r.slot for r in run.records}) == len(run.records)  # each point sent its own prompts
         rows = gateway.rows(key, "prompt_tokens, completion_tokens, cache_hit")
         assert len(rows) == len(run.records)  # warm-up requests included: one ledger row each

@@ -15,13 +15,23 @@ from trtkit.bench.workloads import BenchRequest
 from trtkit.client.tokens import TokenCounter
 
 
-def count_locally(records: list[RequestRecord], workload: list[BenchRequest], counter: TokenCounter) -> None:
+def sent_prompt(request: BenchRequest, endpoint_kind: str, counter: TokenCounter) -> str:
+    """The prompt as the engine gets it: Triton's preprocessing takes ``text_input`` (wrapped in the chat
+    template when the model says so); the OpenAI backend sends chat messages, which the gateway renders
+    whole with the template (``TokenCounter.chat_prompt``)."""
+    if endpoint_kind == "http":
+        return counter.chat_prompt(request.chat_messages())
+    return request.prompt
+
+
+def count_locally(records: list[RequestRecord], workload: list[BenchRequest], counter: TokenCounter,
+                  endpoint_kind: str = "grpc") -> None:
     """Fill ``local_input_tokens`` / ``local_output_tokens`` (after the run: tokenizing is kept off the hot path)."""
     prompt_counts: dict[int, int] = {}
     for record in records:
         slot = record.slot
         if slot not in prompt_counts:
-            prompt_counts[slot] = counter.count_prompt(workload[slot].prompt)
+            prompt_counts[slot] = counter.count_prompt(sent_prompt(workload[slot], endpoint_kind, counter))
         record.local_input_tokens = prompt_counts[slot]
         record.local_output_tokens = len(counter.text_ids(record.output_text)) if record.output_text else 0
 

@@ -42,7 +42,7 @@ def run_bench(spec: BenchSpec, workload_spec: WorkloadSpec, counter: TokenCounte
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     sweep = run_sweep_blocking(spec, backend, workload, metrics_url=metrics_url, progress=progress)
     records = [r for point in sweep.points for r in point.records]
-    count_locally(records, workload, counter)
+    count_locally(records, workload, counter, spec.endpoint.kind)
     meta = _meta(spec, workload_spec, sweep, started, command, metrics_url,
                  entry_model or (spec.model if spec.endpoint.kind == "grpc" else ENGINE_MODEL))
     meta["label"] = label or spec.model
