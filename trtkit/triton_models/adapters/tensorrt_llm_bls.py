@@ -17,6 +17,7 @@ from trtkit.tokenizer.detokenizer import DecodeOptions, find_anchor
 from trtkit.triton_models import triton_io
 from trtkit.triton_models.bls import Bls, BlsCalls
 from trtkit.triton_models.preprocessing import load_tokenizer
+from trtkit.triton_models.stream_threads import StreamThreads
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 PRE_OUTPUTS = ["INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS", "BAD_WORDS_IDS",
@@ -65,7 +66,7 @@ class TritonPythonModel:
         self.bls = Bls(tokenizer, find_anchor(tokenizer), tokens_per_block=int(params["tokens_per_block"]),
                        decoupled=self.decoupled, options=options,
                        per_response_counts=triton_io.flag(params, "engine_per_response_counts", False))
-        self.threads = set()
+        self.streams = StreamThreads()
         self.retired = RetiredIterators()
         freeze_startup_heap()
 
@@ -100,9 +101,7 @@ class TritonPythonModel:
         if not self.decoupled:
             return [self._answer_one(request) for request in requests]
         for request in requests:
-            thread = threading.Thread(target=self._stream_one, args=(request,), daemon=True)
-            self.threads.add(thread)
-            thread.start()
+            self.streams.start(self._stream_one, request)
         return None
 
     def _answer_one(self, request):
@@ -136,8 +135,6 @@ class TritonPythonModel:
         except Exception as exc:  # answers this request only
             if not state["final"]:
                 sender.send(triton_io.error_response(pb_utils, exc), flags=FINAL)
-        finally:
-            self.threads.discard(threading.current_thread())
 
     def _engine_of(self, request_id):
         """The engine call of one client request, and how to stop it.
@@ -176,5 +173,4 @@ class TritonPythonModel:
             pass
 
     def finalize(self):
-        for thread in list(self.threads):
-            thread.join(timeout=5)
+        self.streams.wait()  # bounded in all: the unload fits tritonserver's exit timeout; stuck streams are logged
