@@ -5,8 +5,12 @@ default), and a model whose ``finalize`` has not returned by then is left behind
 "Exit timeout expired" and its stub is killed. So ``finalize`` waits for running streams for a bounded
 time in all (not per thread), and names each stream still running, with the line it waits on: a stream
 that never ends is a bug to find, and its stack is what finds it. The threads are daemons: they end with
-the stub. Seen 2026-12-06: once in five 5-minute soaks, the BLS model did not unload within the exit
-timeout while every other model unloaded in 1.3 s.
+the stub (before 2026-12-06 the BLS joined each for 5 s, so one stuck stream alone could pass the timeout).
+
+Not what the soak's slow BLS unloads were (benchmarks/results/soak.md, 2026-12-06): there the BLS stub sat
+idle, never asked to finalize, and the ensemble stayed loaded too; the models left are the ones raw
+clients cancel gRPC streams on, tritonserver keeping a reference after some cancels (as in
+triton-inference-server/server issue 7626).
 """
 
 from __future__ import annotations
