@@ -36,13 +36,6 @@ class RawPrompt(str):
         prompt.special_tokens = special_tokens
         return prompt
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _raw_prompt, (str(self), self.special_tokens)
-
-
-def _raw_prompt(text: str, special_tokens: bool) -> RawPrompt:
-    return RawPrompt(text, special_tokens=special_tokens)
-
 
 def same_form(prompt: str, text: str) -> str:
     """``text`` in the form of ``prompt``: raw (with the same special tokens) if ``prompt`` is, else plain."""
