@@ -6,7 +6,7 @@ import pytest
 
 from trtkit.client.context import RetrievalStrategy, SummaryStrategy, TailStrategy, fit_prompt
 from trtkit.client.sessions import SessionStore
-from trtkit.client.tokens import TokenCounter
+from trtkit.client.tokens import RawPrompt, TokenCounter, prompt_form
 
 LIMIT = 120
 TOPICS = ["the red bicycle in the garage", "our trip to Lisbon in May", "the invoice number 4471",
@@ -68,8 +68,20 @@ def test_tail_keeps_the_newest_turns(tiny_counter: TokenCounter) -> None:
 
 def test_a_question_over_the_limit_is_cut_to_fit(tiny_counter: TokenCounter) -> None:
     prompt = fit_prompt(tiny_counter, [{"role": "user", "content": "old"}], "why " * 400 + "the end?", LIMIT)
-    assert prompt.num_tokens <= LIMIT and prompt.text.rstrip().endswith("Assistant:") and "the end?" in prompt.text
+    assert prompt.num_tokens <= LIMIT and prompt.text.endswith("<|im_start|>assistant\n") and "the end?" in prompt.text
     assert prompt.dropped_messages == 1
+
+
+def test_the_conversation_is_rendered_by_the_template_each_turn_in_its_role(tiny_counter: TokenCounter) -> None:
+    """Before 2026-12-06 a Conversation sent "Role: text" lines, which the server wrapped as one user turn."""
+    history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+               {"role": "assistant", "content": "Hello."}]
+    prompt = fit_prompt(tiny_counter, history, "Bye?", LIMIT)
+    assert isinstance(prompt.text, RawPrompt) and prompt_form(prompt.text) == "rendered"
+    for message in [*history, {"role": "user", "content": "Bye?"}]:
+        assert f"<|im_start|>{message['role']}\n{message['content']}<|im_end|>" in prompt.text
+    assert prompt.text.count("<|im_start|>system") == 1 and "User:" not in prompt.text
+    assert prompt.num_tokens == len(tiny_counter.text_ids(prompt.text))  # nothing added around it
 
 
 def test_chinese_costs_more_tokens_than_characters_suggest(tiny_counter: TokenCounter) -> None:
@@ -90,3 +102,7 @@ def test_prompt_count_matches_the_servers_preprocessing(tiny_llama_dir, chat_tem
     for text in ["Hello", "我们今天下午去公园散步。", "User: hi\nAssistant: hello\nUser: and?\nAssistant:",
                  "<|im_start|>odd text with a special token", "  spaces  and\ttabs "]:
         assert counter.prompt_ids(text) == server.encode_prompt(text), text
+        for prompt in (RawPrompt(text), RawPrompt(text, special_tokens=False)):  # every form the wire carries
+            assert counter.prompt_ids(prompt) == server.encode_prompt(text, prompt_form(prompt)), (text, prompt_form(prompt))
+    conversation = counter.chat_prompt([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+    assert counter.prompt_ids(conversation) == server.encode_prompt(conversation, prompt_form(conversation))

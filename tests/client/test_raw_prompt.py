@@ -1,6 +1,7 @@
 """Prompt forms (trtkit/client/tokens.py): a plain prompt is wrapped in the chat template as the server's
 preprocessing wraps ``text_input``; a ``RawPrompt`` is sent as written (the gateway's completions, and a
-conversation the template already rendered). No server here: the live side is tests/gateway/test_live_prompts.py."""
+conversation the template already rendered). No server here: the live side is tests/gateway/test_live_prompts.py
+and tests/client/test_live_conversation_forms.py."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def test_text_cut_from_a_raw_prompt_stays_raw_and_forms_key_apart() -> None:
     cut = same_form(raw, "ab")
     assert isinstance(cut, RawPrompt) and cut == "ab" and not cut.special_tokens
     assert type(same_form("abc", "ab")) is str
-    assert {prompt_form("abc"), prompt_form(RawPrompt("abc")), prompt_form(raw)} == {"plain", "raw", "raw-rendered"}
+    assert {prompt_form("abc"), prompt_form(RawPrompt("abc")), prompt_form(raw)} == {"plain", "raw", "rendered"}
     copied = pickle.loads(pickle.dumps(raw))
     assert isinstance(copied, RawPrompt) and copied == "abc" and not copied.special_tokens
 
@@ -89,9 +90,21 @@ def test_the_governor_counts_caches_and_cuts_each_form_apart(tiny_config, wrappi
     assert long.prompt_ids == wrapping_counter.encode(long.prompt)  # cut text, still unwrapped
 
 
-def test_the_text_path_refuses_a_raw_prompt_by_name(tiny_config, tiny_counter) -> None:  # type: ignore[no-untyped-def]
+def test_the_text_path_sends_a_raw_prompt_with_its_form(tiny_config, tiny_counter) -> None:  # type: ignore[no-untyped-def]
+    """On the ensemble / BLS a RawPrompt carries its form (the prompt_form input), so the server's preprocessing
+    does not wrap it; a plain prompt leaves the input out (older repositories do not declare it)."""
     governor = Governor(tiny_config, tiny_counter, None)
+    declared = {"text_input": "BYTES", "max_tokens": "INT32", "stream": "BOOL", "temperature": "FP32", "top_k": "INT32",
+                "top_p": "FP32", "seed": "UINT64", "prompt_form": "BYTES"}
+    sent = {}
+    for prompt in ("Hello", RawPrompt("Hello"), RawPrompt("Hello", special_tokens=False)):
+        request = governor.prepare(prompt, SamplingParams(max_tokens=2), Caller())
+        assert isinstance(request, PreparedRequest)
+        inputs, _ = TextWire(declared).request(request, stream=True)
+        forms = [t._raw_content for t in inputs if t.name() == "prompt_form"]
+        sent[prompt_form(prompt)] = forms[0][4:].decode() if forms else None  # BYTES: 4-byte length, then text
+    assert sent == {"plain": None, "raw": "raw", "rendered": "rendered"}
     request = governor.prepare(RawPrompt("Hello"), SamplingParams(max_tokens=2), Caller())
     assert isinstance(request, PreparedRequest)
-    with pytest.raises(ClientError, match="RawPrompt.*model_name='tensorrt_llm'"):
-        TextWire({}).request(request, stream=True)
+    with pytest.raises(ClientError, match="no 'prompt_form' input"):  # a repository deployed before the input
+        TextWire({k: v for k, v in declared.items() if k != "prompt_form"}).request(request, stream=True)

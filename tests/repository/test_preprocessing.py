@@ -143,3 +143,21 @@ def test_chat_template_wraps_the_prompt(smollm2_dir: Path) -> None:
     assert text.startswith("<|im_start|>system") and text.endswith("<|im_start|>assistant\n")
     assert "What is 2+2?" in text
     assert tok.decode(plain.encode_prompt("What is 2+2?")) == "What is 2+2?"
+
+
+def test_prompt_form_keeps_raw_and_rendered_text_unwrapped(smollm2_dir: Path) -> None:
+    """The ensemble's / BLS's prompt_form input: a conversation the template already rendered is not wrapped
+    again as one user turn (what a Conversation got before 2026-12-06), raw text is sent as written."""
+    tok = FastTokenizer(smollm2_dir)
+    chat = Preprocessor(tok, Limits(max_input_len=256, max_seq_len=512), chat_template=True)
+    rendered = tok.apply_chat_template([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                                        {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}])
+    ids = chat.run(_req(rendered, PROMPT_FORM=np.array([[b"rendered"]], dtype=object))).input_ids
+    assert ids == tok.encode(rendered, add_special_tokens=False)
+    assert tok.decode(ids).count("<|im_start|>") == 5  # four turns and the assistant's cue, nothing added
+    wrapped = chat.run(_req(rendered)).input_ids  # plain (the default): wrapped as one user turn
+    assert wrapped != ids and tok.decode(wrapped).count("<|im_start|>") == 8
+    raw = chat.run(_req("The capital of France is", PROMPT_FORM=np.array([[b"raw"]], dtype=object))).input_ids
+    assert tok.decode(raw) == "The capital of France is"
+    with pytest.raises(InvalidRequest, match="prompt_form: 'chat' is not one of plain, raw, rendered"):
+        chat.run(_req("Hi", PROMPT_FORM=np.array([[b"chat"]], dtype=object)))

@@ -15,8 +15,10 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
 
 from trtkit.client.params import SamplingParams
+from trtkit.client.tokens import prompt_form
 from trtkit.errors import ClientError
 from trtkit.stop_request import STOP_DATATYPES, STOP_TENSORS, is_not_running
+from trtkit.tokenizer.prompt_forms import PLAIN
 
 _NUMPY_OF = {"INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64, "FP32": np.float32, "FP64": np.float64,
              "BOOL": np.bool_, "BYTES": np.object_}
@@ -50,6 +52,9 @@ def request_inputs(prompt: str, params: SamplingParams, *, stream: bool,
     assert params.max_tokens is not None, "max_tokens is resolved before building a request"
     values: dict[str, object] = {"text_input": prompt.encode("utf-8"), "max_tokens": params.max_tokens,
                                  "stream": stream}
+    form = prompt_form(prompt)
+    if form != PLAIN:  # a RawPrompt: the server must not wrap it (plain is the default, left out for old servers)
+        values["prompt_form"] = form.encode("utf-8")
     if "exclude_input_in_output" in declared:
         values["exclude_input_in_output"] = True
     for name in _OPTIONAL_INPUTS:

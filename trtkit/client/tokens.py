@@ -15,16 +15,18 @@ from typing import Any
 
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ModelSourceError
+from trtkit.tokenizer.prompt_forms import PLAIN, RAW, RENDERED, prompt_ids
 
 log = logging.getLogger(__name__)
 
 
 class RawPrompt(str):
     """Prompt text the engine gets exactly as written: never wrapped in the chat template, whatever
-    ``model.chat_template`` says. The server's preprocessing wraps every ``text_input``, so a raw prompt
-    travels only on the token path (the engine model, which takes ids): the gateway's ``/v1/completions``
-    (OpenAI's completions take raw text, as vLLM's and trtllm-serve's do) and a conversation the chat
-    template already rendered (``TokenCounter.chat_prompt``).
+    ``model.chat_template`` says. It travels in its form (``prompt_form``, trtkit.tokenizer.prompt_forms): on
+    the text path the ensemble and the BLS take it as their ``prompt_form`` input, on the token path the client
+    encodes it itself. Used for OpenAI's completions (raw text, as vLLM's and trtllm-serve's take it) and for a
+    conversation the chat template already rendered (``TokenCounter.chat_prompt``: the gateway's chat, the
+    library's ``Conversation``).
 
     ``special_tokens``: the tokenizer adds its own (a BOS) as for any text; False for a rendered template,
     which holds them already. Text cut from a raw prompt stays raw: ``same_form``."""
@@ -43,11 +45,11 @@ def same_form(prompt: str, text: str) -> str:
 
 
 def prompt_form(prompt: str) -> str:
-    """What the engine is sent besides the text: "plain" (the server's wrapping applies), "raw" or
-    "raw-rendered" (no special tokens added). Part of a cache key: one text in two forms is two prompts."""
+    """The form ``prompt`` is sent in: plain (the server's wrapping applies), raw, or rendered (no special
+    tokens added). Also part of a cache key: one text in two forms is two prompts."""
     if not isinstance(prompt, RawPrompt):
-        return "plain"
-    return "raw" if prompt.special_tokens else "raw-rendered"
+        return PLAIN
+    return RAW if prompt.special_tokens else RENDERED
 
 
 @dataclass(slots=True, frozen=True)
@@ -92,13 +94,15 @@ class TokenCounter:
     def prompt_ids(self, prompt: str) -> list[int]:
         """The token ids the server's preprocessing makes of ``text_input`` (what the engine counts); a
         ``RawPrompt``'s ids as written."""
-        if isinstance(prompt, RawPrompt):
-            special = self.add_special_tokens and prompt.special_tokens
-            return list(self._tokenizer.encode(str(prompt), add_special_tokens=special).ids)
-        if self.wraps_in_chat_template:
-            rendered = self.render_chat([{"role": "user", "content": prompt}], use_template=True)
-            return list(self._tokenizer.encode(rendered, add_special_tokens=False).ids)
-        return self.encode(prompt)
+        return prompt_ids(str(prompt), prompt_form(prompt), encode=self._encode,
+                          render_user_turn=self._user_turn if self.wraps_in_chat_template else None,
+                          add_special_tokens=self.add_special_tokens)
+
+    def _encode(self, text: str, special_tokens: bool) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=special_tokens).ids)
+
+    def _user_turn(self, text: str) -> str:
+        return self.render_chat([{"role": "user", "content": text}], use_template=True)
 
     def count_prompt(self, prompt: str) -> int:
         return len(self.prompt_ids(prompt))

@@ -11,7 +11,7 @@ import tritonclient.grpc as grpcclient
 from trtkit.client.governor import PreparedRequest
 from trtkit.client.protocol import Delta, is_final_response, parse_response, request_inputs, response_arrays
 from trtkit.client.token_wire import TokenReader, TokenWire, is_engine_model
-from trtkit.client.tokens import RawPrompt, TokenCounter
+from trtkit.client.tokens import TokenCounter
 from trtkit.client.transport import declared_inputs
 from trtkit.errors import ClientError
 
@@ -30,9 +30,6 @@ class TextWire:
     declared: dict[str, str]
 
     def request(self, request: PreparedRequest, *, stream: bool) -> Request:
-        if isinstance(request.prompt, RawPrompt):  # the server's preprocessing would wrap it, or count it apart
-            raise ClientError("a RawPrompt (text sent without the chat template) needs the engine model, which "
-                              "takes token ids: open the client with model_name='tensorrt_llm'")
         return request_inputs(request.prompt, request.params, stream=stream, declared=self.declared), None
 
     def reader(self, request: PreparedRequest) -> TextReader:

@@ -10,13 +10,16 @@ from trtkit.repository.settings import RepoSettings
 
 ENGINE = "tensorrt_llm"
 # our additions: all optional for clients; the CPU engine produces the two extra outputs itself
-EXTRA_FRONT_INPUTS = [spec("min_length", "TYPE_INT32", [1], optional=True)]
+# prompt_form: how text_input becomes ids (plain | raw | rendered: trtkit.tokenizer.prompt_forms)
+EXTRA_FRONT_INPUTS = [spec("min_length", "TYPE_INT32", [1], optional=True),
+                      spec("prompt_form", "TYPE_STRING", [1], optional=True)]
 EXTRA_OUTPUTS = [spec("num_cached_tokens", "TYPE_INT32", [1]), spec("finish_reason", "TYPE_STRING", [1])]
 # the CPU engine's own request id on every response: postprocessing stops a cancelled ensemble stream by it
 ENGINE_KEY_OUTPUT = spec("cpu_request_key", "TYPE_STRING", [1])
 POST_KEY_INPUT = spec("ENGINE_REQUEST_KEY", "TYPE_STRING", [1], optional=True)
 PRE_EXTRA_INPUTS = [spec("MIN_TOKENS", "TYPE_INT32", [1], optional=True),
-                    spec("MIN_LENGTH", "TYPE_INT32", [1], optional=True)]
+                    spec("MIN_LENGTH", "TYPE_INT32", [1], optional=True),
+                    spec("PROMPT_FORM", "TYPE_STRING", [1], optional=True)]
 PRE_EXTRA_OUTPUTS = [spec("OUT_MIN_TOKENS", "TYPE_INT32", [1])]
 # required by the template, but checked by the preprocessing model itself (see pbtxt.mark_optional)
 PRE_CHECKED_INPUTS = ("QUERY", "REQUEST_OUTPUT_LEN")

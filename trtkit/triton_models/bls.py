@@ -137,7 +137,7 @@ def preprocessing_inputs(inputs: Tensors) -> Outputs:
     """The preprocessing model's inputs under its names (any batch: it answers one row per element)."""
     pre_inputs = {"QUERY": inputs["text_input"], "REQUEST_OUTPUT_LEN": inputs["max_tokens"]}
     for src, dst in (("stop_words", "STOP_WORDS_DICT"), ("bad_words", "BAD_WORDS_DICT"), ("end_id", "END_ID"),
-                     ("pad_id", "PAD_ID")):
+                     ("pad_id", "PAD_ID"), ("prompt_form", "PROMPT_FORM")):
         if src in inputs and inputs[src].size:
             pre_inputs[dst] = inputs[src]
     return pre_inputs

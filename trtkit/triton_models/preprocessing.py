@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from trtkit.engine_wire import words_to_list
+from trtkit.tokenizer.prompt_forms import PLAIN, is_prompt_form, prompt_ids, unknown_form_message
 from trtkit.triton_models.batching import batch_size, pad_rows, per_element
 from trtkit.triton_models.requests import (
     InvalidRequest,
@@ -31,7 +32,8 @@ log = logging.getLogger(__name__)
 CLIENT_NAMES = {"QUERY": "text_input", "DECODER_QUERY": "decoder_text_input", "REQUEST_OUTPUT_LEN": "max_tokens",
                 "STOP_WORDS_DICT": "stop_words", "BAD_WORDS_DICT": "bad_words", "END_ID": "end_id", "PAD_ID": "pad_id",
                 "MIN_TOKENS": "min_tokens", "MIN_LENGTH": "min_length", "EMBEDDING_BIAS_WORDS": "embedding_bias_words",
-                "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights", "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id"}
+                "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights", "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id",
+                "PROMPT_FORM": "prompt_form"}
 UNSUPPORTED = ("decoder_text_input", "embedding_bias_words", "embedding_bias_weights", "prompt_table_extra_id")
 # a prompt this many times longer in bytes than max_input_len tokens could hold is refused before it is
 # tokenized (a 1 MB prompt costs the tokenizer seconds); the factor covers normalizers that shrink text
@@ -85,18 +87,25 @@ class Preprocessor:
         longest = _max_token_bytes(tokenizer)
         self.max_prompt_bytes = None if longest is None else SAFETY_FACTOR * longest * limits.max_input_len
 
-    def encode_prompt(self, prompt: str) -> list[int]:
+    def encode_prompt(self, prompt: str, form: str = PLAIN) -> list[int]:
+        """The engine's ids for ``prompt`` sent in ``form`` (trtkit.tokenizer.prompt_forms): plain text is
+        wrapped in the chat template as one user turn when it is on; raw and rendered text never are."""
         if not prompt.strip():
             raise InvalidRequest("text_input is empty; send a non-empty prompt")
+        if not is_prompt_form(form):
+            raise InvalidRequest(unknown_form_message(form))
         size = len(prompt.encode("utf-8"))
         if self.max_prompt_bytes is not None and size > self.max_prompt_bytes:
             raise InvalidRequest(f"text_input: {size} bytes cannot fit in max_input_len {self.limits.max_input_len} "
                                  f"tokens; shorten the prompt")
-        if self.use_chat_template:
-            messages = [{"role": "user", "content": prompt}]
-            rendered = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            return list(self.tokenizer.encode(rendered, add_special_tokens=False))
-        return list(self.tokenizer.encode(prompt, add_special_tokens=self.add_special_tokens))
+        return prompt_ids(prompt, form, encode=lambda text, special: list(self.tokenizer.encode(
+                              text, add_special_tokens=special)),
+                          render_user_turn=self._user_turn if self.use_chat_template else None,
+                          add_special_tokens=self.add_special_tokens)
+
+    def _user_turn(self, prompt: str) -> str:
+        return str(self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                      add_generation_prompt=True, tokenize=False))
 
     def encode_words(self, words: list[str], name: str) -> np.ndarray:
         encoded = []
@@ -135,7 +144,7 @@ class Preprocessor:
         if prompt is None:
             raise InvalidRequest("text_input is required")
         max_tokens = max_tokens_of(inputs, "max_tokens")
-        ids = self.encode_prompt(prompt)
+        ids = self.encode_prompt(prompt, text(inputs, "prompt_form", PLAIN) or PLAIN)
         self.check_fit(len(ids), max_tokens)
         vocab = len(self.tokenizer)
         end_id = _token_id(scalar(inputs, "end_id"), "end_id", vocab, self.end_id)

@@ -49,15 +49,17 @@ def newest_turns_within(counter: TokenCounter, turns: list[Turn], max_tokens: in
 
 def fit_prompt(counter: TokenCounter, history: list[dict[str, str]], question: str,
                max_input_tokens: int) -> BuiltPrompt:
-    """Render the conversation as the ``text_input`` to send; ``num_tokens`` is what the engine will count.
+    """Render the conversation as the prompt to send; ``num_tokens`` is what the engine will count.
 
-    The conversation is sent as plain "Role: text" lines: when model.chat_template is on, the
-    server's preprocessing wraps text_input in the template itself, and count_prompt mirrors that.
+    The whole conversation is rendered by the model's chat template (each turn in its own role, the
+    system prompt in place) and sent as a ``RawPrompt`` in the rendered form, so the server does not wrap
+    it again; "Role: text" lines where the tokenizer has no template (``TokenCounter.chat_prompt``, the
+    rendering the gateway's chat uses).
     """
     messages = [*history, {"role": "user", "content": question}]
     dropped = 0
     while True:
-        text = counter.render_chat(messages, use_template=False)
+        text = counter.chat_prompt(messages)
         num_tokens = counter.count_prompt(text)
         if num_tokens <= max_input_tokens:
             return BuiltPrompt(text, num_tokens, messages, dropped)
