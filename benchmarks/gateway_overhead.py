@@ -37,6 +37,9 @@ pool reused), one direct client.
 
 Per layout:
 0. `--alone` streamed requests one at a time each way: TTFT without queueing (the gateway's own latency).
+   Also (where the time goes): the openai SDK one request at a time against benchmarks/null_sse_server.py, a
+   server on the gateway's cores that answers at once: the SDK's own client-side latency (building the request,
+   httpx, parsing the first chunk) and a loopback round trip, which no gateway can remove from the SDK path.
 1. Same streamed greedy requests, `--concurrency` at a time, alternating rounds of
    (a) `openai.AsyncOpenAI` -> gateway -> Triton and (b) `AsyncTritonLLMClient` -> Triton.
    Targets: median TTFT overhead (a - b) <= 3 ms; tokens/s of (a) >= 95% of (b).
@@ -121,6 +124,7 @@ class Stack:
     server: object  # trtkit.serve.TritonServer, started
     gateway: subprocess.Popen
     gateway_url: str
+    null_url: str  # benchmarks/null_sse_server.py: answers at once (the openai SDK's own latency)
     split: Split | None = None
 
 
@@ -128,11 +132,13 @@ def start_stack(layout: str, server, env: dict[str, str], work: Path, split: Spl
                 phase: contextlib.ExitStack) -> Stack:
     """One layout's server and gateway, up until ``phase`` closes (pinned in the split layout)."""
     gateway, url = phase.enter_context(serving(server, env, work / f"tiny-llama-{layout}.yaml"))
+    null, null_url = phase.enter_context(null_server())
     if layout == "split":
         assert split is not None
         pin_tree(server.pid, split.engine)
         pin_tree(gateway.pid, split.frontends)
-    return Stack(layout, server, gateway, url, split if layout == "split" else None)
+        pin_tree(null.pid, split.frontends)  # where the gateway runs
+    return Stack(layout, server, gateway, url, null_url, split if layout == "split" else None)
 
 
 def start_servers(work: Path, max_batch: int, layouts: list[str], split: Split | None):  # type: ignore[no-untyped-def]
@@ -206,6 +212,7 @@ async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type
         pin_process(os.getpid(), stack.split.frontends)
     rounds: dict[str, list[dict]] = {"gateway": [], "direct": [], "bare": [], "grpc": []}
     sdk, bare = openai_client(gw_url, secret), BareStreamClient(gw_url, secret)
+    null_sdk = openai_client(stack.null_url, "unused")
     grpc_floor = None
     try:
         async with AsyncTritonLLMClient(url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
@@ -218,6 +225,8 @@ async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type
                 await run(args.concurrency, args.concurrency, 4)
             # one at a time first: the gateway's own latency, without queueing behind the engine's batch
             alone = {name: await paths[name](args.alone, 1, 4) for name in ("gateway", "direct")}
+            await via_gateway(null_sdk, 4, 1, 4)  # warm
+            alone["sdk_floor"] = await via_gateway(null_sdk, args.alone, 1, 4)
             print(f"{stack.layout} layout: gateway vs direct ...", file=sys.stderr)
             per_round = args.requests // ROUNDS
             cpu = {name: [0.0, 0.0, 0.0] for name in paths}  # gateway process, this process, Triton
@@ -229,6 +238,7 @@ async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type
                     cpu[name] = [c + b - a for c, a, b in zip(cpu[name], before, after, strict=True)]
     finally:
         await sdk.close()
+        await null_sdk.close()
         bare.close()
         if grpc_floor is not None:
             await grpc_floor.close()
@@ -237,6 +247,7 @@ async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type
     f = {"gateway_ttft_ms": pooled_ttft_ms(rounds["gateway"]), "direct_ttft_ms": pooled_ttft_ms(rounds["direct"]),
          "bare_ttft_ms": pooled_ttft_ms(rounds["bare"]),
          "gateway_alone_ttft_ms": alone["gateway"]["ttft_ms"], "direct_alone_ttft_ms": alone["direct"]["ttft_ms"],
+         "sdk_floor_ttft_ms": alone["sdk_floor"]["ttft_ms"],
          "gateway_tokens_per_s": pooled_rate(rounds["gateway"]), "direct_tokens_per_s": pooled_rate(rounds["direct"]),
          "bare_tokens_per_s": pooled_rate(rounds["bare"])}
     f |= {"ttft_overhead_ms": f["gateway_ttft_ms"] - f["direct_ttft_ms"],
@@ -324,6 +335,31 @@ def main() -> None:
                 figures[layout] = asyncio.run(layout_paths(config, stack, secret, args))
                 phases[layout].close()  # the next layout runs without this one idling beside it
     report(figures, args, split)
+
+
+@contextlib.contextmanager
+def null_server():  # type: ignore[no-untyped-def]
+    """benchmarks/null_sse_server.py on a free port: (process, URL); stopped after."""
+    import socket
+
+    from trtkit.gateway.server import free_port
+
+    port = free_port("127.0.0.1")
+    process = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "null_sse_server.py"), str(port)])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise SystemExit("the null SSE server did not start") from None
+                time.sleep(0.05)
+        yield process, f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,8 @@ def layout_rows(f: dict, args, judged: bool) -> list[tuple[str, str, str]]:  # t
     return [("TTFT one request at a time: direct / via gateway, median ms",
              f"{f['direct_alone_ttft_ms']:.1f} / {f['gateway_alone_ttft_ms']:.1f}", ""),
             ("  so the gateway's own TTFT overhead, ms", f"{f['alone_ttft_overhead_ms']:.1f}", "(no queueing)"),
+            ("  the openai SDK alone, against a server that answers at once, TTFT median ms",
+             f"{f['sdk_floor_ttft_ms']:.1f}", "(where the time goes)"),
             ("direct gRPC client TTFT, median ms", f"{f['direct_ttft_ms']:.1f}", ""),
             ("openai SDK via gateway TTFT, median ms", f"{f['gateway_ttft_ms']:.1f}", ""),
             ("gateway TTFT overhead, ms", f"{f['ttft_overhead_ms']:.1f}", target(f"<= {TTFT_TARGET_MS:g}")),
