@@ -142,7 +142,7 @@ class GatewayCaseGenerator:
             value = self.rng.choice(["hi", [], [{"role": "robot", "content": "x"}], [{"content": "x"}], [5],
                                      [{"role": "user", "content": 5}]])
         elif name == "prompt":
-            value = self.rng.choice([5, None, {"text": "x"}, [5, 6]])
+            value = self.rng.choice([5, None, {"text": "x"}, [5.5, 6], [[5], "x"]])  # [5, 6] is token ids: valid
         else:
             value = self.rng.choice(WRONG_TYPES[name])
         payload[name] = value

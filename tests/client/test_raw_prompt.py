@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from trtkit.client import Caller, RawPrompt, SamplingParams
+from trtkit.client import Caller, RawPrompt, SamplingParams, TokenIdsPrompt
 from trtkit.client.governor import Governor, PreparedRequest
 from trtkit.client.tokens import TokenCounter, prompt_form, same_form
 from trtkit.client.wire import TextWire
@@ -80,6 +80,10 @@ def test_the_governor_counts_caches_and_cuts_each_form_apart(tiny_config, wrappi
     assert isinstance(plain, PreparedRequest) and isinstance(raw, PreparedRequest)
     assert raw.prompt_ids == wrapping_counter.encode("Hello there") != plain.prompt_ids
     assert raw.cache_key != plain.cache_key  # one text in two forms is two prompts
+    ids = wrapping_counter.encode("Hello there")
+    same = governor.prepare(TokenIdsPrompt(wrapping_counter.decode(ids), ids), params, Caller())
+    assert isinstance(same, PreparedRequest) and same.prompt_ids == raw.prompt_ids
+    assert same.cache_key == raw.cache_key  # keyed by what the engine gets: the same ids are one entry
 
     governor.max_input_tokens = 6
     governor.config = dataclasses.replace(governor.config, client=dataclasses.replace(
@@ -108,3 +112,23 @@ def test_the_text_path_sends_a_raw_prompt_with_its_form(tiny_config, tiny_counte
     assert isinstance(request, PreparedRequest)
     with pytest.raises(ClientError, match="no 'prompt_form' input"):  # a repository deployed before the input
         TextWire({k: v for k, v in declared.items() if k != "prompt_form"}).request(request, stream=True)
+
+
+def test_a_token_ids_prompt_is_sent_as_its_ids(tiny_config, wrapping_counter) -> None:  # type: ignore[no-untyped-def]
+    """OpenAI's completions take ``prompt: list[int]``: the engine gets exactly those ids, whatever decoding
+    and encoding them again would give, and input truncation cuts the ids themselves."""
+    ids = wrapping_counter.encode("Hello") + wrapping_counter.encode(" there")  # not how "Hello there" encodes
+    prompt = TokenIdsPrompt(wrapping_counter.decode(ids), ids)
+    assert wrapping_counter.prompt_ids(prompt) == ids and prompt_form(prompt) == "ids" and prompt == "Hello there"
+    copied = pickle.loads(pickle.dumps(prompt))
+    assert isinstance(copied, TokenIdsPrompt) and copied.ids == tuple(ids)
+    config = dataclasses.replace(tiny_config, client=dataclasses.replace(tiny_config.client, input_overflow="truncate_left"))
+    governor = Governor(config, wrapping_counter, None)
+    governor.max_input_tokens = 3
+    long_ids = list(range(1000, 1010))
+    cut = governor.prepare(TokenIdsPrompt(wrapping_counter.decode(long_ids), long_ids), SamplingParams(max_tokens=2),
+                           Caller())
+    assert isinstance(cut, PreparedRequest) and isinstance(cut.prompt, TokenIdsPrompt)
+    assert cut.prompt_ids == long_ids[-3:] and cut.truncated_tokens == 7
+    with pytest.raises(ClientError, match="token ids needs the engine model.*model_name='tensorrt_llm'"):
+        TextWire({}).request(cut, stream=False)

@@ -7,7 +7,7 @@ import asyncio
 import openai
 import pytest
 
-from trtkit.client import SamplingParams, TritonLLMClient
+from trtkit.client import SamplingParams, TokenIdsPrompt, TritonLLMClient
 
 pytestmark = pytest.mark.slow
 
@@ -138,3 +138,32 @@ def test_default_max_tokens_is_the_room_the_prompt_leaves(gateway) -> None:
     room = gateway.config.build.max_seq_len - reply.usage.prompt_tokens
     assert reply.usage.completion_tokens == room and reply.choices[0].finish_reason == "length"
     assert clamped.usage.completion_tokens == room
+
+
+def test_a_prompt_of_token_ids_reaches_the_engine_as_those_ids(gateway, live_server) -> None:
+    """OpenAI's completions take ``prompt: list[int]`` (or one such list in a list): the engine gets exactly those
+    ids, billed as their count. Ids that decode and re-encode differently show it is not the text that went."""
+    key, secret = gateway.key()
+    client = sdk(gateway, secret)
+    counter = gateway.gateway.client.governor.counter
+    ids = counter.encode("The riv") + counter.encode("er runs past the mill")
+    assert counter.encode(counter.decode(ids)) != ids  # the text would be tokenized otherwise
+    out = client.completions.create(model="tiny-llama", prompt=ids, max_tokens=6, temperature=0)
+    nested = client.completions.create(model="tiny-llama", prompt=[ids], max_tokens=6, temperature=0)
+    streamed = list(client.completions.create(model="tiny-llama", prompt=ids, max_tokens=6, temperature=0, stream=True,
+                                              stream_options={"include_usage": True}))
+    with TritonLLMClient(live_server.grpc_url, config=gateway.config, ledger=False,
+                         model_name="tensorrt_llm") as direct:  # the engine model, the ids as the prompt
+        engine = direct.generate(TokenIdsPrompt(counter.decode(ids), ids), SamplingParams(max_tokens=6))
+    assert out.usage.prompt_tokens == nested.usage.prompt_tokens == len(ids) == engine.usage.prompt_tokens
+    assert out.choices[0].text == nested.choices[0].text == engine.text
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == out.choices[0].text
+    assert streamed[-1].usage is not None and streamed[-1].usage.prompt_tokens == len(ids)
+    assert [r[0] for r in gateway.rows(key)] == [len(ids)] * 3
+    vocab = counter.vocab_size
+    for bad, says in (([5, vocab], f"token id {vocab}, outside this model's vocabulary (0 to {vocab - 1})"),
+                      ([[1, 2], [3]], "'prompt' has 2 prompts; send one per request"),
+                      ([[]], "'prompt' holds no token ids")):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.completions.create(model="tiny-llama", prompt=bad, max_tokens=2)  # type: ignore[arg-type]
+        assert says in refused.value.message and refused.value.param == "prompt", bad

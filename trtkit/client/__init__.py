@@ -16,11 +16,11 @@ from trtkit.client.metrics import ClientMetrics
 from trtkit.client.params import SamplingParams
 from trtkit.client.results import GenerationResult, StreamChunk
 from trtkit.client.sessions import SessionExpiredError, SessionStore
-from trtkit.client.tokens import RawPrompt, TokenCount, TokenCounter
+from trtkit.client.tokens import RawPrompt, TokenCount, TokenCounter, TokenIdsPrompt
 from trtkit.client.transport import ServerUnavailableError
 from trtkit.client.usage import Usage
 
 __all__ = ["AsyncTritonLLMClient", "BudgetScope", "budget_scope", "current_scope", "Caller", "ChatTurn",
            "Conversation", "TritonLLMClient", "Ledger", "LedgerRow", "format_report", "usage_report", "ClientMetrics",
-           "SamplingParams", "GenerationResult", "RawPrompt", "StreamChunk", "SessionExpiredError", "SessionStore", "TokenCount",
+           "SamplingParams", "GenerationResult", "RawPrompt", "TokenIdsPrompt", "StreamChunk", "SessionExpiredError", "SessionStore", "TokenCount",
            "TokenCounter", "ServerUnavailableError", "Usage"]

@@ -23,7 +23,7 @@ class CachedResponse:
     stored_at: float
 
 
-def cache_key(tenant: str, model: str, prompt: str, params: dict[str, Any]) -> str:
+def cache_key(tenant: str, model: str, prompt: str | list[int], params: dict[str, Any]) -> str:
     blob = json.dumps({"tenant": tenant, "model": model, "prompt": prompt, "params": params},
                       sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()

@@ -24,7 +24,7 @@ from trtkit.client.limits import clamp_max_tokens, enforce_input_limit
 from trtkit.client.metrics import ClientMetrics
 from trtkit.client.params import SamplingParams
 from trtkit.client.results import GenerationResult
-from trtkit.client.tokens import TokenCounter, prompt_form, same_form
+from trtkit.client.tokens import TokenCounter
 from trtkit.client.usage import Usage, usage_cost
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BudgetExceededError, InputTooLongError
@@ -84,7 +84,7 @@ class Governor:
         params = params.with_max_tokens(max_tokens)
         key = None
         if self.cache is not None and params.is_deterministic:
-            key = cache_key(caller.tenant, self.model, prompt, params.identity() | {"prompt_form": prompt_form(prompt)})
+            key = cache_key(caller.tenant, self.model, ids, params.identity())  # the engine's input: every form
             hit = self.cache.get(key)
             if hit is not None:
                 result = self._cache_hit(hit.text, hit.finish_reason, started, truncated, request_id)
@@ -205,12 +205,12 @@ class Governor:
         if not fitted.dropped_tokens:
             return prompt, ids, 0
         # Cut the user's text (not the template around it), then re-count: decode/encode may not round-trip.
-        content = self.counter.text_ids(prompt)
+        content = self.counter.content_ids(prompt)
         overhead = len(ids) - len(content)
         keep = self.max_input_tokens - overhead
         while True:
             kept = content[len(content) - keep:] if policy == "truncate_left" else content[:keep]
-            text = same_form(prompt, self.counter.decode(kept))
+            text = self.counter.cut(prompt, kept)
             ids = self.counter.prompt_ids(text)
             if len(ids) <= self.max_input_tokens:
                 return text, ids, len(content) - len(kept)

@@ -17,6 +17,8 @@ from trtkit.config.schema import ModelConfig
 from trtkit.errors import ModelSourceError
 from trtkit.tokenizer.prompt_forms import PLAIN, RAW, RENDERED, prompt_ids
 
+IDS = "ids"  # a TokenIdsPrompt's form: the client's own, never sent as prompt_form
+
 log = logging.getLogger(__name__)
 
 
@@ -39,16 +41,32 @@ class RawPrompt(str):
         return prompt
 
 
+class TokenIdsPrompt(RawPrompt):
+    """A prompt given as token ids (OpenAI's completions take ``prompt: list[int]``): the engine gets exactly
+    these ids. Its text (the ids decoded) is what logs and the guard see. Only the token path can send it (the
+    engine model takes ids; the ensemble and the BLS take text)."""
+
+    ids: tuple[int, ...]
+
+    def __new__(cls, text: str, ids: tuple[int, ...] | list[int] = ()) -> TokenIdsPrompt:
+        prompt = str.__new__(cls, text)
+        prompt.special_tokens = False
+        prompt.ids = tuple(ids)
+        return prompt
+
+
 def same_form(prompt: str, text: str) -> str:
     """``text`` in the form of ``prompt``: raw (with the same special tokens) if ``prompt`` is, else plain."""
     return RawPrompt(text, special_tokens=prompt.special_tokens) if isinstance(prompt, RawPrompt) else text
 
 
 def prompt_form(prompt: str) -> str:
-    """The form ``prompt`` is sent in: plain (the server's wrapping applies), raw, or rendered (no special
-    tokens added). Also part of a cache key: one text in two forms is two prompts."""
+    """The form ``prompt`` is sent in: plain (the server's wrapping applies), raw, rendered (no special
+    tokens added), or ids (a ``TokenIdsPrompt``: the token path only, no text form on the wire)."""
     if not isinstance(prompt, RawPrompt):
         return PLAIN
+    if isinstance(prompt, TokenIdsPrompt):
+        return IDS
     return RAW if prompt.special_tokens else RENDERED
 
 
@@ -94,6 +112,8 @@ class TokenCounter:
     def prompt_ids(self, prompt: str) -> list[int]:
         """The token ids the server's preprocessing makes of ``text_input`` (what the engine counts); a
         ``RawPrompt``'s ids as written."""
+        if isinstance(prompt, TokenIdsPrompt):
+            return list(prompt.ids)
         return prompt_ids(str(prompt), prompt_form(prompt), encode=self._encode,
                           render_user_turn=self._user_turn if self.wraps_in_chat_template else None,
                           add_special_tokens=self.add_special_tokens)
@@ -104,6 +124,17 @@ class TokenCounter:
     def _user_turn(self, text: str) -> str:
         return self.render_chat([{"role": "user", "content": text}], use_template=True)
 
+    def content_ids(self, prompt: str) -> list[int]:
+        """The prompt's own ids, without what the chat template or the tokenizer adds around them: what input
+        truncation may cut."""
+        return list(prompt.ids) if isinstance(prompt, TokenIdsPrompt) else self.text_ids(prompt)
+
+    def cut(self, prompt: str, kept: list[int]) -> str:
+        """``prompt`` with only ``kept`` of its content ids left, in the same form."""
+        if isinstance(prompt, TokenIdsPrompt):
+            return TokenIdsPrompt(self.decode(kept), kept)
+        return same_form(prompt, self.decode(kept))
+
     def count_prompt(self, prompt: str) -> int:
         return len(self.prompt_ids(prompt))
 
@@ -113,6 +144,11 @@ class TokenCounter:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids run from 0 to vocab_size - 1 (added tokens included)."""
+        return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
 
     def decode(self, ids: list[int]) -> str:
         return str(self._tokenizer.decode(ids, skip_special_tokens=False))

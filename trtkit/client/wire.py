@@ -11,7 +11,7 @@ import tritonclient.grpc as grpcclient
 from trtkit.client.governor import PreparedRequest
 from trtkit.client.protocol import Delta, is_final_response, parse_response, request_inputs, response_arrays
 from trtkit.client.token_wire import TokenReader, TokenWire, is_engine_model
-from trtkit.client.tokens import TokenCounter
+from trtkit.client.tokens import TokenCounter, TokenIdsPrompt
 from trtkit.client.transport import declared_inputs
 from trtkit.errors import ClientError
 
@@ -30,6 +30,9 @@ class TextWire:
     declared: dict[str, str]
 
     def request(self, request: PreparedRequest, *, stream: bool) -> Request:
+        if isinstance(request.prompt, TokenIdsPrompt):
+            raise ClientError("a prompt given as token ids needs the engine model, which takes ids: open the client "
+                              "with model_name='tensorrt_llm' (the ensemble and the BLS take text)")
         return request_inputs(request.prompt, request.params, stream=stream, declared=self.declared), None
 
     def reader(self, request: PreparedRequest) -> TextReader:
@@ -43,8 +46,8 @@ class EngineWire:
     tokens: TokenWire
 
     def request(self, request: PreparedRequest, *, stream: bool) -> Request:
-        if not request.prompt.strip():  # what preprocessing refuses on the text path
-            raise ClientError("text_input is empty; send a non-empty prompt")
+        if not request.prompt_ids or (not isinstance(request.prompt, TokenIdsPrompt) and not request.prompt.strip()):
+            raise ClientError("text_input is empty; send a non-empty prompt")  # what preprocessing refuses
         return self.tokens.request(request.prompt_ids, request.params, stream=stream)
 
     def reader(self, request: PreparedRequest) -> TokenReader:

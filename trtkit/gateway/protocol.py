@@ -65,4 +65,4 @@ class ChatCompletionRequest(_SamplingFields):
 
 
 class CompletionRequest(_SamplingFields):
-    prompt: str | list[str]
+    prompt: str | list[str] | list[int] | list[list[int]]  # text or token ids; one prompt per request
