@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from trtkit.bench.workloads import LengthDist, PromptCutter, WorkloadSpec, build_workload
+from trtkit.client.tokens import prompt_form
 from trtkit.errors import BenchError
 
 
@@ -41,7 +42,10 @@ def test_shared_prefix_and_multi_turn(tiny_bench_counter) -> None:
     turns = build_workload(WorkloadSpec("multi-turn", LengthDist("fixed", 10), LengthDist("fixed", 4), turns=3),
                            tiny_bench_counter, 6, seed=1)
     assert [r.tag for r in turns] == ["turn-1", "turn-2", "turn-3"] * 2
-    assert turns[1].prompt.startswith(turns[0].prompt[: -len("\nAssistant:")])  # each turn resends the history
+    cue = "<|im_start|>assistant\n"  # each turn is the conversation rendered by the chat template
+    assert all(r.prompt.endswith(cue) and prompt_form(r.prompt) == "rendered" for r in turns)
+    assert turns[1].prompt.startswith(turns[0].prompt[: -len(cue)])  # each turn resends the history
+    assert turns[2].prompt.count("<|im_start|>assistant\n") == 3  # two stand-in replies in their role, then the cue
     assert [len(r.chat_messages()) for r in turns[:3]] == [1, 3, 5]
 
 

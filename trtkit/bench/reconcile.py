@@ -16,9 +16,10 @@ from trtkit.client.tokens import TokenCounter
 
 
 def sent_prompt(request: BenchRequest, endpoint_kind: str, counter: TokenCounter) -> str:
-    """The prompt as the engine gets it: Triton's preprocessing takes ``text_input`` (wrapped in the chat
-    template when the model says so); the OpenAI backend sends chat messages, which the gateway renders
-    whole with the template (``TokenCounter.chat_prompt``)."""
+    """The prompt as the engine gets it: Triton's preprocessing takes ``text_input`` in its form (plain text is
+    wrapped in the chat template when the model says so; a conversation comes rendered whole by the template);
+    the OpenAI backend sends chat messages, which the gateway renders whole with the template
+    (``TokenCounter.chat_prompt``)."""
     if endpoint_kind == "http":
         return counter.chat_prompt(request.chat_messages())
     return request.prompt

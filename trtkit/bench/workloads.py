@@ -23,7 +23,7 @@ KINDS = ("default", "synthetic", "shared-prefix", "multi-turn")
 
 @dataclass(slots=True, frozen=True)
 class BenchRequest:
-    prompt: str  # the text_input for Triton; the last user message for chat endpoints
+    prompt: str  # what Triton is sent: the text, or a conversation rendered by the chat template (RawPrompt)
     max_tokens: int
     min_tokens: int | None = None  # set to max_tokens to force the output length
     messages: tuple[tuple[str, str], ...] = ()  # (role, content) for chat endpoints; empty = one user message
@@ -105,7 +105,7 @@ class PromptCutter:
 def build_workload(spec: WorkloadSpec, counter: TokenCounter, count: int, seed: int) -> list[BenchRequest]:
     rng = random.Random(seed)
     if spec.kind not in KINDS:
-        return _from_jsonl(Path(spec.kind), spec, rng, count)
+        return _from_jsonl(Path(spec.kind), spec, rng, count, counter)
     cutter = PromptCutter(counter)
     make = {"default": _default, "synthetic": _synthetic, "shared-prefix": _shared_prefix,
             "multi-turn": _multi_turn}[spec.kind]
@@ -164,13 +164,20 @@ def _multi_turn(spec: WorkloadSpec, cutter: PromptCutter, rng: random.Random, co
         for turn in range(spec.turns):
             out, forced = _lengths(spec, rng)
             history.append(("user", cutter.cut(spec.input_len.sample(rng), rng)))
-            text = "\n".join(f"{role.capitalize()}: {content}" for role, content in history) + "\nAssistant:"
+            text = _conversation(cutter.counter, history)
             requests.append(BenchRequest(text, out, forced, tuple(history), tag=f"turn-{turn + 1}"))
             history.append(("assistant", cutter.cut(min(out, 64), rng)))
     return requests[:count]
 
 
-def _from_jsonl(path: Path, spec: WorkloadSpec, rng: random.Random, count: int) -> list[BenchRequest]:
+def _conversation(counter: TokenCounter, messages: tuple[tuple[str, str], ...] | list[tuple[str, str]]) -> str:
+    """What Triton is sent for a conversation: the whole of it rendered by the chat template (a ``RawPrompt``,
+    sent with its ``prompt_form``), the engine input the gateway makes of the same messages."""
+    return counter.chat_prompt([{"role": role, "content": content} for role, content in messages])
+
+
+def _from_jsonl(path: Path, spec: WorkloadSpec, rng: random.Random, count: int,
+                counter: TokenCounter) -> list[BenchRequest]:
     """One JSON object a line: ``{"prompt": ...}`` or ``{"messages": [...]}``, optional ``max_tokens``."""
     if not path.is_file():
         raise BenchError(f"--workload {path}: no such file; give default, synthetic, shared-prefix, multi-turn "
@@ -182,7 +189,9 @@ def _from_jsonl(path: Path, spec: WorkloadSpec, rng: random.Random, count: int) 
         try:
             row = json.loads(line)
             messages = tuple((m["role"], m["content"]) for m in row.get("messages", ()))
-            prompt = row["prompt"] if "prompt" in row else messages[-1][1]
+            if "prompt" not in row and not messages:
+                raise KeyError("prompt")
+            prompt = row["prompt"] if "prompt" in row else _conversation(counter, messages)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise BenchError(f"{path}:{number}: each line must be a JSON object with 'prompt' or 'messages' "
                              f"({exc})") from None
