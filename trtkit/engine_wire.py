@@ -69,6 +69,8 @@ class EngineRun:
     num_cached: int = 0
     engine_reason: str = ""
     last: Outputs | None = None
+    log_probs: list[tuple[int, float]] | None = None  # (token id, log-probability) of the answer; None: not asked
+
 
     def absorb(self, response: Outputs) -> tuple[str, bool]:
         """(new text, final): final when the engine ended the request or a stop string completed."""
@@ -79,6 +81,8 @@ class EngineRun:
         new = [int(i) for i in np.asarray(ids).reshape(-1)]
         delta, consumed = self._push_until_stop(new)
         self._count(response, len(new), consumed)
+        if self.log_probs is not None:
+            self._keep_log_probs(response, new, consumed)
         self.engine_reason = _str(response, "finish_reason")
         final = bool(self.engine_reason) or self.stops.stopped
         if final and not self.stops.stopped:
@@ -95,6 +99,19 @@ class EngineRun:
             if self.stops.stopped:
                 return delta, index + 1
         return delta, len(new)
+
+    def _keep_log_probs(self, response: Outputs, new: list[int], consumed: int) -> None:
+        """``output_log_probs`` (``[1, beam, L]``): the CPU engine sends one value per token of the response; the
+        C++ backend's layout in a stream (this response's values, or every value so far) is not checked on a GPU
+        here, so the values are taken from the end, right either way. The tokens after a stop string are not the
+        answer's, so neither are their log-probabilities."""
+        assert self.log_probs is not None
+        values = response.get("output_log_probs")
+        if values is None or not new or not consumed:
+            return
+        flat = np.asarray(values, dtype=np.float64).reshape(-1)[:max(1, np.asarray(values).shape[-1])]
+        ours = flat[-len(new):][:consumed]
+        self.log_probs.extend(zip(new[:consumed], (float(v) for v in ours), strict=False))
 
     def _count(self, response: Outputs, received: int, consumed: int) -> None:
         before = self.num_output

@@ -32,7 +32,7 @@ WRONG_TYPES = {  # field -> values of the wrong JSON type (none that pydantic's 
     "top_p": ["all", [1]], "stream": ["maybe", [True], {}], "stop": [7, [1, 2], {"s": "x"}], "seed": ["x", [1]],
     "user": [5, []], "stream_options": ["yes", 3, {"include_usage": "sure"}, {"bogus": True}],
 }
-UNSUPPORTED = {"n": [2, 5], "best_of": [3], "logit_bias": [{"50": 100}], "logprobs": [True], "top_logprobs": [3],
+UNSUPPORTED = {"n": [2, 5], "best_of": [3], "logit_bias": [{"50": 100}], "logprobs": [5], "top_logprobs": [3],
                "echo": [True], "tools": [[{"type": "function", "function": {"name": "f", "parameters": {}}}]],
                "tool_choice": ["auto"], "functions": [[{"name": "f"}]], "response_format": [{"type": "json_object"}]}
 JUNK_STOPS = ([[""], ["a", ""], ["a", "b", "c", "d", "e"]],  # must be refused

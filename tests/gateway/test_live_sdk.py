@@ -167,3 +167,52 @@ def test_a_prompt_of_token_ids_reaches_the_engine_as_those_ids(gateway, live_ser
         with pytest.raises(openai.BadRequestError) as refused:
             client.completions.create(model="tiny-llama", prompt=bad, max_tokens=2)  # type: ignore[arg-type]
         assert says in refused.value.message and refused.value.param == "prompt", bad
+
+
+def test_log_probs_of_the_chosen_tokens_streamed_and_not(gateway, live_server) -> None:
+    """``logprobs`` (chat: true; completions: 0): one entry per generated token, the engine's own values, the
+    same streamed and not; asking for alternatives is a 400 naming the field."""
+    _, secret = gateway.key()
+    client = sdk(gateway, secret)
+    counter = gateway.gateway.client.governor.counter
+    messages = [{"role": "user", "content": "春天的花园里，" * 3}]
+    chat = client.chat.completions.create(model="tiny-llama", messages=messages, max_tokens=10, temperature=0,
+                                          logprobs=True)
+    entries = chat.choices[0].logprobs.content
+    assert len(entries) == chat.usage.completion_tokens == 10
+    assert all(e.logprob <= 0 and e.top_logprobs == [] for e in entries)
+    joined = b"".join(bytes(e.bytes) for e in entries)
+    # the bytes are the text's (invalid bytes read as U+FFFD, as the text shows them; a character cut by the
+    # length limit may follow, its bytes billed but not shown)
+    assert joined.decode("utf-8", "replace").startswith(chat.choices[0].message.content)
+    streamed = list(client.chat.completions.create(model="tiny-llama", messages=messages, max_tokens=10,
+                                                   temperature=0, logprobs=True, stream=True))
+    streamed_entries = [e for c in streamed if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [(e.token, e.bytes) for e in streamed_entries] == [(e.token, e.bytes) for e in entries]
+    assert [e.logprob for e in streamed_entries] == pytest.approx([e.logprob for e in entries], abs=1e-4)
+    with TritonLLMClient(live_server.grpc_url, config=gateway.config, ledger=False, model_name="tensorrt_llm") as direct:
+        engine = direct.generate(counter.chat_prompt(messages), SamplingParams(max_tokens=10, return_log_probs=True))
+        chunks = list(direct.stream(counter.chat_prompt(messages), SamplingParams(max_tokens=10, return_log_probs=True)))
+    assert engine.log_probs is not None and len(engine.log_probs) == 10
+    assert [t for c in chunks for t, _ in c.log_probs] == [t for t, _ in engine.log_probs]  # each token once
+    assert chunks[-1].result is not None and chunks[-1].result.log_probs is not None
+    assert [counter.token_bytes(token) for token, _ in engine.log_probs] == [bytes(e.bytes) for e in entries]
+    assert [lp for _, lp in engine.log_probs] == pytest.approx([e.logprob for e in entries], abs=1e-4)
+
+    text = client.completions.create(model="tiny-llama", prompt=LONG, max_tokens=8, temperature=0, logprobs=0)
+    lp = text.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset) == 8 and lp.text_offset[0] == 0
+    assert lp.text_offset == sorted(lp.text_offset) and all(v <= 0 for v in lp.token_logprobs)
+    streamed_text = list(client.completions.create(model="tiny-llama", prompt=LONG, max_tokens=8, temperature=0,
+                                                   logprobs=0, stream=True))
+    pieces = [c.choices[0].logprobs for c in streamed_text if c.choices and c.choices[0].logprobs]
+    assert [t for p in pieces for t in p.tokens] == lp.tokens
+    assert [o for p in pieces for o in p.text_offset] == lp.text_offset  # offsets into the whole answer
+    for field, value in (("logprobs", 2), ("top_logprobs", 3)):
+        with pytest.raises(openai.BadRequestError) as refused:
+            if field == "logprobs":
+                client.completions.create(model="tiny-llama", prompt="Hi", max_tokens=2, logprobs=value)
+            else:
+                client.chat.completions.create(model="tiny-llama", messages=messages, max_tokens=2, logprobs=True,
+                                               top_logprobs=value)
+        assert refused.value.param == field and "chosen token's log-probability" in refused.value.message

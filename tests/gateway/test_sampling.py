@@ -121,3 +121,17 @@ def test_ranges_are_the_ones_the_engine_model_and_bls_enforce() -> None:
     check_sampling_value("temperature", 5.0)  # the model takes it; OpenAI's API does not
     with pytest.raises(RequestValidationError, match=r"^temperature: 5.0 is out of range; OpenAI's API allows at most 2"):
         sampling_params(CompletionRequest.model_validate({"model": "m", "prompt": "x", "temperature": 5.0}))
+
+
+def test_log_probs_of_the_chosen_token_only() -> None:
+    chat = sampling_params(ChatCompletionRequest.model_validate(CHAT | {"logprobs": True, "top_logprobs": 0}))
+    text = sampling_params(CompletionRequest.model_validate({"model": "m", "prompt": "x", "logprobs": 0}))
+    assert chat.return_log_probs and text.return_log_probs
+    assert not sampling_params(ChatCompletionRequest.model_validate(CHAT | {"logprobs": False})).return_log_probs
+    for request, field in ((ChatCompletionRequest.model_validate(CHAT | {"logprobs": True, "top_logprobs": 2}), "top_logprobs"),
+                           (ChatCompletionRequest.model_validate(CHAT | {"logprobs": "yes"}), "logprobs"),
+                           (CompletionRequest.model_validate({"model": "m", "prompt": "x", "logprobs": 2}), "logprobs"),
+                           (CompletionRequest.model_validate({"model": "m", "prompt": "x", "logprobs": True}), "logprobs")):
+        with pytest.raises(RequestValidationError) as refused:
+            sampling_params(request)
+        assert refused.value.param == field

@@ -26,6 +26,7 @@ class StreamAccumulator:
         self.local_completion_tokens = 0
         self.server = Outcome(text="", finish_reason="")
         self.finished = False
+        self.log_probs: list[tuple[int, float]] | None = None  # None: the wire carried none (the text path)
 
     @property
     def has_output(self) -> bool:
@@ -44,6 +45,10 @@ class StreamAccumulator:
                 if name == "num_output_tokens" and delta.counts_per_response and previous is not None:
                     value += previous  # per-response counts (C++ backend) add up to the completion
                 setattr(self.server, name, value)
+        if delta.log_probs is not None:
+            if self.log_probs is None:
+                self.log_probs = []
+            self.log_probs.extend(delta.log_probs)
         if delta.finish_reason:
             self.server.finish_reason = delta.finish_reason
         self.finished = self.finished or delta.is_final
@@ -66,7 +71,8 @@ class StreamAccumulator:
         return Outcome(text="".join(self.pieces), finish_reason=finish_reason,
                        num_input_tokens=o.num_input_tokens,
                        num_output_tokens=o.num_output_tokens,  # None: the governor counts the text received
-                       num_cached_tokens=o.num_cached_tokens, first_token_at=o.first_token_at)
+                       num_cached_tokens=o.num_cached_tokens, first_token_at=o.first_token_at,
+                       log_probs=None if self.log_probs is None else tuple(self.log_probs))
 
     def _derived_reason(self) -> str:
         """A finished stream without a finish_reason tensor (the C++ backend has none) still ended for a

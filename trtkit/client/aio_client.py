@@ -171,7 +171,7 @@ class AsyncTritonLLMClient:
                 self.governor.complete_detached(prepared, outcome)
             raise
         result = await self.governor.acomplete(prepared, flow.outcome())
-        yield StreamChunk("" if flow.use_stream else result.text, result.usage, result.request_id, result)
+        yield flow.last_chunk(result)
 
     async def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
                       acc: StreamAccumulator) -> AsyncGenerator[Delta | str, None]:

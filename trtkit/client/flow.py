@@ -10,7 +10,7 @@ import time
 from trtkit.client.accumulate import StreamAccumulator
 from trtkit.client.governor import Governor, Outcome, PreparedRequest
 from trtkit.client.protocol import Delta
-from trtkit.client.results import StreamChunk
+from trtkit.client.results import GenerationResult, StreamChunk
 from trtkit.client.transport import FINISH_CANCELLED, is_server_failure
 
 
@@ -25,6 +25,7 @@ class RequestFlow:
         self.acc = StreamAccumulator(prepared.prompt_tokens, governor.counter, guard, prepared.params)
         self.deadline = time.monotonic() + deadline_s
         self.stop_reason: str | None = None
+        self.unsent_log_probs: list[tuple[int, float]] = []  # tokens whose text no chunk has carried yet
 
     def take(self, delta: Delta | str) -> tuple[StreamChunk | None, bool]:
         """(the chunk to hand the caller or None, whether the request is over). A string is a client-side
@@ -33,10 +34,20 @@ class RequestFlow:
             self.stop_reason = delta
             return None, True
         self.stop_reason = self.acc.add(delta)
+        self.unsent_log_probs.extend(delta.log_probs or ())
         chunk = None
         if self.use_stream and delta.text:
-            chunk = StreamChunk(delta.text, self.acc.running_usage(), self.prepared.request_id)
+            chunk = StreamChunk(delta.text, self.acc.running_usage(), self.prepared.request_id,
+                                log_probs=tuple(self.unsent_log_probs))
+            self.unsent_log_probs.clear()
         return chunk, bool(self.stop_reason or self.acc.finished)
+
+    def last_chunk(self, result: GenerationResult) -> StreamChunk:
+        """The chunk that carries the result: streamed, with no text (the deltas carried it) and the log-probs
+        no delta carried; not streamed, the whole text and every log-prob."""
+        if self.use_stream:
+            return StreamChunk("", result.usage, result.request_id, result, tuple(self.unsent_log_probs))
+        return StreamChunk(result.text, result.usage, result.request_id, result, result.log_probs or ())
 
     def outcome(self) -> Outcome:
         return self.acc.outcome(self.stop_reason)

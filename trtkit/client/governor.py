@@ -56,6 +56,7 @@ class Outcome:
     num_output_tokens: int | None = None
     num_cached_tokens: int | None = None
     first_token_at: float | None = None
+    log_probs: tuple[tuple[int, float], ...] | None = None
 
 
 class Governor:
@@ -83,7 +84,7 @@ class Governor:
         max_tokens = self._max_tokens(params.max_tokens, len(ids))
         params = params.with_max_tokens(max_tokens)
         key = None
-        if self.cache is not None and params.is_deterministic:
+        if self.cache is not None and params.is_deterministic and not params.return_log_probs:  # text only kept
             key = cache_key(caller.tenant, self.model, ids, params.identity())  # the engine's input: every form
             hit = self.cache.get(key)
             if hit is not None:
@@ -183,7 +184,7 @@ class Governor:
         if outcome.finish_reason.startswith("guard_"):
             m.guard_stops.labels(self.model, outcome.finish_reason).inc()
         return GenerationResult(request.request_id, outcome.text, usage, outcome.finish_reason, False, ttft, latency,
-                                cost, request.truncated_tokens), row
+                                cost, request.truncated_tokens, outcome.log_probs), row
 
     def _release_rules(self, request: PreparedRequest) -> None:
         if request.reservation is not None:

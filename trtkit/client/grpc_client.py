@@ -135,7 +135,7 @@ class TritonLLMClient:
                 self.governor.complete(prepared, outcome)
             raise
         self.governor.wait_committed(prepared, committed)
-        yield StreamChunk("" if flow.use_stream else result.text, result.usage, result.request_id, result)
+        yield flow.last_chunk(result)
 
     def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
                 acc: StreamAccumulator) -> Generator[Delta | str, None, None]:

@@ -44,6 +44,9 @@ class Delta:
     # the client ended the request (a stop string, on the token path) while the engine still generates:
     # the transport stops it with the engine's `stop` request instead of waiting for its stream to end
     engine_running: bool = False
+    # (token id, log-probability) of this response's tokens of the answer, when asked; None where the wire
+    # carries none (the text path: the ensemble and the BLS answer text)
+    log_probs: tuple[tuple[int, float], ...] | None = None
 
 
 def request_inputs(prompt: str, params: SamplingParams, *, stream: bool,

@@ -18,6 +18,9 @@ class GenerationResult:
     latency_s: float
     cost: float
     truncated_prompt_tokens: int = 0  # removed by client.input_overflow truncation
+    # (token id, log-probability) of every token of the answer, with SamplingParams(return_log_probs=True) on
+    # the token path (the engine model); None otherwise
+    log_probs: tuple[tuple[int, float], ...] | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -28,6 +31,9 @@ class StreamChunk:
     usage: Usage
     request_id: str  # pass it to client.cancel() to stop this stream
     result: GenerationResult | None = None
+    # with return_log_probs: (token id, log-probability) of the tokens whose text this chunk carries (the last
+    # chunk: any tokens whose text never came, such as the bytes of a character the length limit cut)
+    log_probs: tuple[tuple[int, float], ...] = ()
 
     @property
     def is_final(self) -> bool:

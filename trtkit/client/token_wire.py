@@ -51,6 +51,9 @@ class TokenWire:
         declared_outputs = {o["name"] for o in metadata.get("outputs", [])}
         self.outputs = [name for name in _OUTPUTS if name in declared_outputs]
         self._requested = [grpcclient.InferRequestedOutput(name) for name in self.outputs]
+        # with return_log_probs: the engine's output_log_probs too (one value per token of each response)
+        self.outputs_with_log_probs = self.outputs + [n for n in ("output_log_probs",) if n in declared_outputs]
+        self._requested_with_log_probs = [grpcclient.InferRequestedOutput(n) for n in self.outputs_with_log_probs]
         # tritonclient only reads an InferInput when it builds a request, so one scalar tensor serves every
         # request that sends that value (flags, ids, common max_tokens): a tenth of the gateway's CPU otherwise
         self._scalars: dict[tuple[str, object], grpcclient.InferInput] = {}
@@ -86,13 +89,14 @@ class TokenWire:
             if words:
                 inputs.append(make_input(name, words_to_list([self._word_ids(w) for w in words])[None],
                                          self._datatype(name)))
-        return inputs, self._requested
+        return inputs, self._requested_with_log_probs if params.return_log_probs else self._requested
 
     def reader(self, prompt_ids: list[int], params: SamplingParams) -> TokenReader:
         assert params.max_tokens is not None
         run = EngineRun(IncrementalDetokenizer(self.tokenizer, self.anchor), StopFilter(list(params.stop_words)),
-                        len(prompt_ids), params.max_tokens, self.tokens_per_block, echo="", keep_text=False)
-        return TokenReader(run, self.outputs)
+                        len(prompt_ids), params.max_tokens, self.tokens_per_block, echo="", keep_text=False,
+                        log_probs=[] if params.return_log_probs else None)
+        return TokenReader(run, self.outputs_with_log_probs if params.return_log_probs else self.outputs)
 
     def _word_ids(self, word: str) -> list[int]:
         ids = self.counter.text_ids(word)
@@ -125,6 +129,7 @@ class TokenReader:
     run: EngineRun
     outputs: list[str]
     seen: bool = False
+    log_probs_read: int = 0  # how many of run.log_probs earlier Deltas carried
 
     def read(self, result: grpcclient.InferResult) -> Delta:
         return self.read_arrays(response_arrays(result).get, is_final_response(result))
@@ -140,7 +145,10 @@ class TokenReader:
         reported = response.get("num_input_tokens")
         num_input = self.run.num_input if reported is None or reported.size == 0 else int(reported.reshape(-1)[0])
         cached = "num_cached_tokens" in response or "kv_cache_reused_blocks" in response
+        fresh: tuple[tuple[int, float], ...] | None = None
+        if self.run.log_probs is not None:
+            fresh, self.log_probs_read = tuple(self.run.log_probs[self.log_probs_read:]), len(self.run.log_probs)
         return Delta(text=delta, num_input_tokens=num_input, num_output_tokens=self.run.num_output,
                      num_cached_tokens=self.run.num_cached if cached else None,
                      finish_reason=self.run.reason() if final else "", is_final=final,
-                     engine_running=final and not engine_final)
+                     engine_running=final and not engine_final, log_probs=fresh)

@@ -95,6 +95,7 @@ class TokenCounter:
         self._chat_renderer: Any = None
         self._anchor: list[int] | None = None
         self._has_template: bool | None = None
+        self._token_bytes: Any = None
         # The server's preprocessing wraps text_input in the chat template as one user message when
         # model.chat_template is on and the tokenizer has one; prompt_ids() mirrors that exactly.
         self.wraps_in_chat_template = chat_template and self.has_chat_template()
@@ -149,6 +150,14 @@ class TokenCounter:
     def vocab_size(self) -> int:
         """Token ids run from 0 to vocab_size - 1 (added tokens included)."""
         return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The UTF-8 bytes one token stands for (part of a character, maybe): trtkit.tokenizer.token_bytes."""
+        if self._token_bytes is None:
+            from trtkit.tokenizer.token_bytes import token_bytes_reader
+
+            self._token_bytes = token_bytes_reader(self._tokenizer)
+        return self._token_bytes(token_id)
 
     def decode(self, ids: list[int]) -> str:
         return str(self._tokenizer.decode(ids, skip_special_tokens=False))

@@ -32,11 +32,13 @@ class _SamplingFields(BaseModel):
     stream_options: StreamOptions | None = None
     # Extension (as vLLM accepts it): the end token is banned until this many tokens; benchmarks force lengths
     min_tokens: int | None = None
+    # The chosen token's log-probability (chat: true; completions: 0); alternatives are refused by name
+    # (sampling._wants_log_probs): the engine returns none
+    logprobs: Any = None
+    top_logprobs: int | None = None
     # Declared to be refused with a clear message (sampling.UNSUPPORTED), not accepted:
     n: int | None = None
     logit_bias: dict[str, Any] | None = None
-    logprobs: Any = None
-    top_logprobs: int | None = None
     best_of: int | None = None
     echo: bool | None = None
     suffix: str | None = None

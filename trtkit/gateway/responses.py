@@ -11,14 +11,23 @@ import time
 from typing import Any, cast
 
 from openai.types import Completion, CompletionChoice, CompletionUsage
-from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionMessage,
+    ChatCompletionTokenLogprob,
+)
 from openai.types.chat.chat_completion import Choice as ChatChoice
+from openai.types.chat.chat_completion import ChoiceLogprobs
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
+from openai.types.chat.chat_completion_chunk import ChoiceLogprobs as ChunkLogprobs
+from openai.types.completion_choice import Logprobs
 from openai.types.completion_usage import PromptTokensDetails
 
 from trtkit.client.results import GenerationResult
 from trtkit.client.usage import Usage
+from trtkit.gateway.log_probs import TokenLogProb
 
 _OPENAI_FINISH = {"end_id": "stop", "stop": "stop", "length": "length"}
 
@@ -38,40 +47,59 @@ def extension(result: GenerationResult) -> dict[str, Any]:
     return {"finish_reason": result.finish_reason, "cache_hit": result.cache_hit, "request_id": result.request_id}
 
 
-def chat_completion(response_id: str, model: str, result: GenerationResult) -> ChatCompletion:
+def _chat_entries(log_probs: list[TokenLogProb]) -> list[ChatCompletionTokenLogprob]:
+    return [ChatCompletionTokenLogprob(token=t.token, bytes=list(t.raw), logprob=t.logprob, top_logprobs=[])
+            for t in log_probs]
+
+
+def completion_log_probs(log_probs: list[TokenLogProb] | None) -> Logprobs | None:
+    if log_probs is None:
+        return None
+    return Logprobs(tokens=[t.token for t in log_probs], token_logprobs=[t.logprob for t in log_probs],
+                    text_offset=[t.offset for t in log_probs], top_logprobs=None)
+
+
+def chat_completion(response_id: str, model: str, result: GenerationResult,
+                    log_probs: list[TokenLogProb] | None = None) -> ChatCompletion:
+    entries = None if log_probs is None else ChoiceLogprobs(content=_chat_entries(log_probs))
     choice = ChatChoice(index=0, finish_reason=openai_finish_reason(result.finish_reason),  # type: ignore[arg-type]
-                        message=ChatCompletionMessage(role="assistant", content=result.text))
+                        message=ChatCompletionMessage(role="assistant", content=result.text), logprobs=entries)
     return cast(Any, ChatCompletion)(id=response_id, object="chat.completion", created=int(time.time()), model=model,
                           choices=[choice], usage=usage_of(result.usage), trtkit=extension(result))
 
 
 def chat_chunk(response_id: str, model: str, created: int, *, text: str | None = None, role: bool = False,
                finish_reason: str | None = None, usage: Usage | None = None,
-               result: GenerationResult | None = None) -> ChatCompletionChunk:
+               result: GenerationResult | None = None, log_probs: list[TokenLogProb] | None = None,
+               ) -> ChatCompletionChunk:
     """A delta chunk; with ``usage`` and no text it is the include_usage chunk (choices empty)."""
     choices = []
     if text is not None or role or finish_reason is not None:
         delta = ChoiceDelta(role="assistant" if role else None, content=text)
-        choices.append(ChunkChoice(index=0, delta=delta,
+        entries = None if log_probs is None else ChunkLogprobs(content=_chat_entries(log_probs))
+        choices.append(ChunkChoice(index=0, delta=delta, logprobs=entries,
                                    finish_reason=None if finish_reason is None else openai_finish_reason(finish_reason)))  # type: ignore[arg-type]
     extra = {"trtkit": extension(result)} if result is not None else {}
     return cast(Any, ChatCompletionChunk)(id=response_id, object="chat.completion.chunk", created=created, model=model,
                                choices=choices, usage=None if usage is None else usage_of(usage), **extra)
 
 
-def completion(response_id: str, model: str, result: GenerationResult) -> Completion:
-    choice = CompletionChoice(index=0, text=result.text, finish_reason=openai_finish_reason(result.finish_reason))  # type: ignore[arg-type]
+def completion(response_id: str, model: str, result: GenerationResult,
+               log_probs: list[TokenLogProb] | None = None) -> Completion:
+    choice = CompletionChoice(index=0, text=result.text, finish_reason=openai_finish_reason(result.finish_reason),  # type: ignore[arg-type]
+                              logprobs=completion_log_probs(log_probs))
     return cast(Any, Completion)(id=response_id, object="text_completion", created=int(time.time()), model=model,
                       choices=[choice], usage=usage_of(result.usage), trtkit=extension(result))
 
 
 def completion_chunk(response_id: str, model: str, created: int, *, text: str = "",
                      finish_reason: str | None = None, usage: Usage | None = None,
-                     result: GenerationResult | None = None, with_choice: bool = True) -> Completion:
+                     result: GenerationResult | None = None, with_choice: bool = True,
+                     log_probs: list[TokenLogProb] | None = None) -> Completion:
     choices = []
     if with_choice:
         choices.append(CompletionChoice.model_construct(
-            index=0, text=text, logprobs=None,
+            index=0, text=text, logprobs=completion_log_probs(log_probs),
             finish_reason=None if finish_reason is None else openai_finish_reason(finish_reason)))
     extra = {"trtkit": extension(result)} if result is not None else {}
     return cast(Any, Completion)(id=response_id, object="text_completion", created=created, model=model, choices=choices,

@@ -20,8 +20,6 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "n": (1, "send n separate requests"),
     "best_of": (1, "send separate requests"),
     "logit_bias": ({}, "drop logit_bias"),
-    "logprobs": (False, "drop logprobs"),
-    "top_logprobs": (0, "drop top_logprobs"),
     "echo": (False, "drop echo"),
     "suffix": ("", "drop suffix"),
     "tools": ([], "drop tools; tool calling is not supported yet"),
@@ -47,6 +45,7 @@ def sampling_params(request: ChatCompletionRequest | CompletionRequest) -> Sampl
             raise RequestValidationError("max_tokens and max_completion_tokens differ; send only one",
                                          param="max_completion_tokens")
         max_tokens = request.max_completion_tokens
+    log_probs = _wants_log_probs(request)
     values = {"temperature": request.temperature, "top_p": request.top_p, "seed": request.seed,
               "presence_penalty": request.presence_penalty, "frequency_penalty": request.frequency_penalty,
               "max_tokens": max_tokens, "min_tokens": request.min_tokens}
@@ -55,7 +54,31 @@ def sampling_params(request: ChatCompletionRequest | CompletionRequest) -> Sampl
     return SamplingParams(max_tokens=max_tokens, temperature=1.0 if request.temperature is None else request.temperature,
                           top_p=request.top_p, seed=request.seed, presence_penalty=request.presence_penalty,
                           frequency_penalty=request.frequency_penalty, stop_words=_stops(request.stop),
-                          min_tokens=request.min_tokens)
+                          min_tokens=request.min_tokens, return_log_probs=log_probs)
+
+
+def _wants_log_probs(request: ChatCompletionRequest | CompletionRequest) -> bool:
+    """Chat: ``logprobs: true``; completions: ``logprobs: 0``. Only the chosen token's log-probability exists
+    (the engine returns no alternatives), so asking for alternatives is a 400 naming the field."""
+    wanted, top = request.logprobs, request.top_logprobs
+    if top is not None and top != 0:
+        raise RequestValidationError(f"top_logprobs {top} asks for alternatives; the engine returns only the "
+                                     f"chosen token's log-probability: send top_logprobs 0 or leave it out",
+                                     param="top_logprobs")
+    if wanted is None:
+        return False
+    if isinstance(request, ChatCompletionRequest):
+        if not isinstance(wanted, bool):
+            raise RequestValidationError(f"logprobs must be true or false for chat, got {wanted!r}", param="logprobs")
+        return wanted
+    if isinstance(wanted, bool) or not isinstance(wanted, int) or wanted < 0:
+        raise RequestValidationError(f"logprobs must be a whole number for completions, got {wanted!r}; send 0",
+                                     param="logprobs")
+    if wanted > 0:
+        raise RequestValidationError(f"logprobs {wanted} asks for {wanted} alternatives per token; the engine "
+                                     f"returns only the chosen token's log-probability: send logprobs 0",
+                                     param="logprobs")
+    return True
 
 
 def _check_range(name: str, value: float | None) -> None:

@@ -11,6 +11,7 @@ from trtkit.client.results import GenerationResult
 from trtkit.client.tokens import RawPrompt
 from trtkit.gateway import responses
 from trtkit.gateway.errors import RequestValidationError
+from trtkit.gateway.log_probs import TokenLogProb
 from trtkit.gateway.protocol import ChatCompletionRequest, ChatMessage
 from trtkit.gateway.serving import ServingContext
 from trtkit.gateway.serving_endpoint import ServingEndpoint
@@ -32,8 +33,9 @@ class ServingChat(ServingEndpoint[ChatCompletionRequest]):
     def prompt_of(self, request: ChatCompletionRequest) -> str:
         return self.render(request.messages)
 
-    def body(self, response_id: str, result: GenerationResult) -> ChatCompletion:
-        return responses.chat_completion(response_id, self.ctx.model, result)
+    def body(self, response_id: str, result: GenerationResult, log_probs: list[TokenLogProb] | None = None,
+             ) -> ChatCompletion:
+        return responses.chat_completion(response_id, self.ctx.model, result, log_probs)
 
     def chunk(self, response_id: str, created: int, **fields: Any) -> ChatCompletionChunk:
         return responses.chat_chunk(response_id, self.ctx.model, created, **fields)

@@ -11,6 +11,7 @@ from trtkit.client.results import GenerationResult
 from trtkit.client.tokens import RawPrompt, TokenCounter, TokenIdsPrompt
 from trtkit.gateway import responses
 from trtkit.gateway.errors import RequestValidationError
+from trtkit.gateway.log_probs import TokenLogProb
 from trtkit.gateway.protocol import CompletionRequest
 from trtkit.gateway.serving_endpoint import ServingEndpoint
 
@@ -48,8 +49,9 @@ class ServingCompletions(ServingEndpoint[CompletionRequest]):
                                          f"(0 to {vocab - 1})", param="prompt")
         return TokenIdsPrompt(self.counter.decode(ids), ids)
 
-    def body(self, response_id: str, result: GenerationResult) -> Completion:
-        return responses.completion(response_id, self.ctx.model, result)
+    def body(self, response_id: str, result: GenerationResult, log_probs: list[TokenLogProb] | None = None,
+             ) -> Completion:
+        return responses.completion(response_id, self.ctx.model, result, log_probs)
 
     def chunk(self, response_id: str, created: int, **fields: Any) -> Completion:
         if "usage" in fields:  # the include_usage chunk carries no choice

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from trtkit.client.results import GenerationResult
 from trtkit.gateway import responses
+from trtkit.gateway.log_probs import LogProbReader, TokenLogProb
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.sampling import sampling_params
 from trtkit.gateway.serving import (
@@ -49,13 +50,14 @@ class ServingEndpoint(Generic[RequestT]):
     def prompt_of(self, request: RequestT) -> str:
         raise NotImplementedError
 
-    def body(self, response_id: str, result: GenerationResult) -> BaseModel:
-        """The non-streamed response object."""
+    def body(self, response_id: str, result: GenerationResult, log_probs: list[TokenLogProb] | None = None,
+             ) -> BaseModel:
+        """The non-streamed response object (with the answer's log-probabilities when asked)."""
         raise NotImplementedError
 
     def chunk(self, response_id: str, created: int, **fields: Any) -> BaseModel:
         """One stream chunk: ``text=``, or ``finish_reason=`` + ``result=``, or ``usage=`` (the include_usage
-        chunk, no choice)."""
+        chunk, no choice); ``log_probs=`` with the first two when asked."""
         raise NotImplementedError
 
     def opening_chunks(self, response_id: str, created: int) -> Iterator[BaseModel]:
@@ -69,18 +71,25 @@ class ServingEndpoint(Generic[RequestT]):
         prompt = self.prompt_of(request)
         generation = await start_generation(self.ctx, call, prompt, params, request.user)
         response_id = f"{self.id_prefix}-{generation.request_id}"
+        log_probs = self._log_prob_reader() if params.return_log_probs else None
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
-            return CancellingStreamResponse(self._events(generation, response_id, include_usage),
+            return CancellingStreamResponse(self._events(generation, response_id, include_usage, log_probs),
                                             generation.headers, lambda: self.ctx.metrics.disconnects.labels("true").inc())
         finished, result = await run_or_cancel(generation.result(), call.receive)
         if not finished:
             self.ctx.metrics.disconnects.labels("false").inc()
             return Response(status_code=499)
         observe(self.ctx, result)
-        return JSONResponse(self.body(response_id, result).model_dump(exclude_none=False), headers=generation.headers)
+        entries = None if log_probs is None else log_probs.read(result.log_probs or ())
+        return JSONResponse(self.body(response_id, result, entries).model_dump(exclude_none=False),
+                            headers=generation.headers)
 
-    async def _events(self, generation: Generation, response_id: str, include_usage: bool) -> AsyncIterator[bytes]:
+    def _log_prob_reader(self) -> LogProbReader:
+        return LogProbReader(self.ctx.client.governor.counter.token_bytes)
+
+    async def _events(self, generation: Generation, response_id: str, include_usage: bool,
+                      log_probs: LogProbReader | None = None) -> AsyncIterator[bytes]:
         created = created_now()
         for opening in self.opening_chunks(response_id, created):
             yield responses.sse(opening)
@@ -89,13 +98,18 @@ class ServingEndpoint(Generic[RequestT]):
         try:
             tail = b""
             async for chunk in chunks:
-                if chunk.text:
+                if chunk.text and log_probs is not None:  # with its tokens' log-probabilities: built whole
+                    yield responses.sse(self.chunk(response_id, created, text=chunk.text,
+                                                   log_probs=log_probs.read(chunk.log_probs)))
+                elif chunk.text:
                     yield texts.sse(chunk.text)
                 if chunk.result is not None:  # the last chunk: its events go out with [DONE] in one write
                     result = chunk.result
                     observe(self.ctx, result)
+                    # log-probs of tokens whose text never came (a character the length limit cut) go here
+                    rest = None if log_probs is None else log_probs.read(chunk.log_probs)
                     tail = responses.sse(self.chunk(response_id, created, finish_reason=result.finish_reason,
-                                                    result=result))
+                                                    result=result, log_probs=rest))
                     if include_usage:
                         tail += responses.sse(self.chunk(response_id, created, usage=result.usage))
             yield responses.LastEvent(tail + responses.SSE_DONE)
