@@ -107,7 +107,7 @@ class ServingEndpoint(Generic[RequestT]):
                     result = chunk.result
                     observe(self.ctx, result)
                     # log-probs of tokens whose text never came (a character the length limit cut) go here
-                    rest = None if log_probs is None else log_probs.read(chunk.log_probs)
+                    rest = None if log_probs is None else log_probs.read(chunk.log_probs) or None
                     tail = responses.sse(self.chunk(response_id, created, finish_reason=result.finish_reason,
                                                     result=result, log_probs=rest))
                     if include_usage:
