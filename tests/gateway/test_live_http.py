@@ -69,6 +69,33 @@ def test_disconnect_mid_stream_frees_blocks_and_bills_partial_tokens(gateway, li
     pytest.fail(f"5 streams of {longest} tokens all ended before their client closed them")
 
 
+def test_a_client_gone_before_the_first_token_is_billed_and_stopped(gateway, live_server) -> None:
+    """A stream's headers go out once the request is admitted, before its first token. A client that closes
+    right after them is treated as one that left mid-stream: the request runs to its first token, is billed for
+    what it generated (a row, 'cancelled'), and the engine stops it."""
+    longest = 480
+    for _ in range(5):  # a starved client may close after the whole generation: that try is checked, not counted
+        key, secret = gateway.key()
+        before = settled_engine(live_server.metrics_url, after_iteration=-1)
+        with httpx.Client(base_url=gateway.url, timeout=60) as http:
+            with http.stream("POST", "/v1/completions", headers=auth(secret),
+                             json=body(max_tokens=longest, min_tokens=longest) | {"stream": True}) as response:
+                assert response.status_code == 200
+                assert response.headers["content-type"].startswith("text/event-stream")
+        assert wait_for(lambda: gateway.rows(key)), "no ledger row after the disconnect"  # noqa: B023
+        (prompt, completion, _, finish, _), = gateway.rows(key)
+        assert prompt > 0
+        if finish == "length":
+            assert completion == longest
+            continue
+        assert finish == "cancelled" and 1 <= completion < longest
+        after = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
+        assert after.iteration - before.iteration < longest, "the engine ran on after the client left"
+        assert after.used_blocks <= before.used_blocks, "KV blocks still held after the disconnect"
+        return
+    pytest.fail(f"5 streams of {longest} tokens all ended before their client closed them")
+
+
 def test_disconnect_mid_non_stream_cancels_and_bills(gateway, live_server) -> None:
     """The client leaves as soon as the gateway has admitted its request. As with streams, a starved client
     (and gateway) can be slower than the tiny engine's whole generation (seen under load: finished 'length',

@@ -15,7 +15,7 @@ import contextlib
 import functools
 import time
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 import tritonclient.grpc.aio as aiogrpc
 
@@ -86,11 +86,15 @@ class AsyncTritonLLMClient:
         return final
 
     def stream(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
-               deadline_s: float | None = None, request_id: str | None = None) -> AsyncIterator[StreamChunk]:
+               deadline_s: float | None = None, request_id: str | None = None,
+               on_admitted: Callable[[], None] | None = None) -> AsyncIterator[StreamChunk]:
         """Text deltas with running usage; the last chunk carries the result. ``request_id`` names the
-        request (the gateway passes its own, so nested calls can find its budget). ``close()`` closes every
-        stream still open: its request is cancelled and its ledger row written before the ledger closes."""
-        chunks = self._chunks(prompt, params, caller, deadline_s, server_stream=True, request_id=request_id)
+        request (the gateway passes its own, so nested calls can find its budget). ``on_admitted`` is called
+        once the request passed every limit and budget and goes to the server (before its first token: the
+        gateway then answers its HTTP headers while the engine works). ``close()`` closes every stream still
+        open: its request is cancelled and its ledger row written before the ledger closes."""
+        chunks = self._chunks(prompt, params, caller, deadline_s, server_stream=True, request_id=request_id,
+                              on_admitted=on_admitted)
         self._streams.add(chunks)
         return chunks
 
@@ -142,7 +146,8 @@ class AsyncTritonLLMClient:
 
     async def _chunks(self, prompt: str, params: SamplingParams | None, caller: Caller | None,
                       deadline_s: float | None, *, server_stream: bool | None,
-                      request_id: str | None = None) -> AsyncGenerator[StreamChunk, None]:
+                      request_id: str | None = None,
+                      on_admitted: Callable[[], None] | None = None) -> AsyncGenerator[StreamChunk, None]:
         who = caller or self.setup.caller
         prepare = functools.partial(self.governor.prepare, prompt, params or SamplingParams(), who, record_hit=False,
                                     request_id=request_id)
@@ -154,6 +159,8 @@ class AsyncTritonLLMClient:
             return
         flow = RequestFlow(self.governor, prepared, server_stream=server_stream,
                            deadline_s=deadline_s or self.setup.deadline_s)
+        if on_admitted is not None:
+            on_admitted()
         try:
             # aclosing: when this stream is closed early, the request is stopped now, not by a finaliser
             async with contextlib.aclosing(self._deltas(prepared, flow.use_stream, flow.deadline, flow.acc)) as deltas:

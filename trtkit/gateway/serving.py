@@ -59,21 +59,33 @@ class CallInfo:
 
 @dataclass(slots=True)
 class Generation:
-    """An admitted request: its first chunk is in hand (so refusals became HTTP errors before any byte)."""
+    """An admitted request (refusals became HTTP errors before any byte): its first chunk in hand, or, for a
+    stream, still coming (``first`` a task: the headers go out while the engine works on the first token)."""
 
     request_id: str
-    first: StreamChunk
+    first: StreamChunk | asyncio.Future[StreamChunk]
     rest: AsyncIterator[StreamChunk]
     headers: dict[str, str] = field(default_factory=dict)
 
     async def chunks(self) -> AsyncIterator[StreamChunk]:
-        yield self.first
-        if self.first.result is None:
+        # shielded: a client gone meanwhile must not cancel the request's first step (see aclose)
+        first = self.first if isinstance(self.first, StreamChunk) else await asyncio.shield(self.first)
+        yield first
+        if first.result is None:
             async for chunk in self.rest:
                 yield chunk
 
+    async def aclose(self) -> None:
+        """Stops the request if it still runs. A client gone before the first token: the request runs to it
+        first (its prefill is done by then), so it is billed and recorded like any request cancelled mid-stream
+        (the flow bills a request with no output as never having reached the engine)."""
+        if isinstance(self.first, asyncio.Future):
+            with contextlib.suppress(Exception):
+                await self.first
+        await self.rest.aclose()  # type: ignore[attr-defined]
+
     async def result(self) -> GenerationResult:
-        final = self.first.result
+        final = None
         async for chunk in self.chunks():
             final = chunk.result or final
         assert final is not None, "a stream always ends with a final chunk"
@@ -87,8 +99,9 @@ def check_model(ctx: ServingContext, model: str, key: ApiKey | None) -> None:
 
 
 async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, params: SamplingParams,
-                           user: str | None) -> Generation:
-    """Admit and send one request; raises the refusal (budget, rate, context) before anything is sent."""
+                           user: str | None, *, stream: bool = False) -> Generation:
+    """Admit and send one request; raises the refusal (budget, rate, context) before anything is sent. A
+    stream returns once admitted, its first chunk still coming; otherwise with the first chunk in hand."""
     key = call.key
     caller = Caller(user=(key.user if key and key.user else user or ""), key_id=key.name if key else "")
     request_id = uuid.uuid4().hex
@@ -100,18 +113,39 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
             raise RequestValidationError(f"{PARENT_HEADER} '{call.parent_id}' names no running request of this "
                                          f"gateway; send it only while the parent runs", param=PARENT_HEADER)
     token = current_key.set(key)
+    admitted = asyncio.Event()
     try:
         with draw_on(scope) if scope is not None else contextlib.nullcontext():
-            stream = ctx.client.stream(prompt, params, caller=caller, request_id=request_id)
+            chunks = ctx.client.stream(prompt, params, caller=caller, request_id=request_id,
+                                       on_admitted=admitted.set if stream else None)
+            first: StreamChunk | asyncio.Future[StreamChunk]
             try:
-                first = await stream.__anext__()
+                if stream:  # whichever comes first: admission, or the first chunk (a refusal, a cache hit)
+                    pending: asyncio.Future[StreamChunk] = asyncio.ensure_future(_next(chunks))
+                    await _first_of(pending, admitted)
+                    first = await pending if pending.done() else pending
+                else:
+                    first = await _next(chunks)
             except _REFUSALS as exc:
                 await governor.arecord_refusal(caller, request_id, _reason(exc))
                 raise
     finally:
         current_key.reset(token)
         headers = ctx.rulebook.rate_headers.pop(request_id, {})  # also when the backend failed: no leak
-    return Generation(request_id, first, stream, headers)
+    return Generation(request_id, first, chunks, headers)
+
+
+async def _next(chunks: AsyncIterator[StreamChunk]) -> StreamChunk:
+    return await chunks.__anext__()
+
+
+async def _first_of(first: asyncio.Future[StreamChunk], admitted: asyncio.Event) -> None:
+    waiter: asyncio.Future[Any] = asyncio.ensure_future(admitted.wait())
+    watched: list[asyncio.Future[Any]] = [first, waiter]
+    try:
+        await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
 
 
 def _bare_id(response_id: str) -> str:

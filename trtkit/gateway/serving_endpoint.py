@@ -69,7 +69,7 @@ class ServingEndpoint(Generic[RequestT]):
         check_model(self.ctx, request.model, call.key)
         params = sampling_params(request)
         prompt = self.prompt_of(request)
-        generation = await start_generation(self.ctx, call, prompt, params, request.user)
+        generation = await start_generation(self.ctx, call, prompt, params, request.user, stream=request.stream)
         response_id = f"{self.id_prefix}-{generation.request_id}"
         log_probs = self._log_prob_reader() if params.return_log_probs else None
         if request.stream:
@@ -117,4 +117,4 @@ class ServingEndpoint(Generic[RequestT]):
             yield sse_error(exc)
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
-            await generation.rest.aclose()  # type: ignore[attr-defined]
+            await generation.aclose()
