@@ -122,7 +122,11 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
             try:
                 if stream:  # whichever comes first: admission, or the first chunk (a refusal, a cache hit)
                     pending: asyncio.Future[StreamChunk] = asyncio.ensure_future(_next(chunks))
-                    await _first_of(pending, admitted)
+                    try:
+                        await _first_of(pending, admitted)
+                    except asyncio.CancelledError:  # this handler was cancelled (shutdown): so is the request
+                        pending.cancel()
+                        raise
                     first = await pending if pending.done() else pending
                 else:
                     first = await _next(chunks)
