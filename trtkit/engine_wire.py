@@ -71,7 +71,6 @@ class EngineRun:
     last: Outputs | None = None
     log_probs: list[tuple[int, float]] | None = None  # (token id, log-probability) of the answer; None: not asked
 
-
     def absorb(self, response: Outputs) -> tuple[str, bool]:
         """(new text, final): final when the engine ended the request or a stop string completed."""
         ids = response.get("output_ids")
@@ -107,10 +106,11 @@ class EngineRun:
         answer's, so neither are their log-probabilities."""
         assert self.log_probs is not None
         values = response.get("output_log_probs")
-        if values is None or not new or not consumed:
+        if values is None or not new:
             return
-        flat = np.asarray(values, dtype=np.float64).reshape(-1)[:max(1, np.asarray(values).shape[-1])]
-        ours = flat[-len(new):][:consumed]
+        array = np.asarray(values, dtype=np.float64)
+        beam0 = array.reshape(-1, array.shape[-1])[0] if array.size else array.reshape(-1)
+        ours = beam0[-len(new):][:consumed]
         self.log_probs.extend(zip(new[:consumed], (float(v) for v in ours), strict=False))
 
     def _count(self, response: Outputs, received: int, consumed: int) -> None:
