@@ -32,14 +32,34 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
             process.wait(timeout=60)
 
 
+def _with_sigint(sigint: signal.Handlers, command: list[str]) -> list[str]:
+    """``command`` started with SIGINT at ``sigint``, as a shell's `&` hands it ignored.
+
+    Not ``preexec_fn``: that forks this process, whose gRPC threads (the session's clients) may be mid-call, and gRPC's
+    post-fork handler then aborts the child before it execs ("Epoll1Poller ... epoll_wait error: Bad file
+    descriptor", seen in CI). A shell's ``trap '' INT`` sets the disposition in a process that holds no gRPC, and an
+    ignored signal stays ignored across ``exec``. SIG_DFL needs nothing: exec resets handled signals to default."""
+    if sigint == signal.SIG_DFL:
+        return command
+    assert sigint == signal.SIG_IGN, sigint
+    return ["sh", "-c", "trap '' INT; exec \"$@\"", "sh", *command]
+
+
+def test_a_command_started_with_sigint_ignored_inherits_it() -> None:
+    ignored = [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)"]
+    assert subprocess.run(_with_sigint(signal.SIG_IGN, ignored), capture_output=True, text=True,
+                          check=True).stdout.strip() == "True"
+    assert subprocess.run(_with_sigint(signal.SIG_DFL, ignored), capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+
+
 def _start(repo: Path, home: Path, started: list[subprocess.Popen[str]], *, sigint: signal.Handlers = signal.SIG_DFL,
            ) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """``sigint``: the disposition the process starts with (a shell's `&` hands SIGINT ignored)."""
     env = {**os.environ, "TRTKIT_HOME": str(home)}
-    process = subprocess.Popen([*TRTKIT, "serve", str(repo), "--http-port", "0", "--grpc-port", "0",
-                                "--metrics-port", "0", "--skip-check"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+    process = subprocess.Popen(_with_sigint(sigint, [*TRTKIT, "serve", str(repo), "--http-port", "0", "--grpc-port",
+                                                     "0", "--metrics-port", "0", "--skip-check"]),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     started.append(process)
     urls = {}
     assert process.stdout is not None
