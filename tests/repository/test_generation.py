@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,15 +21,16 @@ MODELS = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble", "tensor
 
 
 @pytest.fixture
-def gpu_engine_dir(tmp_path: Path) -> Path:
-    """What trtkit build writes on a GPU host: rank engines and a config.json with build_config."""
+def gpu_engine_dir(tmp_path: Path, tiny_llama_dir: Path) -> Path:
+    """What trtkit build writes on a GPU host: rank engines, a config.json with build_config, the tokenizer."""
     engine = tmp_path / "engine"
     engine.mkdir()
     (engine / "rank0.engine").write_bytes(b"\0")
     build = {"max_batch_size": 6, "max_input_len": 200, "max_seq_len": 400, "max_num_tokens": 512,
              "max_beam_width": 1, "plugin_config": {"tokens_per_block": 16, "use_paged_context_fmha": True}}
     (engine / "config.json").write_text(json.dumps({"build_config": build}))
-    (engine / "tokenizer.json").write_text("{}")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_llama_dir / name, engine / name)
     return engine
 
 
@@ -61,6 +64,33 @@ def test_gpu_engine_config_meets_the_1_2_contract(tmp_path: Path, gpu_engine_dir
         elif kind == "float":
             float(value)
     assert result.settings.max_input_len == 200 and result.settings.tokens_per_block == 16  # from the engine
+
+
+def test_gpu_guided_decoding_file_is_what_the_cpp_backend_reads(tmp_path: Path, gpu_engine_dir: Path) -> None:
+    """model_instance_state.cc (getGuidedDecodingConfigFromParams, TensorRT-LLM 0c8de69) builds a GuidedDecodingConfig
+    only when guided_decoding_backend is "xgrammar" and xgrammar_tokenizer_info_path names a file, then reads its
+    encoded_vocab (strings), tokenizer_str (string) and stop_token_ids (ints)."""
+    from trtkit.tokenizer.fast_tokenizer import load_fast_tokenizer
+
+    deploy_repository(load_config(CONFIGS / "tiny-llama.yaml"), gpu_engine_dir, tmp_path / "repo", target="gpu")
+    params = _params(read(tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt"))
+    assert params["guided_decoding_backend"] == "xgrammar"
+    info_path = Path(params["xgrammar_tokenizer_info_path"])
+    assert info_path.is_absolute() and info_path.parent == (tmp_path / "repo" / "tensorrt_llm").resolve()
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    tokenizer = load_fast_tokenizer(gpu_engine_dir)
+    assert all(isinstance(t, str) for t in info["encoded_vocab"]) and len(info["encoded_vocab"]) == len(tokenizer)
+    assert [info["encoded_vocab"][i] for i in tokenizer.encode("Paris, 2026", add_special_tokens=False)] == \
+        tokenizer.backend.encode("Paris, 2026", add_special_tokens=False).tokens
+    assert info["stop_token_ids"] == [tokenizer.eos_token_id]
+    assert json.loads(info["tokenizer_str"])["model"]["type"] == "BPE"
+
+    config = load_config(CONFIGS / "tiny-llama.yaml")
+    off = replace(config, serve=replace(config.serve, guided_decoding="none"))
+    deploy_repository(off, gpu_engine_dir, tmp_path / "off", target="gpu")
+    params = _params(read(tmp_path / "off" / "tensorrt_llm" / "config.pbtxt"))
+    assert params["guided_decoding_backend"] == params["xgrammar_tokenizer_info_path"] == ""
+    assert not list((tmp_path / "off").rglob("xgrammar_tokenizer_info.json"))
 
 
 def test_engine_tensors_match_the_template_on_both_targets(tmp_path: Path, gpu_engine_dir: Path,

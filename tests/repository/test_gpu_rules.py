@@ -26,6 +26,14 @@ A100 = HostFacts(gpus=(GpuFact(0, "NVIDIA A100-SXM4-80GB", 80 << 30, (8, 0)),), 
                  tensorrt_version="10.14.1.48")
 
 
+def _write_small_tokenizer(folder: Path) -> None:
+    """A valid three-token tokenizer with an end of sequence (deploy writes guided decoding's vocabulary from it)."""
+    from tokenizers import Tokenizer, models
+
+    Tokenizer(models.BPE(vocab={"</s>": 0, "a": 1, "b": 2}, merges=[])).save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+
+
 def engine_dir(tmp_path: Path, *, paged: bool = True, logits_dtype: str | None = None, built_on: HostFacts = H100) -> Path:
     """What trtkit build leaves on a GPU host: rank engine, config.json (build + pretrained config), manifest."""
     engine = tmp_path / "engine"
@@ -37,7 +45,7 @@ def engine_dir(tmp_path: Path, *, paged: bool = True, logits_dtype: str | None =
     if logits_dtype:
         pretrained["logits_dtype"] = logits_dtype
     (engine / "config.json").write_text(json.dumps({"build_config": build, "pretrained_config": pretrained}))
-    (engine / "tokenizer.json").write_text("{}")
+    _write_small_tokenizer(engine)
     gpu = built_on.gpus[0]
     identity = BuildIdentity("c" * 64, "a" * 64, str(built_on.tensorrt_llm_version), str(built_on.tensorrt_version),
                              gpu.name, f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}")

@@ -111,6 +111,9 @@ class ServeSection:
     max_queue_delay_microseconds: int | None = bounded(None, ge=0, doc="None: from the profile")
     max_queue_size: int = bounded(0, ge=0, doc="0 means unbounded on GPU, 1024 on the CPU engine")
     streaming: bool = described(True, doc="decoupled models that stream deltas")
+    guided_decoding: Literal["xgrammar", "none"] = described(
+        "xgrammar", doc="structured output (JSON, JSON schema, regex, EBNF grammar) with xgrammar, as TensorRT-LLM's "
+                        "executor does it: the repository gets the tokenizer-info file both engines read; none: off")
     exclude_input_in_output: bool = described(True)
     instances: InstanceCounts = described(factory=InstanceCounts)
     server_start_timeout_s: float = bounded(120.0, gt=0.0)

@@ -32,6 +32,8 @@ class EngineConfig:
     dtype: Literal["float32", "bfloat16"] = "float32"  # compute and KV dtype on CPU
     num_threads: int = 0  # torch intra-op threads for the forward pass; 0: every core this process may use
     attention: AttentionPath = "auto"  # decode attention: the native kernel (auto: when it builds) or torch
+    # guided decoding: the repository's xgrammar tokenizer-info file (trtkit.tokenizer.grammar_vocab); None: off
+    xgrammar_tokenizer_info: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_num_tokens", "max_input_len", "max_seq_len", "tokens_per_block",

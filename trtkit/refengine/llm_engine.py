@@ -9,6 +9,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,6 +20,7 @@ from trtkit.refengine.config import EngineConfig
 from trtkit.refengine.cpu_features import usable_cores
 from trtkit.refengine.engine_counters import EngineCounters
 from trtkit.refengine.engine_setup import attention_kernels, compute_dtype, kv_block_count
+from trtkit.refengine.guided_decoding import GuidedDecoder
 from trtkit.refengine.model_runner import ModelRunner, PreparedStep
 from trtkit.refengine.outputs import EngineStats, RequestOutput, SamplingParams
 from trtkit.refengine.request_checks import check_request
@@ -54,6 +56,8 @@ class LLMEngine:
         self.runner = ModelRunner(weights, num_blocks=num_blocks, block_size=config.tokens_per_block,
                                   max_seq_len=config.max_seq_len, dtype=dtype, kernels=attention_kernels(config, spec))
         self.sequences: dict[str, Sequence] = {}
+        self.guided = (GuidedDecoder.from_file(Path(config.xgrammar_tokenizer_info), spec.vocab_size)
+                       if config.xgrammar_tokenizer_info else None)
         self._finished_outputs: list[RequestOutput] = []  # cancellations, delivered by the next step()
         self._counters = EngineCounters()
         self._rng = random.Random()
@@ -74,16 +78,26 @@ class LLMEngine:
         params = params or SamplingParams()
         request_id = request_id if request_id is not None else uuid.uuid4().hex
         self._validate(prompt_ids, params, request_id)
+        grammar = self._grammar(params)
         end_id = params.end_id if params.end_id is not None else self.spec.eos_token_id
         generator = None
         if not params.is_greedy:
             seed = params.seed if params.seed is not None else self._rng.getrandbits(63)
             generator = torch.Generator().manual_seed(seed)
         seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params,
-                       end_id if end_id is None or end_id >= 0 else None, generator)
+                       end_id if end_id is None or end_id >= 0 else None, generator, grammar=grammar)
         self.scheduler.add(seq)
         self.sequences[request_id] = seq
         return request_id
+
+    def _grammar(self, params: SamplingParams) -> Any:
+        """The request's grammar matcher, compiled now, so that a guide that does not compile is refused up front."""
+        if params.guided_decoding_guide_type is None:
+            return None
+        if self.guided is None:
+            raise EngineError("guided decoding is off in this deployment; set serve.guided_decoding: xgrammar in "
+                              "the model config and deploy again, or leave guided_decoding_guide_type out")
+        return self.guided.matcher(params.guided_decoding_guide_type, params.guided_decoding_guide)
 
     def _validate(self, prompt_ids: list[int], params: SamplingParams, request_id: str) -> None:
         if request_id in self.sequences:
@@ -147,7 +161,7 @@ class LLMEngine:
         seqs = [sampled[row].seq for row in live]
         if logits is not None and len(live) < len(sampled):
             logits = logits[live]
-        choices = choose_tokens_isolated(seqs, logits)
+        choices = choose_tokens_isolated(seqs, logits, self.guided)
         now = time.monotonic()
         for seq, choice in zip(seqs, choices, strict=True):
             if isinstance(choice, BaseException):

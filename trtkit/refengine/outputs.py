@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from trtkit.errors import EngineError
+from trtkit.refengine.guided_decoding import check_guide
 
 FinishReason = Literal["end_id", "stop", "length", "cancelled", "error"]  # "error": RequestOutput.error says why
 
@@ -34,6 +35,9 @@ class SamplingParams:
     min_tokens: int = 0
     exclude_input_in_output: bool = True
     return_log_probs: bool = False
+    # structured output (refengine.guided_decoding): json | json_schema | regex | ebnf_grammar, and its guide
+    guided_decoding_guide_type: str | None = None
+    guided_decoding_guide: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -51,6 +55,7 @@ class SamplingParams:
         for name in ("stop_token_ids", "bad_token_ids"):
             if any(len(seq) == 0 for seq in getattr(self, name)):
                 raise EngineError(f"{name}: every sequence needs at least one token id")
+        check_guide(self.guided_decoding_guide_type, self.guided_decoding_guide)
 
     @property
     def is_greedy(self) -> bool:

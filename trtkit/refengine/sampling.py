@@ -1,7 +1,8 @@
 """Logit processing and token choice over the whole batch at once: one tensor operation per control.
 
-Order, as in TensorRT-LLM's sampling layers: bans (bad words, end id before min_tokens), penalties,
-temperature, top-k, top-p, then a draw from each request's own seeded generator. Rows that do not
+Order, as in TensorRT-LLM: the guided-decoding mask (its executor masks the logits before the sampling layers),
+then bans (bad words, end id before min_tokens), penalties, temperature, top-k, top-p, then a draw from each
+request's own seeded generator. Rows that do not
 use a control are left out of its operation, so an all-greedy batch is a single argmax.
 """
 
@@ -11,34 +12,39 @@ import logging
 
 import torch
 
+from trtkit.refengine.guided_decoding import GuidedDecoder
 from trtkit.refengine.sequence import Sequence
 
 NEG_INF = float("-inf")
 log = logging.getLogger(__name__)
 
 
-def choose_tokens_isolated(seqs: list[Sequence], logits: torch.Tensor | None,
+def choose_tokens_isolated(seqs: list[Sequence], logits: torch.Tensor | None, guided: GuidedDecoder | None = None,
                            ) -> list[tuple[int, float | None] | BaseException]:
     """choose_tokens for a batch, where a request whose sampling fails gets its exception in its place and
     every other request still gets its (token, log-probability)."""
     if not seqs or logits is None:
         return []
     try:
-        return list(zip(*choose_tokens(seqs, logits), strict=True))
+        return list(zip(*choose_tokens(seqs, logits, guided), strict=True))
     except Exception:  # find the request(s) at fault
         log.exception("sampling failed for the batch; sampling its %d requests one by one", len(seqs))
     choices: list[tuple[int, float | None] | BaseException] = []
     for seq, row in zip(seqs, logits, strict=True):
         try:
-            tokens, log_probs = choose_tokens([seq], row.unsqueeze(0))
+            tokens, log_probs = choose_tokens([seq], row.unsqueeze(0), guided)
             choices.append((tokens[0], log_probs[0]))
         except Exception as exc:
             choices.append(exc)
     return choices
 
 
-def choose_tokens(seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[int], list[float | None]]:
-    """The next token (and its log-probability when asked for) of every sequence, one logits row each."""
+def choose_tokens(seqs: list[Sequence], logits: torch.Tensor, guided: GuidedDecoder | None = None,
+                  ) -> tuple[list[int], list[float | None]]:
+    """The next token (and its log-probability when asked for) of every sequence, one logits row each.
+    ``guided`` masks the rows of guided requests in place (masking twice is harmless)."""
+    if guided is not None:
+        guided.mask([s.grammar for s in seqs], logits)
     if all(s.params.is_greedy and not s.params.needs_logit_processing and not s.params.return_log_probs
            for s in seqs):
         return logits.argmax(dim=-1).tolist(), [None] * len(seqs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 import torch
 
@@ -25,6 +26,7 @@ class Sequence:
     params: SamplingParams
     end_id: int | None  # resolved: the request's, else the model's; None never stops on an id
     generator: torch.Generator | None = None
+    grammar: Any = None  # a guided request's xgrammar matcher (refengine.guided_decoding), at its output so far
     status: SequenceStatus = SequenceStatus.WAITING
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # chained hashes of the full blocks committed so far

@@ -15,11 +15,25 @@ def append_token(seq: Sequence, token: int, log_prob: float | None, now: float, 
     if seq.end_id is not None and token == seq.end_id:
         seq.finish_reason = "end_id"
         return False
+    if seq.grammar is not None and not _grammar_accepts(seq, token):
+        return False
     seq.token_ids.append(token)
     if log_prob is not None:
         seq.cum_log_prob += log_prob
         seq.pending_log_probs.append(log_prob)
     seq.finish_reason = stop_reason(seq, max_seq_len)
+    return True
+
+
+def _grammar_accepts(seq: Sequence, token: int) -> bool:
+    """Advance a guided request's matcher. Its stop token (the tokenizer's end of sequence) ends the request like
+    the end id, also when the request sent another end_id; a token the mask should have forbidden fails it."""
+    if not seq.grammar.accept_token(token):
+        seq.finish_reason, seq.error = "error", f"guided decoding: the grammar rejected token {token}"
+        return False
+    if seq.grammar.is_terminated():
+        seq.finish_reason = "end_id"
+        return False
     return True
 
 

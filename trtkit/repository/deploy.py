@@ -35,6 +35,7 @@ from trtkit.config import ImpliedSetting, ModelConfig
 from trtkit.errors import RepositoryError
 from trtkit.repository import ensemble, models, pbtxt
 from trtkit.repository.settings import RepoSettings, resolve_settings
+from trtkit.tokenizer import grammar_vocab
 from trtkit.trtllm_build.preflight import HostFacts
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, p
         _guard_engines(settings.engine_dir, host)
     out_dir = Path(out_dir).resolve()
     _prepare(out_dir)
+    if settings.guided_decoding:
+        settings = replace(settings, xgrammar_tokenizer_info_path=out_dir / "tensorrt_llm" / grammar_vocab.FILE_NAME)
     configs = {
         "preprocessing": models.preprocessing(settings),
         "tensorrt_llm": models.engine_gpu(settings) if settings.target == "gpu" else models.engine_cpu(settings),
@@ -78,6 +81,8 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, p
         (out_dir / name / "1").mkdir(exist_ok=True)
     for name in PYTHON_MODELS + (("tensorrt_llm",) if settings.target == "cpu" else ()):
         _install_adapter(name, out_dir / name / "1" / "model.py")
+    if settings.xgrammar_tokenizer_info_path is not None:
+        grammar_vocab.write_tokenizer_info(settings.tokenizer_dir, settings.xgrammar_tokenizer_info_path)
     manifest = {"config_name": config.name, "target": settings.target, "profile": implied_profile(implied, config),
                 "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
                 "implied": [{"field": i.field, "value": i.value, "reason": i.reason} for i in implied]}

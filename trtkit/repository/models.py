@@ -89,7 +89,10 @@ def engine_gpu_parameters(s: RepoSettings) -> dict[str, object]:
         "cancellation_check_period_ms": 100, "stats_check_period_ms": 100, "iter_stats_max_iterations": 1000,
         "request_stats_max_iterations": 0, "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
         "executor_worker_path": "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker",
-        "tokenizer_dir": s.tokenizer_dir, "guided_decoding_backend": "", "xgrammar_tokenizer_info_path": "",
+        "tokenizer_dir": s.tokenizer_dir,
+        # both empty: no guided decoding (the backend then builds no GuidedDecodingConfig)
+        "guided_decoding_backend": "xgrammar" if s.xgrammar_tokenizer_info_path else "",
+        "xgrammar_tokenizer_info_path": s.xgrammar_tokenizer_info_path or "",
     }
 
 
@@ -128,7 +131,7 @@ def engine_cpu(s: RepoSettings) -> mc.ModelConfig:
 CPU_SHARED_PARAMETERS = ("gpt_model_type", "gpt_model_path", "max_beam_width", "batch_scheduler_policy",
                          "max_tokens_in_paged_kv_cache", "enable_kv_cache_reuse", "enable_chunked_context",
                          "exclude_input_in_output", "normalize_log_probs", "stats_check_period_ms",
-                         "tokenizer_dir", "decoding_mode")
+                         "tokenizer_dir", "decoding_mode", "guided_decoding_backend", "xgrammar_tokenizer_info_path")
 
 
 def _front_outputs(s: RepoSettings, *, with_extras: bool) -> list[dict]:

@@ -46,6 +46,9 @@ class RepoSettings:
     instances_post: int
     instances_bls: int
     logits_dtype: str = "float32"
+    guided_decoding: bool = False
+    # the xgrammar tokenizer-info file inside the repository (deploy writes it): both engines read it
+    xgrammar_tokenizer_info_path: Path | None = None
     # test switch: the CPU engine answers exactly as the C++ backend does (per-response counts, no extras)
     emulate_cpp_backend: bool = False
 
@@ -119,7 +122,8 @@ def resolve_settings(config: ModelConfig, engine_dir: Path, *, profile: str | No
         exclude_input_in_output=s.exclude_input_in_output, decoupled=s.streaming,
         chat_template=resolved.model.chat_template, instances_pre=s.instances.preprocessing,
         instances_post=s.instances.postprocessing, instances_bls=s.instances.bls,
-        logits_dtype=engine_logits_dtype(_engine_config(engine_dir)) if chosen == "gpu" else "float32")
+        logits_dtype=engine_logits_dtype(_engine_config(engine_dir)) if chosen == "gpu" else "float32",
+        guided_decoding=s.guided_decoding == "xgrammar")
     return settings, implied
 
 

@@ -36,7 +36,10 @@ def engine_config(params: dict[str, str]):
         max_queue_size=integer("cpu_max_queue_size") or 1024,
         dtype="bfloat16" if params.get("cpu_dtype") == "bf16" else "float32",
         num_threads=integer("cpu_threads") or 0,
-        attention=params.get("cpu_attention") or "auto")  # type: ignore[arg-type]
+        attention=params.get("cpu_attention") or "auto",  # type: ignore[arg-type]
+        # as the C++ backend: guided decoding only with both parameters set
+        xgrammar_tokenizer_info=(params.get("xgrammar_tokenizer_info_path") or None)
+        if params.get("guided_decoding_backend") == "xgrammar" else None)
 
 
 def start_engine(params: dict[str, str]):

@@ -32,6 +32,7 @@ from trtkit.triton_models.requests import (
     InvalidRequest,
     Sampling,
     Tensors,
+    guide_of,
     max_tokens_of,
     reject_unsupported,
     sampling_from,
@@ -66,6 +67,7 @@ class ParsedRequest:
     stream: bool
     exclude_input: bool
     return_counts: tuple[bool, bool] = (True, True)  # return_num_input_tokens, return_num_output_tokens
+    guide: tuple[str | None, str | None] = (None, None)  # guided_decoding_guide_type, guided_decoding_guide
 
 
 @dataclass(slots=True)
@@ -124,7 +126,8 @@ class EngineModel:
             _words(inputs, "stop_words_list"), _words(inputs, "bad_words_list"), stream,
             bool(scalar(inputs, "exclude_input_in_output", self.exclude_input_default)),
             (bool(scalar(inputs, "return_num_input_tokens", False)),
-             bool(scalar(inputs, "return_num_output_tokens", False))))
+             bool(scalar(inputs, "return_num_output_tokens", False))),
+            guide_of(inputs))
 
     def submit(self, inputs: Tensors, sink: ResponseSink, request_id: str | None = None, triton_id: str = "") -> str:
         """Check and enqueue one request; bad requests raise :class:`InvalidRequest` before anything is sent.
@@ -166,7 +169,8 @@ class EngineModel:
             stop_token_ids=parsed.stop_ids, bad_token_ids=parsed.bad_ids, temperature=s.temperature, top_k=s.top_k,
             top_p=s.top_p, seed=s.seed, repetition_penalty=s.repetition_penalty,
             presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty, min_tokens=s.min_tokens,
-            exclude_input_in_output=True, return_log_probs=s.return_log_probs)
+            exclude_input_in_output=True, return_log_probs=s.return_log_probs,
+            guided_decoding_guide_type=parsed.guide[0], guided_decoding_guide=parsed.guide[1])
         stream = RequestStream(parsed, TokenGate(self.tokenizer, self.anchor, stops, self.options), sink,
                                self.tokens_per_block, triton_id=triton_id)
         holder: dict[str, str] = {}

@@ -122,9 +122,22 @@ def max_tokens_of(inputs: Tensors, name: str, label: str = "max_tokens") -> int:
     return int(_checked("max_tokens", value, label))
 
 
+def guide_of(inputs: Tensors) -> tuple[str | None, str | None]:
+    """``guided_decoding_guide_type`` and ``guided_decoding_guide``, checked as the engine will check them."""
+    from trtkit.errors import EngineError
+    from trtkit.refengine.guided_decoding import check_guide
+
+    guide_type, guide = text(inputs, "guided_decoding_guide_type"), text(inputs, "guided_decoding_guide")
+    try:
+        check_guide(guide_type, guide)
+    except EngineError as exc:
+        raise InvalidRequest(str(exc)) from exc
+    return guide_type, guide
+
+
 UNSUPPORTED_ON_CPU = ("prompt_embedding_table", "lora_task_id", "lora_weights", "lora_config", "draft_input_ids",
                       "draft_logits", "encoder_input_features", "decoder_input_ids", "embedding_bias",
-                      "guided_decoding_guide", "context_phase_params", "cross_attention_mask",
+                      "context_phase_params", "cross_attention_mask",
                       "mrope_rotary_cos_sin", "embedding_bias_words", "decoder_text_input")
 
 

@@ -1,0 +1,108 @@
+"""Guided decoding on the CPU engine: every guide type holds the output to its grammar, a guide that does not
+compile fails only its own request, and guided rows batch with free ones exactly as they run alone.
+
+The tiny model has random weights, so what it writes unguided is noise: any output that matches the grammar
+is the mask's doing. Guides here are ones that end (an enum, a bounded number, a regex), so the request
+finishes on the grammar's stop token rather than at max_tokens."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.refengine.conftest import EngineFactory
+from trtkit.errors import EngineError
+from trtkit.refengine import SamplingParams
+from trtkit.tokenizer.fast_tokenizer import load_fast_tokenizer
+from trtkit.tokenizer.grammar_vocab import write_tokenizer_info
+
+ENUM = json.dumps({"type": "string", "enum": ["sunny", "rainy", "windy"]})
+NUMBER = json.dumps({"type": "integer", "minimum": 10, "maximum": 99})
+PATTERN = r"[0-9]{3}-[a-z]{2}"
+GRAMMAR = 'root ::= "It is " ("warm" | "cold") "."'
+
+
+@pytest.fixture(scope="module")
+def info_file(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(write_tokenizer_info(tiny_llama_dir, tmp_path_factory.mktemp("grammar") / "info.json"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_llama_dir: Path):  # type: ignore[no-untyped-def]
+    return load_fast_tokenizer(tiny_llama_dir)
+
+
+def _guided(guide_type: str, guide: str | None = None, **more: object) -> SamplingParams:
+    return SamplingParams(max_tokens=40, guided_decoding_guide_type=guide_type, guided_decoding_guide=guide,
+                          **more)  # type: ignore[arg-type]
+
+
+def test_each_guide_type_holds_the_output_to_its_grammar(make_engine: EngineFactory, info_file: str,
+                                                         tokenizer) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine(xgrammar_tokenizer_info=info_file)
+    prompt = tokenizer.encode("The weather today is", add_special_tokens=False)
+    free, enum, number, pattern, grammar = engine.generate(
+        [prompt] * 5, [SamplingParams(max_tokens=12), _guided("json_schema", ENUM), _guided("json_schema", NUMBER),
+                       _guided("regex", PATTERN), _guided("ebnf_grammar", GRAMMAR)])
+    assert free.finish_reason == "length"  # unguided, the random model never stops on its own
+    text = {name: tokenizer.decode(out.output_token_ids) for name, out in
+            (("enum", enum), ("number", number), ("pattern", pattern), ("grammar", grammar))}
+    assert json.loads(text["enum"]) in ("sunny", "rainy", "windy")
+    assert 10 <= json.loads(text["number"]) <= 99
+    assert re.fullmatch(PATTERN, text["pattern"]) and re.fullmatch(r"It is (warm|cold)\.", text["grammar"])
+    assert {enum.finish_reason, number.finish_reason, pattern.finish_reason, grammar.finish_reason} == {"end_id"}
+
+
+def test_guided_rows_batch_with_free_ones_as_they_run_alone(make_engine: EngineFactory, info_file: str,
+                                                           tokenizer) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine(xgrammar_tokenizer_info=info_file)
+    prompts = [tokenizer.encode(text, add_special_tokens=False) for text in ("A day", "Tomorrow will be", "Code:")]
+    params = [_guided("json_schema", ENUM), SamplingParams(max_tokens=9), _guided("regex", PATTERN)]
+    batched = [out.output_token_ids for out in engine.generate(prompts, params)]
+    alone = [engine.generate([prompt], p)[0].output_token_ids for prompt, p in zip(prompts, params, strict=True)]
+    assert batched == alone
+
+
+def test_sampling_stays_inside_the_grammar(make_engine: EngineFactory, info_file: str,
+                                           tokenizer) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine(xgrammar_tokenizer_info=info_file)
+    prompt = tokenizer.encode("Weather:", add_special_tokens=False)
+    outs = engine.generate([prompt] * 6, [_guided("json_schema", ENUM, temperature=1.5, seed=s) for s in range(6)])
+    assert all(json.loads(tokenizer.decode(o.output_token_ids)) in ("sunny", "rainy", "windy") for o in outs)
+    with_log_probs = engine.generate([prompt], _guided("regex", PATTERN, return_log_probs=True))[0]
+    assert with_log_probs.cum_log_prob is not None and with_log_probs.cum_log_prob <= 0.0
+
+
+@pytest.mark.parametrize(("guide_type", "guide", "named"), [
+    ("json_schema", "{not json", "does not compile as json_schema"),
+    ("regex", "(unclosed", "does not compile as regex"),
+    ("ebnf_grammar", "root ::= missing_rule", "does not compile as ebnf_grammar"),
+])
+def test_a_guide_that_does_not_compile_fails_only_its_request(make_engine: EngineFactory, info_file: str,
+                                                              guide_type: str, guide: str, named: str) -> None:
+    engine = make_engine(xgrammar_tokenizer_info=info_file)
+    with pytest.raises(EngineError, match=named) as refused:
+        engine.add_request([5, 6, 7], _guided(guide_type, guide))
+    assert "guided_decoding_guide" in str(refused.value)
+    assert not engine.has_unfinished()  # nothing was queued
+    assert engine.generate([[5, 6, 7]], _guided("regex", PATTERN))[0].finish_reason == "end_id"
+
+
+def test_request_side_rules_name_the_input() -> None:
+    with pytest.raises(EngineError, match="is not one of json, json_schema, regex, ebnf_grammar"):
+        _guided("yaml", "x")
+    with pytest.raises(EngineError, match="json_schema needs guided_decoding_guide"):
+        _guided("json_schema")
+    with pytest.raises(EngineError, match="without guided_decoding_guide_type"):
+        SamplingParams(guided_decoding_guide="{}")
+    _guided("json")  # any JSON: no guide needed
+
+
+def test_without_guided_decoding_a_guide_is_refused_with_the_fix(make_engine: EngineFactory) -> None:
+    engine = make_engine()
+    with pytest.raises(EngineError, match="serve.guided_decoding: xgrammar"):
+        engine.add_request([5, 6, 7], _guided("json"))
+    assert engine.generate([[5, 6, 7]], SamplingParams(max_tokens=3))[0].finish_reason == "length"

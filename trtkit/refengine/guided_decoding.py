@@ -1,0 +1,103 @@
+"""Guided decoding (structured output) with xgrammar, as TensorRT-LLM's C++ executor does it.
+
+Upstream (NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/xgrammarFactory.cpp, read at 5ac3efb): one grammar
+compiler over ``TokenizerInfo::FromHuggingFace(encoded_vocab, tokenizer_str, vocab_size_padded, stop_token_ids)``,
+and per request one matcher: ``json`` compiles the built-in JSON grammar, ``json_schema`` the schema (xgrammar's
+defaults: any whitespace, strict), ``regex`` and ``ebnf_grammar`` (root rule ``root``) a grammar. Each step the
+matcher's bitmask sets every token it forbids to -inf before sampling; the chosen token is then accepted. The
+tokenizer info is the repository's file (trtkit.tokenizer.grammar_vocab), the one the C++ backend reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trtkit.errors import EngineError
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")  # the backend's guided_decoding_guide_type values
+
+
+def check_guide(guide_type: str | None, guide: str | None) -> None:
+    """The request-side rules, before any compiling: a known type, and a guide where the type needs one."""
+    if guide_type is None:
+        if guide:
+            raise EngineError("guided_decoding_guide was sent without guided_decoding_guide_type; send the type "
+                              f"too (one of {', '.join(GUIDE_TYPES)})")
+        return
+    if guide_type not in GUIDE_TYPES:
+        raise EngineError(f"guided_decoding_guide_type {guide_type!r} is not one of {', '.join(GUIDE_TYPES)}")
+    if guide_type != "json" and not guide:
+        raise EngineError(f"guided_decoding_guide_type {guide_type} needs guided_decoding_guide: the schema, "
+                          "regular expression or grammar")
+
+
+class GuidedDecoder:
+    """Compiles a request's guide into a matcher, and masks a batch's logits with the matchers of its rows."""
+
+    def __init__(self, tokenizer_info: dict[str, Any], vocab_size: int) -> None:
+        try:
+            import xgrammar as xgr
+        except ImportError as exc:
+            raise EngineError("guided decoding needs the xgrammar package: pip install --no-deps xgrammar==0.2.9 "
+                              "(scripts/setup_env.sh does), or set serve.guided_decoding: none") from exc
+
+        # what C++ TokenizerInfo::FromHuggingFace does with tokenizer_str: detect the vocabulary's encoding from it
+        metadata = xgr.TokenizerInfo._detect_metadata_from_hf(tokenizer_info["tokenizer_str"])
+        info = xgr.TokenizerInfo(tokenizer_info["encoded_vocab"], metadata["vocab_type"], vocab_size=vocab_size,
+                                 stop_token_ids=[int(t) for t in tokenizer_info["stop_token_ids"]],
+                                 add_prefix_space=metadata["add_prefix_space"])
+        self._xgr = xgr
+        self.vocab_size = vocab_size
+        self.stop_token_ids = frozenset(info.stop_token_ids)
+        self._compiler = xgr.GrammarCompiler(info, max_threads=1)  # compiled grammars are cached by guide
+
+    @classmethod
+    def from_file(cls, path: Path, vocab_size: int) -> GuidedDecoder:
+        from trtkit.tokenizer.grammar_vocab import read_tokenizer_info
+
+        try:
+            return cls(read_tokenizer_info(path), vocab_size)
+        except EngineError:
+            raise
+        except Exception as exc:  # the repository's error names the fix
+            raise EngineError(f"guided decoding cannot start: {exc}") from exc
+
+    def matcher(self, guide_type: str, guide: str | None) -> Any:
+        """A fresh matcher for one request; a guide that does not compile is that request's error."""
+        compiler = self._compiler
+        try:
+            if guide_type == "json":
+                compiled = compiler.compile_builtin_json_grammar()
+            elif guide_type == "json_schema":
+                json.loads(guide or "")  # xgrammar's own message for bad JSON names no field
+                compiled = compiler.compile_json_schema(guide or "")
+            elif guide_type == "regex":
+                compiled = compiler.compile_grammar(self._xgr.Grammar.from_regex(guide or ""))
+            else:
+                compiled = compiler.compile_grammar(self._xgr.Grammar.from_ebnf(guide or "", root_rule_name="root"))
+        except Exception as exc:
+            raise EngineError(f"guided_decoding_guide does not compile as {guide_type}: {_first_line(exc)}") from exc
+        return self._xgr.GrammarMatcher(compiled)
+
+    def mask(self, matchers: list[Any | None], logits: torch.Tensor) -> None:
+        """Forbidden tokens of every guided row to -inf, in place on [rows, vocab] logits."""
+        rows = [row for row, matcher in enumerate(matchers) if matcher is not None]
+        if not rows:
+            return
+        bitmask = self._xgr.allocate_token_bitmask(len(matchers), self.vocab_size)
+        for row, matcher in enumerate(matchers):
+            if matcher is not None:
+                matcher.fill_next_token_bitmask(bitmask, row)
+        self._xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self.vocab_size, indices=rows)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
