@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -135,3 +137,22 @@ def test_log_probs_of_the_chosen_token_only() -> None:
         with pytest.raises(RequestValidationError) as refused:
             sampling_params(request)
         assert refused.value.param == field
+
+
+def test_response_format_becomes_the_engines_guide() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    shapes = [({"type": "text"}, (None, None)), ({"type": "json_object"}, ("json", None)),
+              ({"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}, ("json_schema", schema)),
+              ({"type": "json", "schema": schema}, ("json_schema", schema)),  # trtllm-serve's shapes
+              ({"type": "regex", "regex": "[0-9]+"}, ("regex", "[0-9]+")),
+              ({"type": "ebnf", "ebnf": 'root ::= "a"'}, ("ebnf_grammar", 'root ::= "a"'))]
+    for response_format, (guide_type, guide) in shapes:
+        params = sampling_params(ChatCompletionRequest.model_validate(CHAT | {"response_format": response_format}),
+                                 guided_decoding=True)
+        sent = json.loads(params.guided_decoding_guide) if isinstance(guide, dict) else params.guided_decoding_guide
+        assert (params.guided_decoding_guide_type, sent) == (guide_type, guide), response_format
+    with pytest.raises(RequestValidationError, match="this deployment has off") as off:
+        sampling_params(ChatCompletionRequest.model_validate(CHAT | {"response_format": {"type": "json_object"}}))
+    assert off.value.param == "response_format"
+    text = sampling_params(ChatCompletionRequest.model_validate(CHAT | {"response_format": {"type": "text"}}))
+    assert text.guided_decoding_guide_type is None  # plain text needs no guided decoding, on or off

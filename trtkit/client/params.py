@@ -22,6 +22,10 @@ class SamplingParams:
     end_id: int | None = None
     pad_id: int | None = None
     return_log_probs: bool = False
+    # structured output, as the backend's inputs: json | json_schema | regex | ebnf_grammar, and the schema,
+    # expression or grammar (none for json); the deployment needs serve.guided_decoding: xgrammar
+    guided_decoding_guide_type: str | None = None
+    guided_decoding_guide: str | None = None
 
     def with_max_tokens(self, max_tokens: int) -> SamplingParams:
         return replace(self, max_tokens=max_tokens)

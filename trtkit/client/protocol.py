@@ -25,7 +25,8 @@ _NUMPY_OF = {"INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64, "FP32": 
 
 # SamplingParams field -> ensemble input (TensorRT-LLM 1.2 template names)
 _OPTIONAL_INPUTS = ("temperature", "top_k", "top_p", "seed", "repetition_penalty", "presence_penalty",
-                    "frequency_penalty", "min_tokens", "end_id", "pad_id")
+                    "frequency_penalty", "min_tokens", "end_id", "pad_id", "guided_decoding_guide_type",
+                    "guided_decoding_guide")
 
 
 @dataclass(slots=True, frozen=True)

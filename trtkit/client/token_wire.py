@@ -30,6 +30,8 @@ from trtkit.tokenizer.stopping import StopFilter
 _ENGINE_INPUTS = {"temperature": "temperature", "top_k": "runtime_top_k", "top_p": "runtime_top_p", "seed": "seed",
                   "repetition_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
                   "frequency_penalty": "frequency_penalty", "min_tokens": "min_tokens"}
+# sent as they are, never kept among the shared scalars (a schema is large and per request)
+_GUIDE_INPUTS = ("guided_decoding_guide_type", "guided_decoding_guide")
 # what is read back (asked for only where the model declares it: fewer tensors per response)
 _OUTPUTS = ("output_ids", "num_input_tokens", "num_output_tokens", "num_cached_tokens", "kv_cache_reused_blocks",
             "finish_reason")
@@ -85,6 +87,11 @@ class TokenWire:
             values["return_log_probs"] = True
         inputs = [self._scalar(name, value) for name, value in values.items()]
         inputs.append(make_input("input_ids", np.array([prompt_ids], dtype=np.int32), self._datatype("input_ids")))
+        for name in _GUIDE_INPUTS:
+            guide = getattr(params, name)
+            if guide is not None:
+                inputs.append(make_input(name, np.array([[guide.encode("utf-8")]], dtype=np.object_),
+                                         self._datatype(name)))
         for name, words in (("stop_words_list", params.stop_words), ("bad_words_list", params.bad_words)):
             if words:
                 inputs.append(make_input(name, words_to_list([self._word_ids(w) for w in words])[None],

@@ -20,6 +20,8 @@ from trtkit.gateway.errors import (
     RateLimitedError,
     RequestValidationError,
 )
+from trtkit.gateway.response_format import ENGINE_GUIDE_INPUT
+from trtkit.gateway.response_format import PARAM as RESPONSE_FORMAT
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,9 @@ def http_error(exc: BaseException) -> HttpError:
                          headers={"retry-after": "1"}, reason="store")
     if isinstance(exc, ServerUnavailableError):
         return HttpError(503, str(exc), "server_error", "backend_unavailable", reason="backend")
+    if isinstance(exc, ClientError) and ENGINE_GUIDE_INPUT in str(exc):  # a schema or grammar the engine cannot compile
+        return HttpError(400, f"{RESPONSE_FORMAT}: the engine refused it: {exc}", "invalid_request_error",
+                         None, RESPONSE_FORMAT, reason="invalid")
     if isinstance(exc, ClientError):
         return HttpError(502, str(exc), "server_error", "backend_error", reason="backend")
     log.error("unexpected error answering a request", exc_info=exc)

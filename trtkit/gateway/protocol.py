@@ -47,6 +47,8 @@ class _SamplingFields(BaseModel):
     functions: list[Any] | None = None
     function_call: Any = None
     parallel_tool_calls: bool | None = None
+    # Structured output (gateway.response_format): OpenAI's text / json_object / json_schema, trtllm-serve's
+    # json / regex / ebnf
     response_format: Any = None
     # Accepted and ignored: they change nothing about the answer.
     metadata: dict[str, Any] | None = None

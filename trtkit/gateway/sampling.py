@@ -1,7 +1,8 @@
 """The one place request fields are checked and turned into SamplingParams.
 
 Ranges are the served model's own (trtkit.sampling_ranges, shared with the engine model and the BLS),
-narrowed where OpenAI's API is narrower; a value out of range is a 400 naming the field. Fields the gateway does not support yet are refused by name.
+narrowed where OpenAI's API is narrower; a value out of range is a 400 naming the field. Fields the gateway does not
+support yet are refused by name. ``response_format`` becomes the engine's guided decoding (gateway.response_format).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from trtkit.client.params import SamplingParams
 from trtkit.errors import InvalidInputError
 from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
+from trtkit.gateway.response_format import guide_of
 from trtkit.sampling_ranges import check_sampling_value
 
 MAX_STOP_STRINGS = 4
@@ -27,14 +29,15 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "functions": ([], "drop functions; function calling is not supported yet"),
     "function_call": ("none", "drop function_call; function calling is not supported yet"),
     "parallel_tool_calls": (False, "drop parallel_tool_calls"),
-    "response_format": ({"type": "text"}, "drop response_format; structured output is not supported yet"),
 }
 # OpenAI's API narrows the model's own range (trtkit.sampling_ranges) for these fields
 API_MAXIMUM: dict[str, float] = {"temperature": 2.0}
 
 
-def sampling_params(request: ChatCompletionRequest | CompletionRequest) -> SamplingParams:
-    """Validate every sampling field of a request; raises RequestValidationError naming the field."""
+def sampling_params(request: ChatCompletionRequest | CompletionRequest, *, guided_decoding: bool = False,
+                    ) -> SamplingParams:
+    """Validate every sampling field of a request; raises RequestValidationError naming the field.
+    ``guided_decoding``: the deployment has it on (serve.guided_decoding), so response_format can be honoured."""
     for name, (unused, fix) in UNSUPPORTED.items():
         value = getattr(request, name, None)
         if value is not None and value != unused:
@@ -46,6 +49,7 @@ def sampling_params(request: ChatCompletionRequest | CompletionRequest) -> Sampl
                                          param="max_completion_tokens")
         max_tokens = request.max_completion_tokens
     log_probs = _wants_log_probs(request)
+    guide_type, guide = guide_of(request.response_format, enabled=guided_decoding)
     values = {"temperature": request.temperature, "top_p": request.top_p, "seed": request.seed,
               "presence_penalty": request.presence_penalty, "frequency_penalty": request.frequency_penalty,
               "max_tokens": max_tokens, "min_tokens": request.min_tokens}
@@ -54,7 +58,8 @@ def sampling_params(request: ChatCompletionRequest | CompletionRequest) -> Sampl
     return SamplingParams(max_tokens=max_tokens, temperature=1.0 if request.temperature is None else request.temperature,
                           top_p=request.top_p, seed=request.seed, presence_penalty=request.presence_penalty,
                           frequency_penalty=request.frequency_penalty, stop_words=_stops(request.stop),
-                          min_tokens=request.min_tokens, return_log_probs=log_probs)
+                          min_tokens=request.min_tokens, return_log_probs=log_probs,
+                          guided_decoding_guide_type=guide_type, guided_decoding_guide=guide)
 
 
 def _wants_log_probs(request: ChatCompletionRequest | CompletionRequest) -> bool:

@@ -67,7 +67,7 @@ class ServingEndpoint(Generic[RequestT]):
     # The shared flow -----------------------------------------------------------------------------------
     async def create(self, request: RequestT, call: CallInfo) -> Response:
         check_model(self.ctx, request.model, call.key)
-        params = sampling_params(request)
+        params = sampling_params(request, guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar")
         prompt = self.prompt_of(request)
         generation = await start_generation(self.ctx, call, prompt, params, request.user, stream=request.stream)
         response_id = f"{self.id_prefix}-{generation.request_id}"
