@@ -106,3 +106,29 @@ def test_cli_prints_findings_and_exits_1(repo: Path, capsys: pytest.CaptureFixtu
     (finding,) = json.loads(capsys.readouterr().out)
     assert finding["code"] == "max_input_len" and finding["found"] == "parameter max_input_len 9999"
     assert finding["file"].endswith("preprocessing/config.pbtxt") and finding["fix"]
+
+
+def test_guided_decoding_file_must_match_the_served_tokenizer(repo: Path, tiny_config: ModelConfig) -> None:
+    engine = read_config(repo / "tensorrt_llm" / "config.pbtxt")
+    original = Path(engine.parameters["xgrammar_tokenizer_info_path"].string_value)
+    info = json.loads(original.read_text(encoding="utf-8"))
+    info["encoded_vocab"][10], info["encoded_vocab"][11] = info["encoded_vocab"][11], info["encoded_vocab"][10]
+    swapped = repo / "tensorrt_llm" / "other_info.json"
+    swapped.write_text(json.dumps(info), encoding="utf-8")
+    _set(repo, "tensorrt_llm", "xgrammar_tokenizer_info_path", str(swapped))
+    (finding,) = check_repository(repo, config=tiny_config, gpu_count=0)
+    assert finding.code == "guided_decoding" and finding.file == swapped and "vocabulary" in finding.found
+    _set(repo, "tensorrt_llm", "xgrammar_tokenizer_info_path", str(repo / "nowhere.json"))
+    (finding,) = check_repository(repo, config=tiny_config, gpu_count=0)
+    assert finding.code == "guided_decoding" and "cannot be read" in finding.expected
+
+
+def test_guided_decoding_asked_by_the_config_but_not_deployed(repo: Path, tiny_config: ModelConfig) -> None:
+    _set(repo, "tensorrt_llm", "guided_decoding_backend", "")
+    _set(repo, "tensorrt_llm", "xgrammar_tokenizer_info_path", "")
+    (finding,) = check_repository(repo, config=tiny_config, gpu_count=0)
+    assert finding.code == "guided_decoding" and "serve.guided_decoding: xgrammar" in finding.expected
+    assert check_repository(repo, gpu_count=0) == []  # without the config, off is a valid choice
+    _set(repo, "tensorrt_llm", "guided_decoding_backend", "outlines")
+    (finding,) = check_repository(repo, gpu_count=0)
+    assert finding.code == "guided_decoding" and "'outlines'" in finding.found

@@ -22,13 +22,15 @@ from trtkit.check.rules import (
     placeholders,
     sequence_lengths,
 )
+from trtkit.check.rules_guided import guided_decoding
 from trtkit.check.rules_runtime import end_and_pad_ids, engine_host, tokenizer_paths, world_size
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import RepositoryError
 from trtkit.trtllm_build.preflight import HostFacts
 
 RULES: tuple[Rule, ...] = (placeholders, engine_path, max_batch_size, sequence_lengths, beam_width,
-                           paged_context_fmha, decoupled, tokenizer_paths, end_and_pad_ids, world_size, engine_host)
+                           paged_context_fmha, decoupled, tokenizer_paths, end_and_pad_ids, guided_decoding, world_size,
+                           engine_host)
 
 __all__ = ["Finding", "check_repository", "engine_world_size", "load_context"]
 
