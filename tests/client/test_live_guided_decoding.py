@@ -59,3 +59,20 @@ def test_a_guide_that_does_not_compile_is_refused_and_the_next_request_served(li
             client.generate("x", SamplingParams(max_tokens=4, guided_decoding_guide_type="regex",
                                                 guided_decoding_guide="(open"))
         assert client.generate("x", SamplingParams(max_tokens=2)).usage.completion_tokens == 2
+
+
+def test_cli_generate_with_a_schema_file(live_server, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from trtkit.cli.main import main
+
+    from .conftest import TINY_CONFIG
+
+    schema = tmp_path / "wind.json"
+    schema.write_text(ENUM, encoding="utf-8")
+    assert main(["generate", str(TINY_CONFIG), "Wind?", "--url", live_server.grpc_url, "--max-tokens", "20",
+                 "--json", "--guide-type", "json_schema", "--guide", f"@{schema}"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert json.loads(out["text"]) in ("north", "south", "east", "west") and out["finish_reason"] == "end_id"
+    assert main(["generate", str(TINY_CONFIG), "Wind?", "--url", live_server.grpc_url, "--guide-type",
+                 "json_schema", "--guide", f"@{tmp_path / 'missing.json'}"]) == 1
+    err = capsys.readouterr().err
+    assert "--guide @" in err and "no such file" in err and "Traceback" not in err

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from trtkit.cli.options import ConfigArg, JsonOpt
+from trtkit.errors import ClientError
 
 UrlOpt = Annotated[str | None, typer.Option("--url", help="tritonserver gRPC address host:port; default: the newest "
                                             "server started by `trtkit serve`, else 127.0.0.1:serve.grpc_port")]
@@ -60,12 +61,23 @@ def _usage_line(result) -> str:  # type: ignore[no-untyped-def]
 def generate(config_path: ConfigArg, prompt: Annotated[str, typer.Argument(help="Prompt text; '-' reads stdin")],
              url: UrlOpt = None, max_tokens: MaxTokensOpt = None, temperature: TemperatureOpt = 0.0,
              seed: SeedOpt = None, stream: Annotated[bool, typer.Option("--stream/--no-stream")] = True,
-             user: UserOpt = "", key_id: KeyOpt = "", as_json: JsonOpt = False) -> None:
+             user: UserOpt = "", key_id: KeyOpt = "", as_json: JsonOpt = False,
+             guide_type: Annotated[str | None, typer.Option(
+                 "--guide-type", help="structured output: json | json_schema | regex | ebnf_grammar (the deployment "
+                                      "needs serve.guided_decoding: xgrammar)")] = None,
+             guide: Annotated[str | None, typer.Option(
+                 "--guide", help="the schema, regular expression or grammar for --guide-type; @FILE reads a file")]
+             = None) -> None:
     """One-shot generation with exact token usage (text to stdout, usage to stderr)."""
     from trtkit.client import SamplingParams
 
     text = sys.stdin.read() if prompt == "-" else prompt
-    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
+    if guide is not None and guide.startswith("@"):
+        if not Path(guide[1:]).is_file():
+            raise ClientError(f"--guide {guide}: no such file; pass @PATH of the schema or grammar, or the text itself")
+        guide = Path(guide[1:]).read_text(encoding="utf-8")
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed,
+                            guided_decoding_guide_type=guide_type, guided_decoding_guide=guide)
     _, client = _client(config_path, url, user, key_id)
     with client:
         if stream and not as_json:
@@ -125,8 +137,6 @@ def usage(by: Annotated[str, typer.Option("--by", help="day | model | user | key
           ) -> None:
     """Report the usage ledger by day, model, user, API key (the gateway's key names) or session."""
     from trtkit.client.ledger import format_report, open_ledger, usage_report
-    from trtkit.errors import ClientError
-
     if by not in ("day", "model", "user", "key", "session"):
         raise ClientError(f"--by {by!r} is unknown; use day, model, user, key or session")
     if fmt not in ("table", "csv", "json"):
