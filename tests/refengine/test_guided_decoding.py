@@ -106,3 +106,14 @@ def test_without_guided_decoding_a_guide_is_refused_with_the_fix(make_engine: En
     with pytest.raises(EngineError, match="serve.guided_decoding: xgrammar"):
         engine.add_request([5, 6, 7], _guided("json"))
     assert engine.generate([[5, 6, 7]], SamplingParams(max_tokens=3))[0].finish_reason == "length"
+
+
+def test_a_grammar_that_must_end_ends_despite_min_tokens(make_engine: EngineFactory, info_file: str,
+                                                        tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """min_tokens bans the end id; once the enum is written the grammar allows nothing else: the request ends
+    with the enum (not an error, not a token the grammar forbids)."""
+    engine = make_engine(xgrammar_tokenizer_info=info_file)
+    prompt = tokenizer.encode("Weather:", add_special_tokens=False)
+    out = engine.generate([prompt], _guided("json_schema", ENUM, min_tokens=30))[0]
+    assert out.finish_reason == "end_id" and json.loads(tokenizer.decode(out.output_token_ids)) in (
+        "sunny", "rainy", "windy")

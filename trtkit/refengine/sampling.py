@@ -49,6 +49,8 @@ def choose_tokens(seqs: list[Sequence], logits: torch.Tensor, guided: GuidedDeco
            for s in seqs):
         return logits.argmax(dim=-1).tolist(), [None] * len(seqs)
     logits = process_logits(seqs, logits.clone())
+    if guided is not None:
+        end_where_the_grammar_must_end(seqs, logits)
     tokens, log_probs = greedy_choice(logits)
     sampled_rows = [row for row, s in enumerate(seqs) if not s.params.is_greedy]
     if sampled_rows:
@@ -73,6 +75,18 @@ def process_logits(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
                                  [seqs[r].params.presence_penalty for r in rows],
                                  [seqs[r].params.frequency_penalty for r in rows])
     return logits
+
+
+def end_where_the_grammar_must_end(seqs: list[Sequence], logits: torch.Tensor) -> None:
+    """A guided row whose grammar allows nothing but its end, which min_tokens (or a bad word) banned: the end
+    id is allowed again, so the request ends there instead of picking from nothing but -inf."""
+    rows = [row for row, s in enumerate(seqs) if s.grammar is not None and s.end_id is not None]
+    if not rows:
+        return
+    dead = torch.isneginf(logits[rows].amax(dim=-1)).tolist()
+    for row, nothing_left in zip(rows, dead, strict=True):
+        if nothing_left:
+            logits[row, seqs[row].end_id] = 0.0
 
 
 def ban_tokens(seqs: list[Sequence], logits: torch.Tensor) -> None:
