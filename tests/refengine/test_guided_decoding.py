@@ -117,3 +117,29 @@ def test_a_grammar_that_must_end_ends_despite_min_tokens(make_engine: EngineFact
     out = engine.generate([prompt], _guided("json_schema", ENUM, min_tokens=30))[0]
     assert out.finish_reason == "end_id" and json.loads(tokenizer.decode(out.output_token_ids)) in (
         "sunny", "rainy", "windy")
+
+
+def test_the_bitmask_is_applied_as_xgrammar_applies_it() -> None:
+    """apply_bitmask is the engine's own (faster) form of xgrammar's apply_token_bitmask_inplace: the same logits
+    out, for every row or for some (bitmask row k masks logits row rows[k]), on a vocabulary of 1,000 tokens (not a
+    multiple of 32)."""
+    import torch
+    import xgrammar as xgr
+
+    from trtkit.refengine.guided_decoding import apply_bitmask
+
+    vocab, generator = 1000, torch.Generator().manual_seed(0)
+    bitmask = torch.randint(-2**31, 2**31 - 1, (3, (vocab + 31) // 32), dtype=torch.int32, generator=generator)
+    every = torch.randn(3, vocab, generator=generator)
+    expected, ours = every.clone(), every.clone()
+    xgr.apply_token_bitmask_inplace(expected, bitmask, vocab_size=vocab)
+    apply_bitmask(ours, bitmask, [0, 1, 2])
+    assert torch.equal(ours, expected) and torch.isneginf(ours).any() and not torch.isneginf(ours).all()
+    some = torch.randn(5, vocab, generator=generator)
+    ours = some.clone()
+    apply_bitmask(ours, bitmask, [1, 3, 4])
+    for slot, row in enumerate([1, 3, 4]):
+        one = some[row:row + 1].clone()
+        xgr.apply_token_bitmask_inplace(one, bitmask[slot:slot + 1], vocab_size=vocab)
+        assert torch.equal(ours[row], one[0]), row
+    assert torch.equal(ours[[0, 2]], some[[0, 2]])  # rows without a grammar are untouched

@@ -91,11 +91,27 @@ class GuidedDecoder:
         rows = [row for row, matcher in enumerate(matchers) if matcher is not None]
         if not rows:
             return
-        bitmask = self._xgr.allocate_token_bitmask(len(matchers), self.vocab_size)
-        for row, matcher in enumerate(matchers):
-            if matcher is not None:
-                matcher.fill_next_token_bitmask(bitmask, row)
-        self._xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self.vocab_size, indices=rows)
+        bitmask = self._xgr.allocate_token_bitmask(len(rows), self.vocab_size)
+        for slot, row in enumerate(rows):
+            matchers[row].fill_next_token_bitmask(bitmask, slot)
+        apply_bitmask(logits, bitmask, rows)
+
+
+def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> None:
+    """What xgrammar's apply_token_bitmask_inplace does (bit j of word i set: token 32 * i + j allowed), 3-4x
+    faster on CPU when most of the vocabulary is forbidden, as it is inside JSON (its CPU kernel writes -inf one
+    bit at a time: 1.5 ms for 8 rows of 49,152 tokens against 0.3-0.5 ms here, on the Zen 4 VM)."""
+    import numpy as np
+    import torch
+
+    allowed = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, bitorder="little")[:, :logits.shape[1]]
+    forbidden = torch.from_numpy(allowed) == 0
+    with torch.inference_mode():  # the model's logits are inference tensors: written in place only in this mode
+        if len(rows) == logits.shape[0]:
+            logits.masked_fill_(forbidden, float("-inf"))
+        else:
+            index = torch.tensor(rows)
+            logits[index] = logits[index].masked_fill(forbidden, float("-inf"))
 
 
 def _first_line(exc: BaseException) -> str:
