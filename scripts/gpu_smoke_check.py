@@ -6,7 +6,8 @@
 For each of ``ensemble`` and ``tensorrt_llm_bls``, and a CJK and an English prompt, greedy, streamed and
 not: the engine's counts (per-response counts added up, as the C++ backend sends them) equal the trtkit
 client's usage, the prompt count equals the client's own tokenizer count, streamed equals non-streamed,
-and no text holds U+FFFD. Cancelled streams must give every KV block back. Then TTFT (median of 5
+and no text holds U+FFFD. Guided decoding (the repository's xgrammar file): a JSON-schema enum and a regex hold
+each model's answer, streamed and not. Cancelled streams must give every KV block back. Then TTFT (median of 5
 streamed BLS requests) and tokens/s (16 concurrent requests). Exits 1 with every failed check listed.
 Works against the CPU reference engine too (tests/test_gpu_smoke.py runs it there).
 """
@@ -114,6 +115,31 @@ def usage_checks(url: str, config, failures: list[str]) -> None:  # type: ignore
                                     f"{usage.prompt_tokens}, tokenizer {local}")
 
 
+GUIDES = {"json_schema": json.dumps({"type": "string", "enum": ["red", "green", "blue"]}), "regex": "[0-9]{4}-[0-9]{2}"}
+
+
+def guided_checks(url: str, failures: list[str]) -> None:
+    """Each model's answer held to a JSON-schema enum and to a regex (the C++ backend's xgrammar on GPU)."""
+    for model in MODELS:
+        for guide_type, guide in GUIDES.items():
+            for stream in (True, False):
+                items = request(PROMPTS["english"], MAX_TOKENS, stream)
+                items += [tensor("guided_decoding_guide_type", guide_type.encode(), np.object_),
+                          tensor("guided_decoding_guide", guide.encode(), np.object_)]
+                text = raw_generate(url, model, items)["text"]
+                if not _holds(guide_type, guide, text):
+                    failures.append(f"{model} {guide_type} stream={stream}: {text!r} does not match {guide!r}")
+
+
+def _holds(guide_type: str, guide: str, text: str) -> bool:
+    if guide_type == "regex":
+        return re.fullmatch(guide, text) is not None
+    try:
+        return json.loads(text) in json.loads(guide)["enum"]
+    except ValueError:
+        return False
+
+
 def used_blocks(metrics_url: str) -> float:
     with urllib.request.urlopen(metrics_url, timeout=10) as response:
         found = USED_BLOCKS.findall(response.read().decode())
@@ -170,6 +196,8 @@ def check(args: argparse.Namespace) -> int:
     wait_ready(args.grpc)
     failures: list[str] = []
     usage_checks(args.grpc, config, failures)
+    if config.serve.guided_decoding == "xgrammar":
+        guided_checks(args.grpc, failures)
     long_tokens = min(512, config.build.max_seq_len - config.build.max_input_len)
     cancel_checks(args.grpc, args.metrics, long_tokens, failures)
     result = {"label": args.label, "failures": failures, **bench(args.grpc, config)}
