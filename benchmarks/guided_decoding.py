@@ -175,7 +175,7 @@ def main() -> None:
         guided_s.append(seconds)
     ratios = [f / g for f, g in zip(free_s, guided_s, strict=True)]  # guided tok/s over free tok/s, per round
     ratio = statistics.median(ratios)
-    interval = bootstrap_interval(lambda idx: float(statistic_median([ratios[i] for i in idx])), len(ratios))
+    interval = bootstrap_interval(lambda idx: float(statistics.median([ratios[i] for i in idx])), len(ratios))
     verdict = verdict_at_least(ratio, interval, TARGET_RATIO)
     guided_tokens = tokens_per_round * args.rounds
     per_token_ms = {name: clock[name] / guided_tokens * 1e3 for name in ("mask_s", "fill_s", "accept_s")}
@@ -219,10 +219,6 @@ def main() -> None:
         "met": {"guided_over_free_tokens_per_s": verdict},
         "settings": {"threads": args.threads, "batch": args.batch, "tokens": args.tokens, "rounds": args.rounds,
                      "answer_tokens": args.answer_tokens, "dtype": "fp32"}})
-
-
-def statistic_median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 if __name__ == "__main__":

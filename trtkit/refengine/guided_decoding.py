@@ -11,7 +11,6 @@ tokenizer info is the repository's file (trtkit.tokenizer.grammar_vocab), the on
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,6 @@ from trtkit.errors import EngineError
 if TYPE_CHECKING:
     import torch
 
-log = logging.getLogger(__name__)
 GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")  # the backend's guided_decoding_guide_type values
 
 
@@ -55,7 +53,6 @@ class GuidedDecoder:
                                  add_prefix_space=metadata["add_prefix_space"])
         self._xgr = xgr
         self.vocab_size = vocab_size
-        self.stop_token_ids = frozenset(info.stop_token_ids)
         self._compiler = xgr.GrammarCompiler(info, max_threads=1)  # compiled grammars are cached by guide
 
     @classmethod
@@ -88,13 +85,13 @@ class GuidedDecoder:
 
     def mask(self, matchers: list[Any | None], logits: torch.Tensor) -> None:
         """Forbidden tokens of every guided row to -inf, in place on [rows, vocab] logits."""
-        rows = [row for row, matcher in enumerate(matchers) if matcher is not None]
-        if not rows:
+        guided = [(row, matcher) for row, matcher in enumerate(matchers) if matcher is not None]
+        if not guided:
             return
-        bitmask = self._xgr.allocate_token_bitmask(len(rows), self.vocab_size)
-        for slot, row in enumerate(rows):
-            matchers[row].fill_next_token_bitmask(bitmask, slot)
-        apply_bitmask(logits, bitmask, rows)
+        bitmask = self._xgr.allocate_token_bitmask(len(guided), self.vocab_size)
+        for slot, (_, matcher) in enumerate(guided):
+            matcher.fill_next_token_bitmask(bitmask, slot)
+        apply_bitmask(logits, bitmask, [row for row, _ in guided])
 
 
 def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) -> None:

@@ -74,11 +74,12 @@ class LLMEngine:
         return cls(load_model(path, compute_dtype(config)), config)
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None,
-                    request_id: str | None = None) -> str:
+                    request_id: str | None = None, *, grammar: Any = None) -> str:
+        """``grammar``: the matcher grammar_for(params) made, when the caller compiled it already."""
         params = params or SamplingParams()
         request_id = request_id if request_id is not None else uuid.uuid4().hex
         self._validate(prompt_ids, params, request_id)
-        grammar = self._grammar(params)
+        grammar = grammar if grammar is not None else self.grammar_for(params)
         end_id = params.end_id if params.end_id is not None else self.spec.eos_token_id
         generator = None
         if not params.is_greedy:
@@ -90,8 +91,10 @@ class LLMEngine:
         self.sequences[request_id] = seq
         return request_id
 
-    def _grammar(self, params: SamplingParams) -> Any:
-        """The request's grammar matcher, compiled now, so that a guide that does not compile is refused up front."""
+    def grammar_for(self, params: SamplingParams) -> Any:
+        """The request's grammar matcher (None without a guide): a guide that does not compile is refused up front.
+        Safe from any thread (xgrammar's compiler locks its cache), so a caller that serializes add_request can
+        compile first, outside its lock, and pass the matcher in: a fresh schema takes milliseconds."""
         if params.guided_decoding_guide_type is None:
             return None
         if self.guided is None:

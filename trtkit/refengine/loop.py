@@ -32,11 +32,13 @@ class EngineLoop:
 
     def submit(self, prompt_ids: list[int], params: SamplingParams, on_output: OutputCallback,
                request_id: str | None = None) -> str:
-        """Queue a request; raises EngineError at once when it is invalid or the queue is full."""
+        """Queue a request; raises EngineError at once when it is invalid or the queue is full. A guide is
+        compiled before the lock is taken, so a fresh schema never holds up the running requests' steps."""
+        grammar = self.engine.grammar_for(params)
         with self._lock:
             if self._stopping:
                 raise EngineError("the engine loop is shut down; start a new one")
-            request_id = self.engine.add_request(prompt_ids, params, request_id)
+            request_id = self.engine.add_request(prompt_ids, params, request_id, grammar=grammar)
             self._callbacks[request_id] = on_output
         self._wake.set()
         return request_id
