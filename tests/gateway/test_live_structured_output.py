@@ -71,8 +71,8 @@ def test_bad_formats_are_400s_naming_response_format(gateway) -> None:
             client.chat.completions.create(model="tiny-llama", messages=[{"role": "user", "content": "hi"}],
                                            max_tokens=4, response_format=response_format)  # type: ignore[arg-type]
         assert refused.value.body["param"] == "response_format", response_format  # type: ignore[index]
-    # streamed, the headers went out at admission: the engine's refusal is the stream's error event, same body
-    with pytest.raises(openai.APIError, match="does not compile as regex") as in_stream:
+    # streamed too: a guided stream's headers wait for the engine, so its refusal is a 400 before any event
+    with pytest.raises(openai.BadRequestError, match="does not compile as regex") as in_stream:
         list(client.completions.create(model="tiny-llama", prompt="x", max_tokens=4, stream=True,
                                        extra_body={"response_format": {"type": "regex", "regex": "(open"}}))
     assert in_stream.value.body["param"] == "response_format"  # type: ignore[index]

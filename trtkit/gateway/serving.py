@@ -99,9 +99,10 @@ def check_model(ctx: ServingContext, model: str, key: ApiKey | None) -> None:
 
 
 async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, params: SamplingParams,
-                           user: str | None, *, stream: bool = False) -> Generation:
-    """Admit and send one request; raises the refusal (budget, rate, context) before anything is sent. A
-    stream returns once admitted, its first chunk still coming; otherwise with the first chunk in hand."""
+                           user: str | None, *, at_admission: bool = False) -> Generation:
+    """Admit and send one request; raises the refusal (budget, rate, context) before anything is sent. With
+    ``at_admission`` (a stream) it returns once admitted, its first chunk still coming; otherwise with the first
+    chunk in hand (and an engine's refusal raised)."""
     key = call.key
     caller = Caller(user=(key.user if key and key.user else user or ""), key_id=key.name if key else "")
     request_id = uuid.uuid4().hex
@@ -117,10 +118,10 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
     try:
         with draw_on(scope) if scope is not None else contextlib.nullcontext():
             chunks = ctx.client.stream(prompt, params, caller=caller, request_id=request_id,
-                                       on_admitted=admitted.set if stream else None)
+                                       on_admitted=admitted.set if at_admission else None)
             first: StreamChunk | asyncio.Future[StreamChunk]
             try:
-                if stream:  # whichever comes first: admission, or the first chunk (a refusal, a cache hit)
+                if at_admission:  # whichever comes first: admission, or the first chunk (a refusal, a cache hit)
                     pending: asyncio.Future[StreamChunk] = asyncio.ensure_future(_next(chunks))
                     try:
                         await _first_of(pending, admitted)

@@ -69,7 +69,10 @@ class ServingEndpoint(Generic[RequestT]):
         check_model(self.ctx, request.model, call.key)
         params = sampling_params(request, guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar")
         prompt = self.prompt_of(request)
-        generation = await start_generation(self.ctx, call, prompt, params, request.user, stream=request.stream)
+        # A stream's headers go out at admission, but a guided one's wait for the engine's first answer: only the
+        # engine compiles a schema or grammar, and its refusal is then a 400, not the stream's error event
+        at_admission = request.stream and params.guided_decoding_guide_type is None
+        generation = await start_generation(self.ctx, call, prompt, params, request.user, at_admission=at_admission)
         response_id = f"{self.id_prefix}-{generation.request_id}"
         log_probs = self._log_prob_reader() if params.return_log_probs else None
         if request.stream:
