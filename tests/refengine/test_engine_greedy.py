@@ -47,6 +47,15 @@ def test_scheduling_choices_do_not_change_greedy_output(make_engine: EngineFacto
         assert engine.stats().preempted_requests > 0
 
 
+def test_a_prompt_longer_than_the_step_budget_alone(make_engine: EngineFactory, prompts, reference) -> None:  # type: ignore[no-untyped-def]
+    """Chunked context with one request at a time: the first steps hold only the middle of its prompt, so no row
+    is sampled (the decode-size head refused an empty product and failed the request)."""
+    engine = make_engine(enable_chunked_context=True, max_num_tokens=16, max_batch_size=1)
+    outputs = [engine.generate([p], GREEDY)[0] for p in prompts]
+    assert [o.output_token_ids for o in outputs] == reference
+    assert max(len(p) for p in prompts) > 16 and all(o.error is None for o in outputs)
+
+
 def test_prefix_reuse_gives_the_same_output_and_reports_reused_tokens(make_engine: EngineFactory,
                                                                       tiny_hf_model) -> None:  # type: ignore[no-untyped-def]
     system = random_prompts(1, 40, 40, seed=7)[0]

@@ -137,6 +137,8 @@ class LlamaModel:
             h = rms_norm(x, layer.post_norm, w.spec.rms_norm_eps)
             gate, up = layer.gate_up(h).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
+        if batch.logit_rows.numel() == 0:  # every chunk of the step is the middle of a prompt: nothing to sample
+            return x.new_empty((0, w.spec.vocab_size))
         x = rms_norm(x.index_select(0, batch.logit_rows), w.final_norm, w.spec.rms_norm_eps)
         return self._lm_head(x)
 
