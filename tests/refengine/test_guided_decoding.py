@@ -36,8 +36,9 @@ def tokenizer(tiny_llama_dir: Path):  # type: ignore[no-untyped-def]
 
 
 def _guided(guide_type: str, guide: str | None = None, **more: object) -> SamplingParams:
-    return SamplingParams(max_tokens=40, guided_decoding_guide_type=guide_type, guided_decoding_guide=guide,
-                          **more)  # type: ignore[arg-type]
+    settings: dict[str, object] = {"max_tokens": 40, **more}
+    return SamplingParams(guided_decoding_guide_type=guide_type, guided_decoding_guide=guide,
+                          **settings)  # type: ignore[arg-type]
 
 
 def test_each_guide_type_holds_the_output_to_its_grammar(make_engine: EngineFactory, info_file: str,
@@ -143,3 +144,25 @@ def test_the_bitmask_is_applied_as_xgrammar_applies_it() -> None:
         xgr.apply_token_bitmask_inplace(one, bitmask[slot:slot + 1], vocab_size=vocab)
         assert torch.equal(ours[row], one[0]), row
     assert torch.equal(ours[[0, 2]], some[[0, 2]])  # rows without a grammar are untouched
+
+
+@pytest.mark.parametrize("settings", [
+    dict(scheduler_policy="max_utilization", max_tokens_in_paged_kv_cache=88, max_seq_len=80, max_input_len=64,
+         enable_kv_cache_reuse=False),
+    dict(enable_chunked_context=True, max_num_tokens=16),
+], ids=["preempting", "chunked"])
+def test_preemption_and_chunking_keep_each_grammar_where_it_was(make_engine: EngineFactory, info_file: str,
+                                                                settings: dict) -> None:
+    """A preempted request recomputes its tokens but must not feed them to its matcher again: its output equals a
+    roomy engine's, and still matches the grammar."""
+    from tests.refengine.conftest import random_prompts
+
+    prompts = random_prompts(6, 20, 40, seed=3)
+    params = _guided("regex", "[a-z]{1,12}( [a-z]{1,12}){0,40}", max_tokens=30)
+    roomy = [o.output_token_ids for o in make_engine(xgrammar_tokenizer_info=info_file).generate(prompts, params)]
+    engine = make_engine(xgrammar_tokenizer_info=info_file, **settings)
+    squeezed = engine.generate(prompts, params)
+    assert [o.output_token_ids for o in squeezed] == roomy
+    assert all(o.finish_reason in ("length", "end_id") for o in squeezed)
+    if settings.get("scheduler_policy") == "max_utilization":
+        assert engine.stats().preempted_requests > 0
