@@ -216,3 +216,22 @@ def test_log_probs_of_the_chosen_tokens_streamed_and_not(gateway, live_server) -
                 client.chat.completions.create(model="tiny-llama", messages=messages, max_tokens=2, logprobs=True,
                                                top_logprobs=value)
         assert refused.value.param == field and "chosen token's log-probability" in refused.value.message
+
+
+def test_logit_bias_reaches_the_engine_as_its_embedding_bias(gateway) -> None:
+    key, secret = gateway.key()
+    client = sdk(gateway, secret)
+    counter = gateway.gateway.client.governor.counter
+    forced = counter.encode(" banana")[0]
+    chat = client.chat.completions.create(model="tiny-llama", messages=[{"role": "user", "content": "Fruit?"}],
+                                          max_tokens=4, temperature=0, logit_bias={str(forced): 100})
+    text = client.completions.create(model="tiny-llama", prompt="Fruit:", max_tokens=3, temperature=0,
+                                     logit_bias={str(forced): 100})
+    assert chat.choices[0].message.content == counter.decode([forced] * 4)
+    assert text.choices[0].text == counter.decode([forced] * 3)
+    free = client.completions.create(model="tiny-llama", prompt="Fruit:", max_tokens=3, temperature=0)
+    assert free.choices[0].text != text.choices[0].text  # the bias, not the prompt, chose it
+    for bias in ({"banana": 5}, {str(forced): 101}, {str(forced): "high"}, {str(counter.model_vocab_size): 1}):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.completions.create(model="tiny-llama", prompt="x", max_tokens=2, logit_bias=bias)  # type: ignore[arg-type]
+        assert refused.value.body["param"] == "logit_bias", bias  # type: ignore[index]

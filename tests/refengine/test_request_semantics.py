@@ -51,6 +51,26 @@ def test_bad_words_are_never_generated(make_engine: EngineFactory) -> None:
     assert free_run[0] not in banned.output_token_ids
 
 
+def test_embedding_bias_moves_the_logits_row_by_row(make_engine: EngineFactory) -> None:
+    """The backend's embedding_bias: a large bias forces its token, a large negative one bans the greedy token,
+    and a biased row batched with a free one leaves the free one as it runs alone."""
+    engine = make_engine()
+    free = run_one(engine, SamplingParams(max_tokens=6, end_id=-1)).output_token_ids
+    forced = run_one(engine, SamplingParams(max_tokens=6, end_id=-1, embedding_bias={4242: 100.0}))
+    assert forced.output_token_ids == [4242] * 6
+    banned = run_one(engine, SamplingParams(max_tokens=6, end_id=-1, embedding_bias={free[0]: -100.0}))
+    assert banned.output_token_ids[0] != free[0]
+    other = random_prompts(1, 12, 12, seed=9)[0]
+    batched = engine.generate([PROMPT, other], [SamplingParams(max_tokens=6, end_id=-1, embedding_bias={4242: 100.0}),
+                                                SamplingParams(max_tokens=6, end_id=-1)])
+    assert batched[0].output_token_ids == [4242] * 6
+    assert batched[1].output_token_ids == run_one(engine, SamplingParams(max_tokens=6, end_id=-1), other).output_token_ids
+    with pytest.raises(EngineError, match="embedding_bias"):
+        engine.add_request(PROMPT, SamplingParams(embedding_bias={10**7: 1.0}))
+    with pytest.raises(EngineError, match="finite"):
+        SamplingParams(embedding_bias={5: float("nan")})
+
+
 def test_seeded_sampling_is_reproducible_and_seeds_differ(make_engine: EngineFactory) -> None:
     params = dict(max_tokens=12, end_id=-1, temperature=1.5, top_k=50, top_p=0.9)
     engine = make_engine()

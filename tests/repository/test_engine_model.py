@@ -189,6 +189,26 @@ def test_bad_engine_inputs(engine_model: EngineModel, extra: dict, message: str)
         engine_model.submit(_request(engine_model, 4, stream=True, **extra), Collect())
 
 
+def test_embedding_bias_one_value_per_vocabulary_entry(engine_model: EngineModel) -> None:
+    """As the C++ backend takes it: [1, vocab] floats added to the logits; another length is refused by name."""
+    forced = engine_model.tokenizer.encode(" banana", add_special_tokens=False)[0]
+    bias = np.zeros((1, engine_model.vocab_size), dtype=np.float32)
+    bias[0, forced] = 100.0
+    inputs = _request(engine_model, 5, stream=False)
+    inputs["embedding_bias"] = bias
+    sink = Collect()
+    engine_model.submit(inputs, sink)
+    assert sink.done.wait(60)
+    assert sink.responses[0][0]["output_ids"].reshape(-1).tolist() == [forced] * 5
+    inputs["embedding_bias"] = bias[:, :100]
+    with pytest.raises(InvalidRequest, match=f"embedding_bias has 100 values; send one per vocabulary entry "
+                                             f"\\({engine_model.vocab_size}\\)"):
+        engine_model.submit(inputs, Collect())
+    inputs["embedding_bias"] = np.full((1, engine_model.vocab_size), np.inf, dtype=np.float32)
+    with pytest.raises(InvalidRequest, match="finite"):
+        engine_model.submit(inputs, Collect())
+
+
 def test_prompt_too_long_for_the_engine(engine_model: EngineModel) -> None:
     inputs = _request(engine_model, 4, stream=False)
     inputs["input_ids"] = np.ones((1, 300), dtype=np.int32)

@@ -26,6 +26,9 @@ class SamplingParams:
     # expression or grammar (none for json); the deployment needs serve.guided_decoding: xgrammar
     guided_decoding_guide_type: str | None = None
     guided_decoding_guide: str | None = None
+    # (token id, value) pairs added to the logits (OpenAI's logit_bias), sent as the engine's embedding_bias:
+    # the token path only (the ensemble and the BLS take embedding_bias_words, which the CPU engine refuses)
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def with_max_tokens(self, max_tokens: int) -> SamplingParams:
         return replace(self, max_tokens=max_tokens)

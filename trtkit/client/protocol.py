@@ -54,6 +54,9 @@ def request_inputs(prompt: str, params: SamplingParams, *, stream: bool,
                    declared: dict[str, str]) -> list[grpcclient.InferInput]:
     """``declared`` maps the model's input names to their datatypes (from model metadata)."""
     assert params.max_tokens is not None, "max_tokens is resolved before building a request"
+    if params.logit_bias:
+        raise ClientError("logit_bias needs the token path: open the client with model_name='tensorrt_llm' (the "
+                          "gateway's route); the ensemble and the BLS take embedding_bias_words instead")
     values: dict[str, object] = {"text_input": prompt.encode("utf-8"), "max_tokens": params.max_tokens,
                                  "stream": stream}
     form = prompt_form(prompt)

@@ -151,6 +151,19 @@ class TokenCounter:
         """Token ids run from 0 to vocab_size - 1 (added tokens included)."""
         return int(self._tokenizer.get_vocab_size(with_added_tokens=True))
 
+    @functools.cached_property
+    def model_vocab_size(self) -> int:
+        """The model's vocabulary (its logits' width: what the engine's embedding_bias must match), from the
+        config.json beside the tokenizer when there is one, else the tokenizer's."""
+        config = self.tokenizer_dir / "config.json"
+        if config.is_file():
+            import json
+
+            size = json.loads(config.read_text(encoding="utf-8")).get("vocab_size")
+            if isinstance(size, int) and size > 0:
+                return size
+        return self.vocab_size
+
     def token_bytes(self, token_id: int) -> bytes:
         """The UTF-8 bytes one token stands for (part of a character, maybe): trtkit.tokenizer.token_bytes."""
         if self._token_bytes is None:

@@ -36,9 +36,10 @@ class _SamplingFields(BaseModel):
     # (sampling._wants_log_probs): the engine returns none
     logprobs: Any = None
     top_logprobs: int | None = None
+    # token id (as a string) -> bias from -100 to 100, added to the logits (the engine's embedding_bias)
+    logit_bias: dict[str, Any] | None = None
     # Declared to be refused with a clear message (sampling.UNSUPPORTED), not accepted:
     n: int | None = None
-    logit_bias: dict[str, Any] | None = None
     best_of: int | None = None
     echo: bool | None = None
     suffix: str | None = None

@@ -17,11 +17,12 @@ from trtkit.gateway.response_format import guide_of
 from trtkit.sampling_ranges import check_sampling_value
 
 MAX_STOP_STRINGS = 4
+MAX_LOGIT_BIAS = 100  # OpenAI's range for a logit_bias value
+MAX_LOGIT_BIAS_ENTRIES = 300  # a bound, so that one request cannot send a bias for the whole vocabulary
 # field -> (value that means "not used", what to do instead)
 UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "n": (1, "send n separate requests"),
     "best_of": (1, "send separate requests"),
-    "logit_bias": ({}, "drop logit_bias"),
     "echo": (False, "drop echo"),
     "suffix": ("", "drop suffix"),
     "tools": ([], "drop tools; tool calling is not supported yet"),
@@ -35,9 +36,10 @@ API_MAXIMUM: dict[str, float] = {"temperature": 2.0}
 
 
 def sampling_params(request: ChatCompletionRequest | CompletionRequest, *, guided_decoding: bool = False,
-                    ) -> SamplingParams:
+                    vocab_size: int | None = None) -> SamplingParams:
     """Validate every sampling field of a request; raises RequestValidationError naming the field.
-    ``guided_decoding``: the deployment has it on (serve.guided_decoding), so response_format can be honoured."""
+    ``guided_decoding``: the deployment has it on (serve.guided_decoding), so response_format can be honoured;
+    ``vocab_size``: the model's, which every logit_bias id must index."""
     for name, (unused, fix) in UNSUPPORTED.items():
         value = getattr(request, name, None)
         if value is not None and value != unused:
@@ -59,7 +61,8 @@ def sampling_params(request: ChatCompletionRequest | CompletionRequest, *, guide
                           top_p=request.top_p, seed=request.seed, presence_penalty=request.presence_penalty,
                           frequency_penalty=request.frequency_penalty, stop_words=_stops(request.stop),
                           min_tokens=request.min_tokens, return_log_probs=log_probs,
-                          guided_decoding_guide_type=guide_type, guided_decoding_guide=guide)
+                          guided_decoding_guide_type=guide_type, guided_decoding_guide=guide,
+                          logit_bias=_logit_bias(request.logit_bias, vocab_size))
 
 
 def _wants_log_probs(request: ChatCompletionRequest | CompletionRequest) -> bool:
@@ -84,6 +87,24 @@ def _wants_log_probs(request: ChatCompletionRequest | CompletionRequest) -> bool
                                      f"returns only the chosen token's log-probability: send logprobs 0",
                                      param="logprobs")
     return True
+
+
+def _logit_bias(bias: dict[str, Any] | None, vocab_size: int | None) -> tuple[tuple[int, float], ...]:
+    """OpenAI's ``{"token id": bias}`` with biases from -100 to 100, as (id, bias) pairs for the engine."""
+    pairs = []
+    for key, value in (bias or {}).items():
+        if not key.isdigit() or (vocab_size is not None and int(key) >= vocab_size):
+            where = f" (0 to {vocab_size - 1})" if vocab_size is not None else ""
+            raise RequestValidationError(f"logit_bias key {key!r} is not a token id of this model{where}",
+                                         param="logit_bias")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
+            raise RequestValidationError(f"logit_bias[{key!r}] is {value!r}; send a number from -{MAX_LOGIT_BIAS} to "
+                                         f"{MAX_LOGIT_BIAS}", param="logit_bias")
+        pairs.append((int(key), float(value)))
+    if len(pairs) > MAX_LOGIT_BIAS_ENTRIES:
+        raise RequestValidationError(f"logit_bias has {len(pairs)} entries; send at most {MAX_LOGIT_BIAS_ENTRIES}",
+                                     param="logit_bias")
+    return tuple(sorted(pairs))
 
 
 def _check_range(name: str, value: float | None) -> None:

@@ -67,7 +67,8 @@ class ServingEndpoint(Generic[RequestT]):
     # The shared flow -----------------------------------------------------------------------------------
     async def create(self, request: RequestT, call: CallInfo) -> Response:
         check_model(self.ctx, request.model, call.key)
-        params = sampling_params(request, guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar")
+        params = sampling_params(request, guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar",
+                                 vocab_size=self.ctx.client.governor.counter.model_vocab_size)
         prompt = self.prompt_of(request)
         # A stream's headers go out at admission, but a guided one's wait for the engine's first answer: only the
         # engine compiles a schema or grammar, and its refusal is then a 400, not the stream's error event

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -38,6 +39,8 @@ class SamplingParams:
     # structured output (refengine.guided_decoding): json | json_schema | regex | ebnf_grammar, and its guide
     guided_decoding_guide_type: str | None = None
     guided_decoding_guide: str | None = None
+    # the backend's embedding_bias, kept sparse: token id -> value added to its logit before the other controls
+    embedding_bias: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -56,6 +59,8 @@ class SamplingParams:
             if any(len(seq) == 0 for seq in getattr(self, name)):
                 raise EngineError(f"{name}: every sequence needs at least one token id")
         check_guide(self.guided_decoding_guide_type, self.guided_decoding_guide)
+        if not all(math.isfinite(value) for value in self.embedding_bias.values()):
+            raise EngineError("embedding_bias: every value must be a finite number")
 
     @property
     def is_greedy(self) -> bool:
@@ -64,7 +69,7 @@ class SamplingParams:
     @property
     def needs_logit_processing(self) -> bool:
         return bool(self.bad_token_ids or self.min_tokens or self.repetition_penalty != 1.0
-                    or self.presence_penalty or self.frequency_penalty)
+                    or self.presence_penalty or self.frequency_penalty or self.embedding_bias)
 
 
 @dataclass(slots=True)

@@ -29,6 +29,7 @@ def check_named_ids(params: SamplingParams, vocab: int) -> None:
     named += [(f"{name}[{i}]", token) for name, words in (("stop_words", params.stop_token_ids),
                                                            ("bad_words", params.bad_token_ids))
               for i, word in enumerate(words) for token in word]
+    named += [("embedding_bias", token) for token in params.embedding_bias]
     for name, token in named:
         try:
             check_token_id(name, int(token), vocab)

@@ -1,7 +1,8 @@
 """Logit processing and token choice over the whole batch at once: one tensor operation per control.
 
 Order, as in TensorRT-LLM: the guided-decoding mask (its executor masks the logits before the sampling layers),
-then bans (bad words, end id before min_tokens), penalties, temperature, top-k, top-p, then a draw from each
+then the embedding bias (as TensorRT-LLM's penalty kernel adds it first), bans (bad words, end id before
+min_tokens), penalties, temperature, top-k, top-p, then a draw from each
 request's own seeded generator. Rows that do not
 use a control are left out of its operation, so an all-greedy batch is a single argmax.
 """
@@ -62,7 +63,8 @@ def choose_tokens(seqs: list[Sequence], logits: torch.Tensor, guided: GuidedDeco
 
 
 def process_logits(seqs: list[Sequence], logits: torch.Tensor) -> torch.Tensor:
-    """Bans and penalties, in place on [S, vocab] logits."""
+    """Embedding bias, bans and penalties, in place on [S, vocab] logits."""
+    add_embedding_bias(seqs, logits)
     ban_tokens(seqs, logits)
     rows = [row for row, s in enumerate(seqs) if s.params.repetition_penalty != 1.0]
     if rows:
@@ -87,6 +89,21 @@ def end_where_the_grammar_must_end(seqs: list[Sequence], logits: torch.Tensor) -
     for row, nothing_left in zip(rows, dead, strict=True):
         if nothing_left:
             logits[row, seqs[row].end_id] = 0.0
+
+
+def add_embedding_bias(seqs: list[Sequence], logits: torch.Tensor) -> None:
+    """Each request's bias added to its row's logits, the whole batch in one indexed add."""
+    rows: list[int] = []
+    cols: list[int] = []
+    values: list[float] = []
+    for row, seq in enumerate(seqs):
+        for token, value in seq.params.embedding_bias.items():
+            rows.append(row)
+            cols.append(token)
+            values.append(value)
+    if rows:
+        logits.index_put_((torch.tensor(rows), torch.tensor(cols)), torch.tensor(values, dtype=logits.dtype),
+                          accumulate=True)
 
 
 def ban_tokens(seqs: list[Sequence], logits: torch.Tensor) -> None:

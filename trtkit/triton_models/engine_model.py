@@ -32,6 +32,7 @@ from trtkit.triton_models.requests import (
     InvalidRequest,
     Sampling,
     Tensors,
+    embedding_bias_of,
     guide_of,
     max_tokens_of,
     reject_unsupported,
@@ -68,6 +69,7 @@ class ParsedRequest:
     exclude_input: bool
     return_counts: tuple[bool, bool] = (True, True)  # return_num_input_tokens, return_num_output_tokens
     guide: tuple[str | None, str | None] = (None, None)  # guided_decoding_guide_type, guided_decoding_guide
+    embedding_bias: dict[int, float] = field(default_factory=dict)  # sparse: token id -> bias
 
 
 @dataclass(slots=True)
@@ -92,6 +94,7 @@ class EngineModel:
                  decoupled: bool, options: DecodeOptions = DEFAULT_OPTIONS, cpp_responses: bool = False) -> None:
         self.cpp_responses = cpp_responses
         self.loop = loop
+        self.vocab_size = int(loop.engine.spec.vocab_size)  # embedding_bias: one value per entry
         self.tokenizer = tokenizer
         self.anchor = anchor
         self.tokens_per_block = tokens_per_block
@@ -127,7 +130,7 @@ class EngineModel:
             bool(scalar(inputs, "exclude_input_in_output", self.exclude_input_default)),
             (bool(scalar(inputs, "return_num_input_tokens", False)),
              bool(scalar(inputs, "return_num_output_tokens", False))),
-            guide_of(inputs))
+            guide_of(inputs), embedding_bias_of(inputs, self.vocab_size))
 
     def submit(self, inputs: Tensors, sink: ResponseSink, request_id: str | None = None, triton_id: str = "") -> str:
         """Check and enqueue one request; bad requests raise :class:`InvalidRequest` before anything is sent.
@@ -170,7 +173,8 @@ class EngineModel:
             top_p=s.top_p, seed=s.seed, repetition_penalty=s.repetition_penalty,
             presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty, min_tokens=s.min_tokens,
             exclude_input_in_output=True, return_log_probs=s.return_log_probs,
-            guided_decoding_guide_type=parsed.guide[0], guided_decoding_guide=parsed.guide[1])
+            guided_decoding_guide_type=parsed.guide[0], guided_decoding_guide=parsed.guide[1],
+            embedding_bias=parsed.embedding_bias)
         stream = RequestStream(parsed, TokenGate(self.tokenizer, self.anchor, stops, self.options), sink,
                                self.tokens_per_block, triton_id=triton_id)
         holder: dict[str, str] = {}

@@ -135,8 +135,23 @@ def guide_of(inputs: Tensors) -> tuple[str | None, str | None]:
     return guide_type, guide
 
 
+def embedding_bias_of(inputs: Tensors, vocab_size: int) -> dict[int, float]:
+    """``embedding_bias``: one float per vocabulary entry, added to the logits (as the C++ backend takes it),
+    returned sparse: the entries that are not zero."""
+    array = inputs.get("embedding_bias")
+    if array is None or array.size == 0:
+        return {}
+    values = np.asarray(array, dtype=np.float32).reshape(-1)
+    if values.size != vocab_size:
+        raise InvalidRequest(f"embedding_bias has {values.size} values; send one per vocabulary entry ({vocab_size})")
+    if not np.isfinite(values).all():
+        raise InvalidRequest("embedding_bias holds a value that is not a finite number; send finite values")
+    (ids,) = np.nonzero(values)
+    return {int(i): float(values[i]) for i in ids}
+
+
 UNSUPPORTED_ON_CPU = ("prompt_embedding_table", "lora_task_id", "lora_weights", "lora_config", "draft_input_ids",
-                      "draft_logits", "encoder_input_features", "decoder_input_ids", "embedding_bias",
+                      "draft_logits", "encoder_input_features", "decoder_input_ids",
                       "context_phase_params", "cross_attention_mask",
                       "mrope_rotary_cos_sin", "embedding_bias_words", "decoder_text_input")
 
