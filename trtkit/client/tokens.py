@@ -178,18 +178,21 @@ class TokenCounter:
     def measure(self, text: str) -> TokenCount:
         return TokenCount(len(text), len(text.encode("utf-8")), self.count(text))
 
-    def render_chat(self, messages: list[dict[str, str]], *, use_template: bool = True) -> str:
-        """The prompt text for a conversation, ending where the assistant's answer starts."""
+    def render_chat(self, messages: list[dict[str, Any]], *, use_template: bool = True,
+                    tools: list[Any] | None = None) -> str:
+        """The prompt text for a conversation, ending where the assistant's answer starts (``tools`` go to the
+        template, which renders them if it knows how)."""
         if use_template and self.has_chat_template():
-            return str(self._renderer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+            return str(self._renderer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                             tools=tools))
         lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
         return "\n".join(lines) + "\nAssistant:"
 
-    def chat_prompt(self, messages: list[dict[str, str]]) -> RawPrompt:
+    def chat_prompt(self, messages: list[dict[str, Any]], tools: list[Any] | None = None) -> RawPrompt:
         """A conversation as the engine should see it: the whole of it rendered by the model's chat template
         (system prompt, every turn), sent raw; "Role: text" lines where the tokenizer has no template."""
         if self.has_chat_template():
-            return RawPrompt(self.render_chat(messages, use_template=True), special_tokens=False)
+            return RawPrompt(self.render_chat(messages, use_template=True, tools=tools), special_tokens=False)
         return RawPrompt(self.render_chat(messages, use_template=False))
 
     def detokenizing(self) -> tuple[Any, list[int]]:

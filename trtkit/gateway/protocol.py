@@ -43,11 +43,8 @@ class _SamplingFields(BaseModel):
     best_of: int | None = None
     echo: bool | None = None
     suffix: str | None = None
-    tools: list[Any] | None = None
-    tool_choice: Any = None
     functions: list[Any] | None = None
     function_call: Any = None
-    parallel_tool_calls: bool | None = None
     # Structured output (gateway.response_format): OpenAI's text / json_object / json_schema, trtllm-serve's
     # json / regex / ebnf
     response_format: Any = None
@@ -59,14 +56,21 @@ class _SamplingFields(BaseModel):
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[dict[str, Any]]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None  # None only beside an assistant's tool_calls
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's earlier calls, passed to the chat template
+    tool_call_id: str | None = None  # a tool message: the call it answers
 
 
 class ChatCompletionRequest(_SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
+    # Tool calls the caller asks for (tool_choice a function or "required"), held well-formed by guided decoding
+    # (gateway.tool_calls); "auto" is refused by name
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
 
 
 class CompletionRequest(_SamplingFields):

@@ -20,8 +20,9 @@ from openai.types.chat import (
 from openai.types.chat.chat_completion import Choice as ChatChoice
 from openai.types.chat.chat_completion import ChoiceLogprobs
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
-from openai.types.chat.chat_completion_chunk import ChoiceDelta
+from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall
 from openai.types.chat.chat_completion_chunk import ChoiceLogprobs as ChunkLogprobs
+from openai.types.chat.chat_completion_message_function_tool_call import ChatCompletionMessageFunctionToolCall
 from openai.types.completion_choice import Logprobs
 from openai.types.completion_usage import PromptTokensDetails
 
@@ -29,7 +30,7 @@ from trtkit.client.results import GenerationResult
 from trtkit.client.usage import Usage
 from trtkit.gateway.log_probs import TokenLogProb
 
-_OPENAI_FINISH = {"end_id": "stop", "stop": "stop", "length": "length"}
+_OPENAI_FINISH = {"end_id": "stop", "stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 
 
 def openai_finish_reason(reason: str) -> str:
@@ -60,10 +61,15 @@ def completion_log_probs(log_probs: list[TokenLogProb] | None) -> Logprobs | Non
 
 
 def chat_completion(response_id: str, model: str, result: GenerationResult,
-                    log_probs: list[TokenLogProb] | None = None) -> ChatCompletion:
+                    log_probs: list[TokenLogProb] | None = None, *,
+                    tool_calls: list[ChatCompletionMessageFunctionToolCall] | None = None,
+                    finish_reason: str | None = None) -> ChatCompletion:
+    """With ``tool_calls`` the message carries them instead of text, and ``finish_reason`` says why."""
     entries = None if log_probs is None else ChoiceLogprobs(content=_chat_entries(log_probs))
-    choice = ChatChoice(index=0, finish_reason=openai_finish_reason(result.finish_reason),  # type: ignore[arg-type]
-                        message=ChatCompletionMessage(role="assistant", content=result.text), logprobs=entries)
+    message = ChatCompletionMessage(role="assistant", content=None if tool_calls else result.text,
+                                    tool_calls=tool_calls)  # type: ignore[arg-type]
+    choice = ChatChoice(index=0, finish_reason=openai_finish_reason(finish_reason or result.finish_reason),  # type: ignore[arg-type]
+                        message=message, logprobs=entries)
     return cast(Any, ChatCompletion)(id=response_id, object="chat.completion", created=int(time.time()), model=model,
                           choices=[choice], usage=usage_of(result.usage), trtkit=extension(result))
 
@@ -71,11 +77,11 @@ def chat_completion(response_id: str, model: str, result: GenerationResult,
 def chat_chunk(response_id: str, model: str, created: int, *, text: str | None = None, role: bool = False,
                finish_reason: str | None = None, usage: Usage | None = None,
                result: GenerationResult | None = None, log_probs: list[TokenLogProb] | None = None,
-               ) -> ChatCompletionChunk:
+               tool_calls: list[ChoiceDeltaToolCall] | None = None) -> ChatCompletionChunk:
     """A delta chunk; with ``usage`` and no text it is the include_usage chunk (choices empty)."""
     choices = []
-    if text is not None or role or finish_reason is not None:
-        delta = ChoiceDelta(role="assistant" if role else None, content=text)
+    if text is not None or role or finish_reason is not None or tool_calls:
+        delta = ChoiceDelta(role="assistant" if role else None, content=text, tool_calls=tool_calls)
         entries = None if log_probs is None else ChunkLogprobs(content=_chat_entries(log_probs))
         choices.append(ChunkChoice(index=0, delta=delta, logprobs=entries,
                                    finish_reason=None if finish_reason is None else openai_finish_reason(finish_reason)))  # type: ignore[arg-type]

@@ -25,21 +25,19 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "best_of": (1, "send separate requests"),
     "echo": (False, "drop echo"),
     "suffix": ("", "drop suffix"),
-    "tools": ([], "drop tools; tool calling is not supported yet"),
-    "tool_choice": ("none", "drop tool_choice; tool calling is not supported yet"),
-    "functions": ([], "drop functions; function calling is not supported yet"),
-    "function_call": ("none", "drop function_call; function calling is not supported yet"),
-    "parallel_tool_calls": (False, "drop parallel_tool_calls"),
+    "functions": ([], "send tools and tool_choice instead (the legacy functions field is not supported)"),
+    "function_call": ("none", "send tool_choice instead (the legacy function_call field is not supported)"),
 }
 # OpenAI's API narrows the model's own range (trtkit.sampling_ranges) for these fields
 API_MAXIMUM: dict[str, float] = {"temperature": 2.0}
 
 
 def sampling_params(request: ChatCompletionRequest | CompletionRequest, *, guided_decoding: bool = False,
-                    vocab_size: int | None = None) -> SamplingParams:
+                    vocab_size: int | None = None, tool_guide: str | None = None) -> SamplingParams:
     """Validate every sampling field of a request; raises RequestValidationError naming the field.
     ``guided_decoding``: the deployment has it on (serve.guided_decoding), so response_format can be honoured;
-    ``vocab_size``: the model's, which every logit_bias id must index."""
+    ``vocab_size``: the model's, which every logit_bias id must index; ``tool_guide``: the JSON schema a tool
+    call is held to (gateway.tool_calls)."""
     for name, (unused, fix) in UNSUPPORTED.items():
         value = getattr(request, name, None)
         if value is not None and value != unused:
@@ -52,6 +50,8 @@ def sampling_params(request: ChatCompletionRequest | CompletionRequest, *, guide
         max_tokens = request.max_completion_tokens
     log_probs = _wants_log_probs(request)
     guide_type, guide = guide_of(request.response_format, enabled=guided_decoding)
+    if tool_guide is not None:
+        guide_type, guide = _tool_guide(guide_type, tool_guide, log_probs, guided_decoding)
     values = {"temperature": request.temperature, "top_p": request.top_p, "seed": request.seed,
               "presence_penalty": request.presence_penalty, "frequency_penalty": request.frequency_penalty,
               "max_tokens": max_tokens, "min_tokens": request.min_tokens}
@@ -87,6 +87,20 @@ def _wants_log_probs(request: ChatCompletionRequest | CompletionRequest) -> bool
                                      f"returns only the chosen token's log-probability: send logprobs 0",
                                      param="logprobs")
     return True
+
+
+def _tool_guide(format_guide: str | None, tool_guide: str, log_probs: bool, enabled: bool) -> tuple[str, str]:
+    if format_guide is not None:
+        raise RequestValidationError("send response_format or a tool_choice that calls tools, not both",
+                                     param="response_format")
+    if log_probs:
+        raise RequestValidationError("logprobs are not returned for tool calls; leave logprobs out",
+                                     param="logprobs")
+    if not enabled:
+        raise RequestValidationError("tool calls need guided decoding, which this deployment has off; set "
+                                     "serve.guided_decoding: xgrammar in the model config and deploy again",
+                                     param="tool_choice")
+    return "json_schema", tool_guide
 
 
 def _logit_bias(bias: dict[str, Any] | None, vocab_size: int | None) -> tuple[tuple[int, float], ...]:

@@ -14,6 +14,7 @@ from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.log_probs import TokenLogProb
 from trtkit.gateway.protocol import CompletionRequest
 from trtkit.gateway.serving_endpoint import ServingEndpoint
+from trtkit.gateway.tool_calls import ToolPlan
 
 
 class ServingCompletions(ServingEndpoint[CompletionRequest]):
@@ -50,7 +51,7 @@ class ServingCompletions(ServingEndpoint[CompletionRequest]):
         return TokenIdsPrompt(self.counter.decode(ids), ids)
 
     def body(self, response_id: str, result: GenerationResult, log_probs: list[TokenLogProb] | None = None,
-             ) -> Completion:
+             plan: ToolPlan | None = None) -> Completion:
         return responses.completion(response_id, self.ctx.model, result, log_probs)
 
     def chunk(self, response_id: str, created: int, **fields: Any) -> Completion:

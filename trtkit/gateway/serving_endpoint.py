@@ -30,6 +30,7 @@ from trtkit.gateway.serving import (
     sse_error,
     start_generation,
 )
+from trtkit.gateway.tool_calls import ToolPlan
 
 RequestT = TypeVar("RequestT", ChatCompletionRequest, CompletionRequest)
 
@@ -51,8 +52,17 @@ class ServingEndpoint(Generic[RequestT]):
         raise NotImplementedError
 
     def body(self, response_id: str, result: GenerationResult, log_probs: list[TokenLogProb] | None = None,
-             ) -> BaseModel:
-        """The non-streamed response object (with the answer's log-probabilities when asked)."""
+             plan: ToolPlan | None = None) -> BaseModel:
+        """The non-streamed response object (with the answer's log-probabilities when asked; as tool calls
+        with a plan)."""
+        raise NotImplementedError
+
+    def tool_plan(self, request: RequestT) -> ToolPlan | None:
+        """The tool calls the request asks for (chat only)."""
+        return None
+
+    def tool_stream(self, plan: ToolPlan, response_id: str, created: int) -> Any:
+        """A stream's tool-call events: ``piece(text) -> bytes`` as text comes, ``finish(result) -> bytes``."""
         raise NotImplementedError
 
     def chunk(self, response_id: str, created: int, **fields: Any) -> BaseModel:
@@ -67,8 +77,10 @@ class ServingEndpoint(Generic[RequestT]):
     # The shared flow -----------------------------------------------------------------------------------
     async def create(self, request: RequestT, call: CallInfo) -> Response:
         check_model(self.ctx, request.model, call.key)
+        plan = self.tool_plan(request)
         params = sampling_params(request, guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar",
-                                 vocab_size=self.ctx.client.governor.counter.model_vocab_size)
+                                 vocab_size=self.ctx.client.governor.counter.model_vocab_size,
+                                 tool_guide=None if plan is None else plan.guide)
         prompt = self.prompt_of(request)
         # A stream's headers go out at admission, but a guided one's wait for the engine's first answer: only the
         # engine compiles a schema or grammar, and its refusal is then a 400, not the stream's error event
@@ -78,7 +90,7 @@ class ServingEndpoint(Generic[RequestT]):
         log_probs = self._log_prob_reader() if params.return_log_probs else None
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
-            return CancellingStreamResponse(self._events(generation, response_id, include_usage, log_probs),
+            return CancellingStreamResponse(self._events(generation, response_id, include_usage, log_probs, plan),
                                             generation.headers, lambda: self.ctx.metrics.disconnects.labels("true").inc())
         finished, result = await run_or_cancel(generation.result(), call.receive)
         if not finished:
@@ -86,23 +98,26 @@ class ServingEndpoint(Generic[RequestT]):
             return Response(status_code=499)
         observe(self.ctx, result)
         entries = None if log_probs is None else log_probs.read(result.log_probs or ())
-        return JSONResponse(self.body(response_id, result, entries).model_dump(exclude_none=False),
+        return JSONResponse(self.body(response_id, result, entries, plan).model_dump(exclude_none=False),
                             headers=generation.headers)
 
     def _log_prob_reader(self) -> LogProbReader:
         return LogProbReader(self.ctx.client.governor.counter.token_bytes)
 
     async def _events(self, generation: Generation, response_id: str, include_usage: bool,
-                      log_probs: LogProbReader | None = None) -> AsyncIterator[bytes]:
+                      log_probs: LogProbReader | None = None, plan: ToolPlan | None = None) -> AsyncIterator[bytes]:
         created = created_now()
         for opening in self.opening_chunks(response_id, created):
             yield responses.sse(opening)
         chunks = generation.chunks()
         texts = self.text_chunks(response_id, created)
+        tools = None if plan is None else self.tool_stream(plan, response_id, created)
         try:
             tail = b""
             async for chunk in chunks:
-                if chunk.text and log_probs is not None:  # with its tokens' log-probabilities: built whole
+                if chunk.text and tools is not None:  # the answer is tool calls, not text
+                    yield tools.piece(chunk.text)
+                elif chunk.text and log_probs is not None:  # with its tokens' log-probabilities: built whole
                     yield responses.sse(self.chunk(response_id, created, text=chunk.text,
                                                    log_probs=log_probs.read(chunk.log_probs)))
                 elif chunk.text:
@@ -112,8 +127,8 @@ class ServingEndpoint(Generic[RequestT]):
                     observe(self.ctx, result)
                     # log-probs of tokens whose text never came (a character the length limit cut) go here
                     rest = None if log_probs is None else log_probs.read(chunk.log_probs) or None
-                    tail = responses.sse(self.chunk(response_id, created, finish_reason=result.finish_reason,
-                                                    result=result, log_probs=rest))
+                    tail = tools.finish(result) if tools is not None else responses.sse(self.chunk(
+                        response_id, created, finish_reason=result.finish_reason, result=result, log_probs=rest))
                     if include_usage:
                         tail += responses.sse(self.chunk(response_id, created, usage=result.usage))
             yield responses.LastEvent(tail + responses.SSE_DONE)

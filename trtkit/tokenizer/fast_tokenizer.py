@@ -49,8 +49,8 @@ class FastTokenizer:
         # clean-up is never used by the models: it rewrites spacing differently per window
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True,
-                            tokenize: bool = False, **_: object) -> str:
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                            tokenize: bool = False, tools: list[Any] | None = None, **_: object) -> str:
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -61,7 +61,7 @@ class FastTokenizer:
         env.globals["raise_exception"] = raise_exception
         rendered = env.from_string(self.chat_template or "").render(
             messages=messages, add_generation_prompt=add_generation_prompt, bos_token=self.bos_token or "",
-            eos_token=self.eos_token or "")
+            eos_token=self.eos_token or "", tools=tools)
         return rendered
 
 
