@@ -1,9 +1,10 @@
 """Tool calls the caller asks for, made well-formed by guided decoding.
 
-``tool_choice`` naming a function, or ``"required"``, becomes a JSON-schema guide for the engine, as Triton's
-OpenAI frontend and vLLM build it: the named function's ``parameters`` (the answer is its arguments), or an array
-of ``{"name": <one of the tools>, "parameters": <its parameters>}`` (one item when ``parallel_tool_calls`` is
-false). The answer is then parsed back into OpenAI's ``tool_calls``. ``"auto"`` (OpenAI's default with tools) would
+``tool_choice`` naming a function, or ``"required"``, becomes a JSON-schema guide for the engine: the named
+function's ``parameters`` (the answer is its arguments), as Triton's OpenAI frontend and vLLM build it; for
+``"required"``, vLLM's array of ``{"name": <one of the tools>, "parameters": <its parameters>}`` (one item when
+``parallel_tool_calls`` is false), where Triton's frontend holds the answer to the first tool only (its
+python/openai ``_get_guided_json_from_tool``; vLLM's ``ChatCompletionRequest._get_guided_json_from_tool``). The answer is then parsed back into OpenAI's ``tool_calls``. ``"auto"`` (OpenAI's default with tools) would
 need a parser for each model family's own tool-call format, so it is refused by name; ``"none"`` leaves the
 answer as text. Every tool reaches the model through its chat template (``tools``), when the template renders
 them.
