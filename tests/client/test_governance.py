@@ -15,7 +15,7 @@ from trtkit.client.budgets import BudgetGuard, budget_scope, period_start
 from trtkit.client.budgets import _current_scope as _scope_var
 from trtkit.client.cache import ResponseCache, cache_key
 from trtkit.client.caller import Caller
-from trtkit.client.guard import FINISH_PUNCTUATION, FINISH_REPETITION, RunawayGuard
+from trtkit.client.guard import FINISH_PUNCTUATION, FINISH_REPETITION, FINISH_WHITESPACE, RunawayGuard
 from trtkit.client.ledger import Ledger, LedgerRow
 from trtkit.client.limits import clamp_max_tokens, enforce_input_limit
 from trtkit.client.params import SamplingParams
@@ -128,6 +128,11 @@ def test_guard_stops_repetition_and_punctuation_runs() -> None:
     assert punct.feed(["Wow", "!!!", " "]) is None
     assert punct.feed(["ok"]) is None  # a word resets the run
     assert punct.feed(["!", " !", " !", " !", "!!", "!", "!"]) == FINISH_PUNCTUATION
+    blank = RunawayGuard(max_whitespace_run=20)
+    assert blank.feed(['{"a":', " " * 12, "\n\t", "1"]) is None  # a character resets the run
+    assert blank.feed(["\n", " " * 10, "\r\n", "\t" * 8]) == FINISH_WHITESPACE
+    indented = RunawayGuard(max_whitespace_run=20)
+    assert indented.feed(["def f():", "\n" + " " * 12, "return 1"] * 5) is None
 
 
 def test_session_ttl_heartbeat_and_expiry() -> None:

@@ -115,7 +115,8 @@ class Governor:
 
     def new_guard(self) -> RunawayGuard | None:
         g = self.config.client.guard
-        return RunawayGuard(g.ngram_size, g.max_ngram_repeats, g.max_punctuation_run) if g.enabled else None
+        return RunawayGuard(g.ngram_size, g.max_ngram_repeats, g.max_punctuation_run,
+                            g.max_whitespace_run) if g.enabled else None
 
     def complete(self, request: PreparedRequest, outcome: Outcome) -> GenerationResult:
         """Settle budgets, write the ledger row (durable on return), cache and count; the final usage."""

@@ -12,7 +12,7 @@ class GenerationResult:
     request_id: str
     text: str
     usage: Usage
-    finish_reason: str  # end_id | stop | length | cancelled | deadline | guard_repetition | guard_punctuation
+    finish_reason: str  # end_id | stop | length | cancelled | deadline | guard_repetition | guard_punctuation | guard_whitespace
     cache_hit: bool
     ttft_s: float | None
     latency_s: float

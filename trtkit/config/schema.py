@@ -148,6 +148,8 @@ class GuardSection:
     ngram_size: int = bounded(8, ge=2, doc="length of the n-gram watched for repetition")
     max_ngram_repeats: int = bounded(4, ge=2, doc="stop after an n-gram repeats this many times")
     max_punctuation_run: int = bounded(64, ge=4, doc="stop after this many punctuation characters in a row")
+    max_whitespace_run: int = bounded(256, ge=16, doc="stop after this many whitespace characters in a row (a small "
+                                      "model held to a JSON grammar can pad with whitespace until max_tokens)")
 
 
 @dataclass(slots=True)
