@@ -96,3 +96,21 @@ def _as_number(value: object, label: str) -> int | float:
 
 def _number(value: int | float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e18 else str(value)
+
+
+GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")  # the backend's guided_decoding_guide_type values
+
+
+def check_guide(guide_type: str | None, guide: str | None) -> None:
+    """Guided decoding's request-side rules, before any compiling: a known type, and a guide where the type
+    needs one (the engine compiles it, and refuses what does not compile)."""
+    if guide_type is None:
+        if guide:
+            raise InvalidInputError("guided_decoding_guide was sent without guided_decoding_guide_type; send the "
+                                    f"type too (one of {', '.join(GUIDE_TYPES)})")
+        return
+    if guide_type not in GUIDE_TYPES:
+        raise InvalidInputError(f"guided_decoding_guide_type {guide_type!r} is not one of {', '.join(GUIDE_TYPES)}")
+    if guide_type != "json" and not guide:
+        raise InvalidInputError(f"guided_decoding_guide_type {guide_type} needs guided_decoding_guide: the schema, "
+                                "regular expression or grammar")

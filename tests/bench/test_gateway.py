@@ -43,3 +43,22 @@ def test_http_bench_counts_equal_server_counters_and_the_ledger(live_server, tin
         assert sum(r[1] for r in rows) == sum(r.output_tokens for r in run.records)
     finally:
         gateway.stop()
+
+
+def test_http_bench_sends_the_guide_as_response_format(live_server, tiny_config, tiny_bench_counter,
+                                                       tmp_path: Path) -> None:
+    gateway = RunningGateway(tiny_config, live_server.grpc_url, tmp_path / "gateway")
+    try:
+        _, secret = gateway.key()
+        spec = BenchSpec(parse_endpoint(f"{gateway.url}/v1"), tiny_config.name, parse_points("2", None),
+                         requests_per_point=3, warmup_requests=1)
+        schema = '{"type": "string", "enum": ["north", "south"]}'
+        workload = WorkloadSpec("synthetic", LengthDist("fixed", 12), LengthDist("fixed", 20),
+                                guide_type="json_schema", guide=schema)
+        run = read_run(run_bench(spec, workload, tiny_bench_counter, tmp_path / "run",
+                                 metrics_url=live_server.metrics_url, entry_model=None, api_key=secret))
+        assert run.summaries[0]["errors"] == 0
+        # '"north"' or '"south"' and the grammar's end: a few tokens of the 20 allowed
+        assert all(1 <= r.output_tokens < 8 for r in run.records)
+    finally:
+        gateway.stop()

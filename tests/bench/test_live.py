@@ -152,3 +152,24 @@ def test_duration_mode_issues_until_the_deadline(live_server, tiny_bench_counter
     # nothing issued after the deadline (the slack covers building the request after the budget said yes)
     assert all(r.start_s <= point["started_s"] + 1.5 + 0.25 for r in run.records)
     assert_matches_server(run.summaries)
+
+
+def test_a_guided_workload_holds_every_answer_to_its_guide(live_server, tiny_bench_counter, tmp_path: Path) -> None:
+    """--guide-type regex: three digits, then the grammar ends each answer long before its 16 tokens."""
+    workload = WorkloadSpec("synthetic", LengthDist("fixed", 12), LengthDist("fixed", 16), guide_type="regex",
+                            guide="[0-9]{3}")
+    run = read_run(bench_once(live_server, tmp_path / "run", tiny_bench_counter, concurrency="2", requests=4,
+                              workload=workload))
+    assert all(1 <= r.output_tokens <= 3 < r.requested_output_tokens for r in run.records)
+    assert_matches_server(run.summaries)
+    assert run.meta["workload"]["guide_type"] == "regex" and run.meta["workload"]["guide"] == "[0-9]{3}"
+
+
+def test_a_guide_that_breaks_the_rules_is_refused_before_any_request(tmp_path: Path, capsys) -> None:
+    schema = tmp_path / "schema.json"
+    schema.write_text("{not json", encoding="utf-8")
+    for guide in (["--guide-type", "yaml", "--guide", "x"], ["--guide-type", "regex"],
+                  ["--guide-type", "json_schema", "--guide", f"@{schema}"]):
+        assert main(["bench", "--endpoint", "grpc://127.0.0.1:1", "--config", str(TINY_CONFIG), "--out",
+                     str(tmp_path / "run"), "--concurrency", "1", "--requests", "1", *guide]) == 1
+        assert "--guide-type/--guide" in capsys.readouterr().err

@@ -7,6 +7,7 @@ counts are real for the model's tokenizer, not guessed from characters.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -28,6 +29,8 @@ class BenchRequest:
     min_tokens: int | None = None  # set to max_tokens to force the output length
     messages: tuple[tuple[str, str], ...] = ()  # (role, content) for chat endpoints; empty = one user message
     tag: str = ""
+    guide_type: str | None = None  # structured output: the engine's guided_decoding_guide_type (json, json_schema,
+    guide: str | None = None  # regex, ebnf_grammar) and its guide, for every request of the workload
 
     def chat_messages(self) -> list[dict[str, str]]:
         pairs = self.messages or (("user", self.prompt),)
@@ -70,6 +73,26 @@ class WorkloadSpec:
     prefix_share: float = 0.5
     turns: int = 3
     max_input_tokens: int | None = None  # the deployment's build.max_input_len: longer corpus prompts are skipped
+    guide_type: str | None = None  # every request held to this guide (structured output); None: free text
+    guide: str | None = None
+
+
+def read_guide(guide_type: str | None, guide: str | None) -> str | None:
+    """``--guide`` (``@FILE`` reads a file), checked by the rules every engine input meets."""
+    from trtkit.errors import InvalidInputError
+    from trtkit.sampling_ranges import check_guide
+
+    if guide is not None and guide.startswith("@"):
+        if not Path(guide[1:]).is_file():
+            raise BenchError(f"--guide {guide}: no such file; pass @PATH of the schema or grammar, or the text itself")
+        guide = Path(guide[1:]).read_text(encoding="utf-8")
+    try:
+        check_guide(guide_type, guide)
+        if guide_type == "json_schema":
+            json.loads(guide or "")
+    except (InvalidInputError, ValueError) as exc:
+        raise BenchError(f"--guide-type/--guide: {exc}") from exc
+    return guide
 
 
 def corpus_texts() -> list[str]:
@@ -105,11 +128,17 @@ class PromptCutter:
 def build_workload(spec: WorkloadSpec, counter: TokenCounter, count: int, seed: int) -> list[BenchRequest]:
     rng = random.Random(seed)
     if spec.kind not in KINDS:
-        return _from_jsonl(Path(spec.kind), spec, rng, count, counter)
+        return _guided(spec, _from_jsonl(Path(spec.kind), spec, rng, count, counter))
     cutter = PromptCutter(counter)
     make = {"default": _default, "synthetic": _synthetic, "shared-prefix": _shared_prefix,
             "multi-turn": _multi_turn}[spec.kind]
-    return make(spec, cutter, rng, count)
+    return _guided(spec, make(spec, cutter, rng, count))
+
+
+def _guided(spec: WorkloadSpec, requests: list[BenchRequest]) -> list[BenchRequest]:
+    if spec.guide_type is None:
+        return requests
+    return [dataclasses.replace(r, guide_type=spec.guide_type, guide=spec.guide) for r in requests]
 
 
 def _lengths(spec: WorkloadSpec, rng: random.Random) -> tuple[int, int | None]:

@@ -43,6 +43,11 @@ def bench(
     prefix_tokens: Annotated[int, Opt(help="shared-prefix: system prompt length in tokens")] = 256,
     prefix_share: Annotated[float, Opt(help="shared-prefix: fraction of requests that share it")] = 0.5,
     turns: Annotated[int, Opt(help="multi-turn: turns per conversation")] = 3,
+    guide_type: Annotated[str | None, Opt("--guide-type", help="Hold every answer to a guide (structured output): "
+                                          "json, json_schema, regex or ebnf_grammar; the deployment needs "
+                                          "serve.guided_decoding: xgrammar")] = None,
+    guide: Annotated[str | None, Opt("--guide", help="The schema, regular expression or grammar for "
+                                     "--guide-type; @FILE reads a file")] = None,
     slo: Annotated[str | None, Opt("--slo", help="Goodput SLOs, e.g. ttft=200ms,tpot=50ms (also e2e=)")] = None,
     model: Annotated[str | None, Opt(help="Model to call (default: the config's client.model_name over gRPC, "
                                           "the config's name over HTTP)")] = None,
@@ -72,7 +77,7 @@ def _run(o: dict) -> None:
     from trtkit.bench.outputs.console import ProgressView, summary_table
     from trtkit.bench.session import default_metrics_url, run_bench
     from trtkit.bench.spec import BenchSpec, parse_endpoint, parse_points, parse_slo
-    from trtkit.bench.workloads import LengthDist, WorkloadSpec
+    from trtkit.bench.workloads import LengthDist, WorkloadSpec, read_guide
     from trtkit.client.tokens import TokenCounter
     from trtkit.config import load_config
 
@@ -85,7 +90,8 @@ def _run(o: dict) -> None:
     workload_spec = WorkloadSpec(o["workload"], LengthDist.parse(o["input_len"], "--input-len"),
                                  LengthDist.parse(o["output_len"], "--output-len"), o["force_output_len"],
                                  o["prefix_tokens"], o["prefix_share"], o["turns"],
-                                 max_input_tokens=model_config.build.max_input_len)
+                                 max_input_tokens=model_config.build.max_input_len,
+                                 guide_type=o["guide_type"], guide=read_guide(o["guide_type"], o["guide"]))
     url = None if o["metrics_url"] == "none" else (o["metrics_url"] or default_metrics_url(spec))
     with ProgressView(Console(stderr=True)) as view:
         folder = run_bench(spec, workload_spec, TokenCounter.from_config(model_config), o["out"], metrics_url=url,

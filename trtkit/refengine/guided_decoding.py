@@ -14,26 +14,18 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trtkit.errors import EngineError
+from trtkit.errors import EngineError, InvalidInputError
+from trtkit.sampling_ranges import check_guide as check_request_guide
 
 if TYPE_CHECKING:
     import torch
 
-GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")  # the backend's guided_decoding_guide_type values
-
-
 def check_guide(guide_type: str | None, guide: str | None) -> None:
-    """The request-side rules, before any compiling: a known type, and a guide where the type needs one."""
-    if guide_type is None:
-        if guide:
-            raise EngineError("guided_decoding_guide was sent without guided_decoding_guide_type; send the type "
-                              f"too (one of {', '.join(GUIDE_TYPES)})")
-        return
-    if guide_type not in GUIDE_TYPES:
-        raise EngineError(f"guided_decoding_guide_type {guide_type!r} is not one of {', '.join(GUIDE_TYPES)}")
-    if guide_type != "json" and not guide:
-        raise EngineError(f"guided_decoding_guide_type {guide_type} needs guided_decoding_guide: the schema, "
-                          "regular expression or grammar")
+    """The request-side rules (trtkit.sampling_ranges.check_guide), as the engine's own error."""
+    try:
+        check_request_guide(guide_type, guide)
+    except InvalidInputError as exc:
+        raise EngineError(str(exc)) from exc
 
 
 class GuidedDecoder:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trtkit.errors import InvalidInputError
-from trtkit.sampling_ranges import SAMPLING_RANGES, check_sampling_value
+from trtkit.sampling_ranges import SAMPLING_RANGES, check_guide, check_sampling_value
 
 Tensors = Mapping[str, np.ndarray]
 
@@ -124,13 +124,10 @@ def max_tokens_of(inputs: Tensors, name: str, label: str = "max_tokens") -> int:
 
 def guide_of(inputs: Tensors) -> tuple[str | None, str | None]:
     """``guided_decoding_guide_type`` and ``guided_decoding_guide``, checked as the engine will check them."""
-    from trtkit.errors import EngineError
-    from trtkit.refengine.guided_decoding import check_guide
-
     guide_type, guide = text(inputs, "guided_decoding_guide_type"), text(inputs, "guided_decoding_guide")
     try:
         check_guide(guide_type, guide)
-    except EngineError as exc:
+    except InvalidInputError as exc:
         raise InvalidRequest(str(exc)) from exc
     return guide_type, guide
 

@@ -53,6 +53,8 @@ class OpenAIChatBackend:
                       "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
         if request.min_tokens is not None:
             body["min_tokens"] = request.min_tokens
+        if request.guide_type is not None:
+            body["response_format"] = response_format(request.guide_type, request.guide)
         return body
 
     async def send(self, request: BenchRequest) -> StreamResult:
@@ -105,3 +107,12 @@ class OpenAIChatBackend:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def response_format(guide_type: str, guide: str | None) -> dict:
+    """The engine's guide as the gateway's response_format (gateway.response_format reads it back)."""
+    if guide_type == "json":
+        return {"type": "json_object"}
+    if guide_type == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "bench", "schema": json.loads(guide or "{}")}}
+    return {"type": "regex", "regex": guide} if guide_type == "regex" else {"type": "ebnf", "ebnf": guide}

@@ -43,7 +43,8 @@ class TritonGrpcBackend:
         self._declared = declared_inputs(metadata)
 
     def _inputs(self, request: BenchRequest) -> list[grpcclient.InferInput]:
-        params = SamplingParams(max_tokens=request.max_tokens, min_tokens=request.min_tokens)
+        params = SamplingParams(max_tokens=request.max_tokens, min_tokens=request.min_tokens,
+                                guided_decoding_guide_type=request.guide_type, guided_decoding_guide=request.guide)
         # request_inputs asks for the engine's counts (return_num_*_tokens) wherever the model declares them
         return request_inputs(request.prompt, params, stream=True, declared=self._declared)
 
