@@ -96,3 +96,46 @@ def test_a_deployment_without_guided_decoding_refuses_before_admission(live_serv
         assert off.rows(key) == []  # refused before admission: no reservation, nothing billed
     finally:
         off.stop()
+
+
+def test_guided_free_and_refused_requests_at_once_do_not_touch_each_other(gateway, live_server) -> None:
+    """Ten requests in flight together: guided ones held to their grammars, free ones answered in full, two whose
+    schema the engine refuses answered 400 (the engine compiles a guide before it admits the request, so a bad one
+    never joins a batch); then the engine holds no KV block more than before."""
+    import asyncio
+
+    from server_gauges import settled_engine
+
+    key, secret = gateway.key()
+    before = settled_engine(live_server.metrics_url, after_iteration=-1)
+    client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=secret, max_retries=0)
+    chat = {"model": "tiny-llama", "messages": [{"role": "user", "content": "Wind?"}], "max_tokens": 20,
+            "temperature": 0}
+
+    async def everything() -> list:
+        calls = [client.chat.completions.create(**chat, response_format=ENUM_FORMAT) for _ in range(3)]
+        calls += [client.completions.create(model="tiny-llama", prompt=f"Code {i}:", max_tokens=12,
+                                            extra_body={"response_format": {"type": "regex", "regex": "[A-Z]{3}"}})
+                  for i in range(2)]
+        calls += [client.completions.create(model="tiny-llama", prompt=f"Free {i}", max_tokens=12, temperature=0)
+                  for i in range(3)]
+        calls += [client.chat.completions.create(**chat, response_format={"type": "json_schema", "json_schema": {
+            "name": "bad", "schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}}})
+                  for _ in range(2)]
+        try:
+            return await asyncio.gather(*calls, return_exceptions=True)
+        finally:
+            await client.close()
+
+    results = asyncio.run(everything())
+    enums, codes, free, refused = results[:3], results[3:5], results[5:8], results[8:]
+    assert all(json.loads(r.choices[0].message.content) in WINDS for r in enums), enums
+    assert all(re.fullmatch("[A-Z]{3}", r.choices[0].text) for r in codes), codes
+    assert all(r.usage.completion_tokens == 12 and r.choices[0].finish_reason == "length" for r in free), free
+    assert all(isinstance(r, openai.BadRequestError) and r.body["param"] == "response_format" for r in refused), refused
+    after = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
+    assert after.used_blocks <= before.used_blocks
+    # a ledger row for each request the engine answered; the two it refused are 400s, which bill nothing and
+    # write no row (as every 400 of a request's own fields)
+    assert sorted(r[1] for r in gateway.rows(key)) == sorted(
+        [r.usage.completion_tokens for r in enums + codes] + [12] * 3)
