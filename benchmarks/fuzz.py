@@ -16,7 +16,8 @@ crashes, 0 INTERNAL, the server healthy throughout; the other failure counts are
 the tritonserver), with raw HTTP requests to ``/v1/chat/completions`` and ``/v1/completions``
 (benchmarks/robustness/gateway_cases.py): bad JSON, invalid UTF-8, wrong types, missing and unknown
 fields, 1 MB and over-the-cap bodies, NaN / inf / negative / huge sampling values, junk stop, unsupported
-fields (n, tools, logit_bias...), bad API keys and models. A correct answer is a 2xx result or a 4xx whose
+fields (n, echo, functions) and bad values of the supported ones (logit_bias, response_format, tool_choice),
+bad API keys and models. A correct answer is a 2xx result or a 4xx whose
 JSON error names the field (never a 5xx, never a hang); the gateway's ``/health/ready`` is polled beside
 Triton's.
 

@@ -32,9 +32,15 @@ WRONG_TYPES = {  # field -> values of the wrong JSON type (none that pydantic's 
     "top_p": ["all", [1]], "stream": ["maybe", [True], {}], "stop": [7, [1, 2], {"s": "x"}], "seed": ["x", [1]],
     "user": [5, []], "stream_options": ["yes", 3, {"include_usage": "sure"}, {"bogus": True}],
 }
-UNSUPPORTED = {"n": [2, 5], "best_of": [3], "logit_bias": [{"50": 100}], "logprobs": [5], "top_logprobs": [3],
-               "echo": [True], "tools": [[{"type": "function", "function": {"name": "f", "parameters": {}}}]],
-               "tool_choice": ["auto"], "functions": [[{"name": "f"}]], "response_format": [{"type": "json_object"}]}
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+# field -> values a correct gateway must refuse by that field's name: features it does not support, and bad
+# values of the ones it does (logit_bias, response_format, tool calls); the extra fields a case needs come along
+UNSUPPORTED = {"n": [2, 5], "best_of": [3], "logprobs": [5], "top_logprobs": [3], "echo": [True],
+               "functions": [[{"name": "f"}]],
+               "logit_bias": [{"50": 101}, {"fifty": 1}, {"50": "high"}, {"99999999": 1}],
+               "response_format": [{"type": "xml"}, "json", {"type": "regex"}, {"type": "json_schema"}],
+               "tool_choice": ["auto", {"type": "function", "function": {"name": "g"}}, "sometimes"]}
+NEEDS = {"tool_choice": {"tools": TOOLS}}  # tool_choice is judged against tools (without them "auto" is no call)
 JUNK_STOPS = ([[""], ["a", ""], ["a", "b", "c", "d", "e"]],  # must be refused
               [["\x00"], ["\ufffd"], ["🎉"], ["x" * 5000], ["\n", "\t"], "the", ["\\u0000"]])  # may be taken
 
@@ -109,6 +115,12 @@ class GatewayCaseGenerator:
 
     def valid(self, index: int) -> GatewayCase:
         endpoint, stream, payload = self._start(index, "valid")
+        if self.rng.random() < 0.3:  # a supported feature beyond sampling: a bias, a grammar, a forced tool call
+            features = [{"logit_bias": {"50": 5, "51": -5}},
+                        {"response_format": {"type": "regex", "regex": "[a-z ]{1,20}"}}]
+            if endpoint == "chat":
+                features.append({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "f"}}})
+            payload.update(self.rng.choice(features))
         return self._case(index, "valid", endpoint, stream, dumps(payload), {}, "")
 
     def bad_json(self, index: int) -> GatewayCase:
@@ -199,6 +211,7 @@ class GatewayCaseGenerator:
         endpoint, stream, payload = self._start(index, "unsupported")
         name = self.rng.choice(list(UNSUPPORTED))
         payload[name] = self.rng.choice(UNSUPPORTED[name])
+        payload.update(NEEDS.get(name, {}))
         return self._case(index, "unsupported", endpoint, stream, dumps(payload), {name: True}, name)
 
     def bad_key(self, index: int) -> GatewayCase:
