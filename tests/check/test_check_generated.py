@@ -128,6 +128,7 @@ def test_guided_decoding_asked_by_the_config_but_not_deployed(repo: Path, tiny_c
     _set(repo, "tensorrt_llm", "xgrammar_tokenizer_info_path", "")
     (finding,) = check_repository(repo, config=tiny_config, gpu_count=0)
     assert finding.code == "guided_decoding" and "serve.guided_decoding: xgrammar" in finding.expected
+    assert finding.severity == "warning"  # it serves (an older repository): only guided requests are refused
     assert check_repository(repo, gpu_count=0) == []  # without the config, off is a valid choice
     _set(repo, "tensorrt_llm", "guided_decoding_backend", "outlines")
     (finding,) = check_repository(repo, gpu_count=0)

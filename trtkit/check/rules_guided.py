@@ -22,9 +22,10 @@ def guided_decoding(ctx: CheckContext) -> list[Finding]:
     backend, info_path = model.param("guided_decoding_backend") or "", model.param("xgrammar_tokenizer_info_path") or ""
     wanted = ctx.config is not None and ctx.config.serve.guided_decoding == "xgrammar"
     if not backend and not info_path:
-        if wanted:
+        if wanted:  # a repository deployed before guided decoding, or by hand: it serves, without structured output
             return [Finding("guided_decoding", model.config_path, "no guided_decoding_backend",
-                            "the model config sets serve.guided_decoding: xgrammar", _REDEPLOY)]
+                            "the model config sets serve.guided_decoding: xgrammar (the default), so requests with "
+                            "a guide will be refused", _REDEPLOY, severity="warning")]
         return []
     if backend != "xgrammar" or not info_path:
         return [Finding("guided_decoding", model.config_path,
