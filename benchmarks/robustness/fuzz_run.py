@@ -85,8 +85,12 @@ def run_cases(cases: Iterable[Case], make_target: Callable[[], object], *, worke
                     outcome = target.send(case, deadline_s)  # type: ignore[attr-defined]
                 except Exception as exc:  # the client side failed: counted, never fatal to the run
                     outcome = Outcome("transport", f"{type(exc).__name__}: {exc}")
+                try:
+                    verdict = judge(case, outcome)
+                except Exception as exc:  # this harness could not read the answer: a client-side failure, counted
+                    outcome, verdict = Outcome("transport", f"judging failed: {type(exc).__name__}: {exc}"), "transport"
                 with lock:
-                    report.add(case, outcome, judge(case, outcome))
+                    report.add(case, outcome, verdict)
                     if on_progress is not None:
                         on_progress(report.num_cases)
         finally:

@@ -211,7 +211,7 @@ def _read(response: httpx.Response, deadline: float) -> Outcome:
     if not response.headers.get("content-type", "").startswith("text/event-stream"):
         body = json.loads(response.read())
         choice = body["choices"][0]
-        return HttpOutcome("ok", texts=[choice["message"]["content"] if "message" in choice else choice["text"]],
+        return HttpOutcome("ok", texts=[_answer(choice["message"]) if "message" in choice else choice["text"]],
                        finals={"finish_reason": choice.get("finish_reason")})
     outcome = HttpOutcome("ok")
     for line in response.iter_lines():
@@ -223,7 +223,7 @@ def _read(response: httpx.Response, deadline: float) -> Outcome:
         if "error" in event:
             return error_outcome(200, line[6:].encode(), outcome.texts)
         for choice in event.get("choices", []):
-            piece = choice["delta"].get("content") if "delta" in choice else choice.get("text")
+            piece = _answer(choice["delta"]) if "delta" in choice else choice.get("text")
             if piece:
                 outcome.texts.append(piece)
             if choice.get("finish_reason"):
@@ -231,6 +231,12 @@ def _read(response: httpx.Response, deadline: float) -> Outcome:
     if "finish_reason" not in outcome.finals:
         return HttpOutcome("transport", "the stream ended without a finish_reason", outcome.texts)
     return outcome
+
+
+def _answer(message: dict) -> str:
+    """A chat message's (or delta's) answer: its text, or the arguments of the tools it calls."""
+    calls = message.get("tool_calls") or []
+    return message.get("content") or "".join((call.get("function") or {}).get("arguments") or "" for call in calls)
 
 
 def error_outcome(status: int, body: bytes, texts: list[str] | None = None) -> Outcome:
