@@ -77,24 +77,6 @@ class WorkloadSpec:
     guide: str | None = None
 
 
-def read_guide(guide_type: str | None, guide: str | None) -> str | None:
-    """``--guide`` (``@FILE`` reads a file), checked by the rules every engine input meets."""
-    from trtkit.errors import InvalidInputError
-    from trtkit.sampling_ranges import check_guide
-
-    if guide is not None and guide.startswith("@"):
-        if not Path(guide[1:]).is_file():
-            raise BenchError(f"--guide {guide}: no such file; pass @PATH of the schema or grammar, or the text itself")
-        guide = Path(guide[1:]).read_text(encoding="utf-8")
-    try:
-        check_guide(guide_type, guide)
-        if guide_type == "json_schema":
-            json.loads(guide or "")
-    except (InvalidInputError, ValueError) as exc:
-        raise BenchError(f"--guide-type/--guide: {exc}") from exc
-    return guide
-
-
 def corpus_texts() -> list[str]:
     """The bundled calibration corpus, one string per document, in a stable order."""
     root = resources.files("trtkit.data").joinpath("calib")

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from trtkit.cli.options import GuideOpt, GuideTypeOpt, read_guide
 from trtkit.errors import BenchError
 
 bench_app = typer.Typer(help="Serving benchmark: load sweeps, SLO goodput, server-counted tokens, the engine's "
@@ -43,11 +44,8 @@ def bench(
     prefix_tokens: Annotated[int, Opt(help="shared-prefix: system prompt length in tokens")] = 256,
     prefix_share: Annotated[float, Opt(help="shared-prefix: fraction of requests that share it")] = 0.5,
     turns: Annotated[int, Opt(help="multi-turn: turns per conversation")] = 3,
-    guide_type: Annotated[str | None, Opt("--guide-type", help="Hold every answer to a guide (structured output): "
-                                          "json, json_schema, regex or ebnf_grammar; the deployment needs "
-                                          "serve.guided_decoding: xgrammar")] = None,
-    guide: Annotated[str | None, Opt("--guide", help="The schema, regular expression or grammar for "
-                                     "--guide-type; @FILE reads a file")] = None,
+    guide_type: GuideTypeOpt = None,  # every request of the workload held to this guide
+    guide: GuideOpt = None,
     slo: Annotated[str | None, Opt("--slo", help="Goodput SLOs, e.g. ttft=200ms,tpot=50ms (also e2e=)")] = None,
     model: Annotated[str | None, Opt(help="Model to call (default: the config's client.model_name over gRPC, "
                                           "the config's name over HTTP)")] = None,
@@ -77,7 +75,7 @@ def _run(o: dict) -> None:
     from trtkit.bench.outputs.console import ProgressView, summary_table
     from trtkit.bench.session import default_metrics_url, run_bench
     from trtkit.bench.spec import BenchSpec, parse_endpoint, parse_points, parse_slo
-    from trtkit.bench.workloads import LengthDist, WorkloadSpec, read_guide
+    from trtkit.bench.workloads import LengthDist, WorkloadSpec
     from trtkit.client.tokens import TokenCounter
     from trtkit.config import load_config
 

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from trtkit.cli.options import ConfigArg, JsonOpt
+from trtkit.cli.options import ConfigArg, GuideOpt, GuideTypeOpt, JsonOpt, read_guide
 from trtkit.errors import ClientError
 
 UrlOpt = Annotated[str | None, typer.Option("--url", help="tritonserver gRPC address host:port; default: the newest "
@@ -61,23 +61,14 @@ def _usage_line(result) -> str:  # type: ignore[no-untyped-def]
 def generate(config_path: ConfigArg, prompt: Annotated[str, typer.Argument(help="Prompt text; '-' reads stdin")],
              url: UrlOpt = None, max_tokens: MaxTokensOpt = None, temperature: TemperatureOpt = 0.0,
              seed: SeedOpt = None, stream: Annotated[bool, typer.Option("--stream/--no-stream")] = True,
-             user: UserOpt = "", key_id: KeyOpt = "", as_json: JsonOpt = False,
-             guide_type: Annotated[str | None, typer.Option(
-                 "--guide-type", help="structured output: json | json_schema | regex | ebnf_grammar (the deployment "
-                                      "needs serve.guided_decoding: xgrammar)")] = None,
-             guide: Annotated[str | None, typer.Option(
-                 "--guide", help="the schema, regular expression or grammar for --guide-type; @FILE reads a file")]
-             = None) -> None:
+             user: UserOpt = "", key_id: KeyOpt = "", as_json: JsonOpt = False, guide_type: GuideTypeOpt = None,
+             guide: GuideOpt = None) -> None:
     """One-shot generation with exact token usage (text to stdout, usage to stderr)."""
     from trtkit.client import SamplingParams
 
     text = sys.stdin.read() if prompt == "-" else prompt
-    if guide is not None and guide.startswith("@"):
-        if not Path(guide[1:]).is_file():
-            raise ClientError(f"--guide {guide}: no such file; pass @PATH of the schema or grammar, or the text itself")
-        guide = Path(guide[1:]).read_text(encoding="utf-8")
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed,
-                            guided_decoding_guide_type=guide_type, guided_decoding_guide=guide)
+                            guided_decoding_guide_type=guide_type, guided_decoding_guide=read_guide(guide_type, guide))
     _, client = _client(config_path, url, user, key_id)
     with client:
         if stream and not as_json:
