@@ -106,8 +106,9 @@ def test_fp8_target_older_than_sm89_warns(tiny_llama_dir: Path, tmp_path: Path,
     config = make_config(tiny_llama_dir, tmp_path / "w", build={"target_gpu": "A100-80GB"})
     with caplog.at_level(logging.WARNING):
         plan = plan_calibration(config, "fp8")
-    expected = ("fp8 needs SM 89 or newer, but build.target_gpu A100-80GB is SM 80 (Ampere); the build will refuse "
-                "it: calibrate int8_sq or int8_wo for that GPU, or build for an L40S/H100-class GPU")
+    expected = ("quant_algo FP8 needs compute capability 8.9 or newer (Ada, Hopper, Blackwell); build.target_gpu "
+                "A100-80GB (Ampere) is 8.0; use int8_sq or int8_wo (kv_cache_dtype int8), or build on an L4, L40S, "
+                "H100 or newer; the build will refuse this checkpoint")
     assert plan.warnings == [expected] and expected in caplog.text
     assert target_gpu_warning(FORMATS["fp8"], "H100") is None
     assert target_gpu_warning(FORMATS["int8_sq"], "A100") is None

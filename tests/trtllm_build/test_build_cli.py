@@ -56,7 +56,7 @@ def test_build_dry_run_prints_command_switches_and_preflight(capsys: pytest.Capt
     assert load_contract().violations(data["command"][1:]) == []
     reasons = {s["flag"]: s["reason"] for s in data["switches"]}
     assert reasons["--use_paged_context_fmha"] == "required by serve.enable_kv_cache_reuse and serve.enable_chunked_context"
-    assert {r["name"] for r in data["preflight"]} >= {"tensorrt_llm_installed", "fp8_needs_sm89", "disk_space"}
+    assert {r["name"] for r in data["preflight"]} >= {"tensorrt_llm_installed", "gpu_supports_checkpoint", "disk_space"}
     assert main(["build", TINY, "--dry-run"]) == 0
     text = capsys.readouterr().out
     assert "command:\n  trtllm-build --checkpoint_dir" in text and "derived switches:" in text

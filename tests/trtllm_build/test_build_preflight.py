@@ -11,7 +11,7 @@ from build_helpers import gpu_fact, gpu_host, shipped, with_quant
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.checkpoint_info import CheckpointInfo, info_from_config
-from trtkit.trtllm_build.preflight import GIB, BuildTarget, HostFacts, check_preflight, run_preflight
+from trtkit.trtllm_build.preflight import GIB, RULES, BuildTarget, HostFacts, check_preflight, run_preflight
 from trtkit.trtllm_build.runner import collect_host_facts
 
 OUT = Path("/engines/out")
@@ -32,7 +32,7 @@ def test_a_ready_gpu_host_passes_every_rule() -> None:
     t = target(shipped("llama3-8b-fp8-h100"))
     check_preflight(t, gpu_host("H100-80GB"))
     report = run_preflight(t, gpu_host("H100-80GB"))
-    assert len(report.results) == 12 and report.failures == []
+    assert len(report.results) == len(RULES) and report.failures == []
 
 
 def test_tensorrt_llm_missing_is_one_line_naming_the_container() -> None:
@@ -76,19 +76,19 @@ def test_fp8_needs_sm89() -> None:
     config = with_quant(shipped("smollm2-135m"), "fp8")
     facts = replace(gpu_host("A100-80GB"), gpus=(gpu_fact("A100-80GB", name="NVIDIA A100-SXM4-80GB"),))
     assert failure(target(config), facts) == (
-        "quantization.format fp8 needs compute capability 8.9 or newer (Ada, Hopper, Blackwell); GPU 0 "
+        "quant_algo FP8 needs compute capability 8.9 or newer (Ada, Hopper, Blackwell); GPU 0 "
         "(NVIDIA A100-SXM4-80GB) is 8.0; use int8_sq or int8_wo (kv_cache_dtype int8), or build on an L4, L40S, "
         "H100 or newer")
     kv_only = with_quant(shipped("smollm2-135m"), "int8_wo", "fp8")
-    assert failure(target(kv_only), facts).startswith("quantization.kv_cache_dtype fp8 needs compute capability 8.9")
+    assert failure(target(kv_only), facts).startswith("kv_cache_quant_algo FP8 needs compute capability 8.9")
     check_preflight(target(config), gpu_host("L4"))
 
 
 def test_nvfp4_needs_blackwell() -> None:
     config = with_quant(shipped("smollm2-135m"), "nvfp4")
     assert failure(target(config), gpu_host("H100-80GB")) == (
-        "quantization.format nvfp4 needs a Blackwell GPU (compute capability 10.0 or newer); GPU 0 "
-        "(NVIDIA H100-80GB) is 9.0; use fp8 on Hopper or Ada, or build on a B200")
+        "quant_algo NVFP4 needs a Blackwell GPU (compute capability 10.0 or newer); GPU 0 "
+        "(NVIDIA H100-80GB) is 9.0; use fp8 on Hopper or Ada, or build on a B200, B300 or RTX PRO 6000 Blackwell")
     check_preflight(target(config), gpu_host("B200"))
 
 
@@ -128,7 +128,7 @@ def test_dry_run_report_skips_gpu_rules_without_a_gpu() -> None:
     facts = HostFacts(nvml_error="NVML Shared Library Not Found", free_disk_bytes=100 * GIB)
     report = run_preflight(target(with_quant(shipped("tiny-llama"), "fp8")), facts)
     verdicts = {r.name: (r.ok, r.checked) for r in report.results}
-    assert verdicts["fp8_needs_sm89"] == (True, False) and verdicts["enough_gpus"] == (True, False)
+    assert verdicts["gpu_supports_checkpoint"] == (True, False) and verdicts["enough_gpus"] == (True, False)
     assert [r.name for r in report.failures] == ["tensorrt_llm_installed", "gpus_present"]
 
 
@@ -145,9 +145,9 @@ def test_dry_run_off_the_gpu_host_checks_against_build_target_gpu() -> None:
     config = shipped("llama3-8b-fp8-h100")  # fp8, target_gpu H100-80GB
     facts = HostFacts(nvml_error="NVML Shared Library Not Found", free_disk_bytes=100 * GIB)
     ok = {r.name: r for r in run_preflight(target(config), facts).results}
-    assert ok["fp8_needs_sm89"].ok and ok["fp8_needs_sm89"].checked
+    assert ok["gpu_supports_checkpoint"].ok and ok["gpu_supports_checkpoint"].checked
     on_a100 = replace(config, build=replace(config.build, target_gpu="A100-80GB"))
-    verdict = {r.name: r for r in run_preflight(target(on_a100), facts).results}["fp8_needs_sm89"]
+    verdict = {r.name: r for r in run_preflight(target(on_a100), facts).results}["gpu_supports_checkpoint"]
     assert not verdict.ok and verdict.message.startswith(
-        "quantization.format fp8 needs compute capability 8.9 or newer (Ada, Hopper, Blackwell); GPU 0 "
+        "quant_algo FP8 needs compute capability 8.9 or newer (Ada, Hopper, Blackwell); GPU 0 "
         "(A100-80GB (build.target_gpu)) is 8.0")

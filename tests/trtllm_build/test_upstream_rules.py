@@ -15,7 +15,7 @@ from trtkit.checkpoint.preflight import target_gpu_warning
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build import plan_build
-from trtkit.trtllm_build.gpus import lookup_gpu
+from trtkit.trtllm_build.gpus import lookup_gpu, match_nvml_name
 from trtkit.trtllm_build.planner import plan_kv_cache
 from trtkit.trtllm_build.preflight import check_preflight
 from trtkit.trtllm_build.shapes import KNOWN_SHAPES
@@ -94,29 +94,61 @@ def test_kv_fraction_of_one_is_refused_by_config_and_planner(tmp_path) -> None: 
 
 
 @pytest.mark.parametrize(("fmt", "kv", "refused"), [
-    ("int8_sq", "auto", "quant_algo W8A8_SQ_PER_CHANNEL"), ("int8_wo", "auto", "quant_algo W8A16"),
-    ("int4_wo", "auto", "quant_algo W4A16"), ("int4_awq", "auto", "quant_algo W4A16_AWQ"),
+    ("int8_sq", "auto", "quant_algo W8A8_SQ_PER_CHANNEL (SmoothQuant)"),
+    ("int8_wo", "auto", "quant_algo W8A16 (INT8/INT4 weights"), ("int4_wo", "auto", "quant_algo W4A16 (INT8/INT4"),
+    ("int4_awq", "auto", "quant_algo W4A16_AWQ (INT8/INT4"),
+    # issue 34 defect 2: W4A8 AWQ has INT4 weights (QuantMode: int4 weight-only, per group): refused on SM 10.x
+    ("w4a8_awq", "fp8", "quant_algo W4A8_AWQ (INT8/INT4"),
     ("none", "int8", "an int8 KV cache")])
-def test_blackwell_refusals_in_preflight(fmt: str, kv: str, refused: str) -> None:
+@pytest.mark.parametrize("gpu", ["B200", "GB200", "B300"])
+def test_blackwell_refusals_in_preflight(fmt: str, kv: str, refused: str, gpu: str) -> None:
     t = target(with_quant(shipped("tiny-llama"), fmt, kv))
-    message = failure(t, gpu_host("B200"))
-    assert message.startswith(f"TensorRT-LLM 1.2 refuses {refused}") and "SM 10.0 and newer" in message
+    message = failure(t, gpu_host(gpu))
+    assert message.startswith(f"TensorRT-LLM 1.2 refuses {refused}") and "on SM 10.x and 11.x" in message
     assert "use quantization.format fp8 or nvfp4" in message
     check_preflight(t, gpu_host("H100-80GB"))  # Hopper builds them
 
 
+@pytest.mark.parametrize("gpu", ["RTX-PRO-6000-BLACKWELL", "RTX-5090", "GB10"])
+@pytest.mark.parametrize(("fmt", "kv"), [("int8_sq", "auto"), ("int8_wo", "int8"), ("int4_awq", "auto"),
+                                          ("w4a8_awq", "fp8"), ("fp8", "fp8"), ("nvfp4", "fp8")])
+def test_sm12_is_outside_the_builder_refusal_range(gpu: str, fmt: str, kv: str) -> None:
+    """Issue 34 defect 3: the 1.2 builder refuses only at 100 <= sm < 120; SM 12.x builds what Hopper builds."""
+    assert lookup_gpu(gpu).sm >= 120
+    check_preflight(target(with_quant(shipped("tiny-llama"), fmt, kv)), gpu_host(gpu))
+    assert target_gpu_warning(CALIB_FORMATS[fmt], gpu, "INT8" if kv == "int8" else None) is None
+
+
 def test_blackwell_accepts_fp8_and_nvfp4() -> None:
-    for fmt in ("fp8", "nvfp4"):
-        check_preflight(target(with_quant(shipped("tiny-llama"), fmt, "fp8")), gpu_host("B200"))
+    for gpu in ("B200", "GB200", "B300"):
+        for fmt in ("fp8", "nvfp4"):
+            check_preflight(target(with_quant(shipped("tiny-llama"), fmt, "fp8")), gpu_host(gpu))
 
 
 def test_calibrate_warns_for_blackwell_refusals() -> None:
     warning = target_gpu_warning(CALIB_FORMATS["int8_sq"], "B200")
-    assert warning is not None and "refuses quant_algo W8A8_SQ_PER_CHANNEL" in warning and "calibrate fp8" in warning
+    assert warning is not None and "refuses quant_algo W8A8_SQ_PER_CHANNEL" in warning and "fp8 or nvfp4" in warning
+    w4a8 = target_gpu_warning(CALIB_FORMATS["w4a8_awq"], "B300", "FP8")
+    assert w4a8 is not None and "refuses quant_algo W4A8_AWQ" in w4a8
     kv_only = target_gpu_warning(None, "B200", "INT8")
     assert kv_only is not None and "an int8 KV cache" in kv_only
     assert target_gpu_warning(CALIB_FORMATS["fp8"], "B200", "FP8") is None
     assert target_gpu_warning(CALIB_FORMATS["int8_sq"], "H100", "INT8") is None
+
+
+def test_the_gpu_table_has_the_blackwell_parts_people_deploy() -> None:
+    """Issue 34 defect 3: compute capabilities from NVIDIA's CUDA GPUs table; NVML names match each part."""
+    expected = {"B200": (10, 0), "GB200": (10, 0), "B300": (10, 3), "RTX-PRO-6000-BLACKWELL": (12, 0),
+                "RTX-5090": (12, 0), "GB10": (12, 1)}
+    for kind, cc in expected.items():
+        assert lookup_gpu(kind).compute_capability == cc, kind
+    names = {"NVIDIA GB200": "GB200", "NVIDIA B300 SXM6 AC": "B300", "NVIDIA GeForce RTX 5090": "RTX-5090",
+             "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "RTX-PRO-6000-BLACKWELL", "NVIDIA GB10": "GB10",
+             "NVIDIA B200": "B200", "NVIDIA H100 PCIe": "H100-PCIE"}
+    for nvml, kind in names.items():
+        spec = match_nvml_name(nvml)
+        assert spec is not None and spec.kind == kind, nvml
+    assert lookup_gpu("GB10").memory_source == "spec sheet" and lookup_gpu("H100-80GB").memory_source == "nvml"
 
 
 def test_latency_profile_caps_the_engine_batch() -> None:

@@ -30,31 +30,30 @@ class FormatSpec:
     modelopt_exports_weights: bool   # False: float weights in the checkpoint, TensorRT-LLM quantizes them
     four_bit: bool
     quantizes_activations: bool
-    min_sm: int | None               # oldest GPU architecture (SM) with kernels for it
     needs_cuda: bool                 # ModelOpt cannot calibrate it on CPU
     scale_suffixes: tuple[str, ...]  # scale tensors every quantized linear layer carries
     summary: str
 
 
 FORMATS: dict[str, FormatSpec] = {spec.name: spec for spec in (
-    FormatSpec("int8_sq", "W8A8_SQ_PER_CHANNEL", True, False, True, None, False,
+    FormatSpec("int8_sq", "W8A8_SQ_PER_CHANNEL", True, False, True, False,
                ("weights_scaling_factor", "activation_scaling_factor", "prequant_scaling_factor"),
                "INT8 weights (per channel) and activations (per tensor), SmoothQuant"),
-    FormatSpec("int8_wo", "W8A16", False, False, False, None, False, (),
+    FormatSpec("int8_wo", "W8A16", False, False, False, False, (),
                "INT8 weight-only (per channel), quantized by TensorRT-LLM at build time"),
-    FormatSpec("int4_wo", "W4A16", False, True, False, None, False, (),
+    FormatSpec("int4_wo", "W4A16", False, True, False, False, (),
                "INT4 weight-only (per channel), quantized by TensorRT-LLM at build time"),
-    FormatSpec("int4_awq", "W4A16_AWQ", True, True, False, None, False,
+    FormatSpec("int4_awq", "W4A16_AWQ", True, True, False, False,
                ("weights_scaling_factor", "prequant_scaling_factor"),
                "INT4 weights in groups with AWQ scales, 16-bit activations"),
-    FormatSpec("w4a8_awq", "W4A8_AWQ", True, True, True, 89, False,
+    FormatSpec("w4a8_awq", "W4A8_AWQ", True, True, True, False,
                ("weights_scaling_factor", "weights_scaling_factor_2", "activation_scaling_factor",
                 "prequant_scaling_factor"),
                "INT4 AWQ weights with FP8 activations (Ada/Hopper)"),
-    FormatSpec("fp8", "FP8", True, False, True, 89, False,
+    FormatSpec("fp8", "FP8", True, False, True, False,
                ("weights_scaling_factor", "activation_scaling_factor"),
                "FP8 (E4M3) weights and activations, per tensor (Ada/Hopper)"),
-    FormatSpec("nvfp4", "NVFP4", True, True, True, 100, True,
+    FormatSpec("nvfp4", "NVFP4", True, True, True, True,
                ("weights_scaling_factor", "weights_scaling_factor_2", "activation_scaling_factor"),
                "NVFP4 weights and activations (Blackwell; needs a GPU to calibrate)"),
 )}

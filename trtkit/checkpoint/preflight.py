@@ -86,27 +86,23 @@ def check_gpu_support(spec: FormatSpec, *, cuda_available: bool) -> None:
 
 def target_gpu_warning(spec: FormatSpec | None, target_gpu: str | None, kv_cache_algo: str | None = None) -> str | None:
     """A warning when build.target_gpu cannot build this checkpoint (the build itself refuses): a GPU
-    older than the format needs, or a Blackwell GPU for formats TensorRT-LLM 1.2 refuses there."""
+    older than the format needs, or SM 10.x/11.x for formats TensorRT-LLM 1.2 refuses there
+    (``trtkit.trtllm_build.gpu_support``, shared with plan and build preflight)."""
     if not target_gpu or (spec is None and kv_cache_algo is None):
         return None
+    from trtkit.trtllm_build.gpu_support import refusals
     from trtkit.trtllm_build.gpus import lookup_gpu
-    from trtkit.trtllm_build.upstream_rules import sm100_refusal
 
     name = spec.name if spec else f"kv_cache_dtype {kv_cache_algo}"
     try:
         gpu = lookup_gpu(target_gpu)
     except BuildError:
         return f"build.target_gpu {target_gpu!r} is not a known GPU; cannot check that it runs {name}"
-    if spec is not None and spec.min_sm is not None and gpu.sm < spec.min_sm:
-        return (f"{spec.name} needs SM {spec.min_sm} or newer, but build.target_gpu {gpu.kind} is SM {gpu.sm} "
-                f"({gpu.architecture}); the build will refuse it: calibrate int8_sq or int8_wo for that GPU, or "
-                f"build for an L40S/H100-class GPU")
-    refused = sm100_refusal(spec.quant_algo if spec else None, kv_cache_algo)
-    if gpu.sm >= 100 and refused:
-        return (f"TensorRT-LLM 1.2 refuses {refused} on SM 10.0 and newer, and build.target_gpu {gpu.kind} is SM "
-                f"{gpu.sm} ({gpu.architecture}); the build will refuse this checkpoint: calibrate fp8 or nvfp4 "
-                f"(kv_cache_dtype fp8 or auto) for that GPU")
-    return None
+    found = refusals(spec.quant_algo if spec else None, kv_cache_algo, gpu.compute_capability)
+    if not found:
+        return None
+    return (found[0].sentence(f"build.target_gpu {gpu.kind} ({gpu.architecture})", gpu.compute_capability)
+            + "; the build will refuse this checkpoint")
 
 
 def check_weight_only_exclusions(spec: FormatSpec, exclude_modules: list[str]) -> None:

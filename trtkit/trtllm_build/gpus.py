@@ -1,7 +1,12 @@
-"""Common data-center GPUs: total memory and compute capability, for planning without the GPU.
+"""The GPUs people deploy on: total memory and compute capability, for planning without the GPU.
 
-``memory_bytes`` is the total that NVML reports (what ``nvidia-smi`` prints in MiB), not the
-marketing figure: an "80GB" H100 reports 81559 MiB. The planner works from these totals.
+``memory_bytes`` is the total that NVML reports (what ``nvidia-smi`` prints in MiB) where one was recorded
+(``memory_source="nvml"``): an "80GB" H100 reports 81559 MiB. For the Blackwell parts added from NVIDIA's
+spec sheets (``memory_source="spec sheet"``) it is the sheet's capacity in GB (10^9 bytes); NVML's total
+for such a part is a little lower, so plans on them are slightly optimistic until a reading replaces it.
+Compute capabilities are NVIDIA's (developer.nvidia.com/cuda-gpus): data-center Blackwell B200/GB200 10.0,
+B300/GB300 10.3; RTX Blackwell (RTX PRO 6000, GeForce RTX 5090) 12.0; GB10 (DGX Spark) 12.1. What each SM
+can build is ``gpu_support``'s answer, not this table's.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from dataclasses import dataclass
 from trtkit.errors import BuildError
 
 MIB = 1 << 20
+GB = 10**9
 
 
 @dataclass(slots=True, frozen=True)
@@ -20,6 +26,7 @@ class GpuSpec:
     compute_capability: tuple[int, int]
     architecture: str
     nvml_markers: tuple[str, ...]  # substrings of the NVML device name, lower case, all must match
+    memory_source: str = "nvml"    # "nvml": an NVML total; "spec sheet": NVIDIA's published capacity
 
     @property
     def sm(self) -> int:
@@ -36,14 +43,23 @@ GPU_TABLE: tuple[GpuSpec, ...] = (
     GpuSpec("A100-40GB", 40960 * MIB, (8, 0), "Ampere", ("a100", "40gb")),
     GpuSpec("A100-80GB", 81920 * MIB, (8, 0), "Ampere", ("a100", "80gb")),
     GpuSpec("H100-80GB", 81559 * MIB, (9, 0), "Hopper", ("h100", "80gb")),
+    GpuSpec("H100-PCIE", 81559 * MIB, (9, 0), "Hopper", ("h100", "pcie")),
     GpuSpec("H100-NVL", 95830 * MIB, (9, 0), "Hopper", ("h100", "nvl")),
     GpuSpec("H200", 143771 * MIB, (9, 0), "Hopper", ("h200",)),
     GpuSpec("GH200", 97871 * MIB, (9, 0), "Hopper", ("gh200",)),
     GpuSpec("B200", 183359 * MIB, (10, 0), "Blackwell", ("b200",)),
+    GpuSpec("GB200", 186 * GB, (10, 0), "Blackwell", ("gb200",), "spec sheet"),
+    GpuSpec("B300", 288 * GB, (10, 3), "Blackwell Ultra", ("b300",), "spec sheet"),
+    GpuSpec("RTX-PRO-6000-BLACKWELL", 96 * GB, (12, 0), "Blackwell (RTX)", ("rtx pro 6000", "blackwell"),
+            "spec sheet"),
+    GpuSpec("RTX-5090", 32 * GB, (12, 0), "Blackwell (RTX)", ("rtx 5090",), "spec sheet"),
+    # unified LPDDR5X shared with the Grace CPU: less than this is free for the KV cache
+    GpuSpec("GB10", 128 * GB, (12, 1), "Blackwell (RTX)", ("gb10",), "spec sheet"),
 )
 
-_ALIASES = {"H100": "H100-80GB", "H100-SXM": "H100-80GB", "H100-PCIE": "H100-80GB", "A100": "A100-80GB",
-            "H200-141GB": "H200", "GH200-96GB": "GH200"}
+_ALIASES = {"H100": "H100-80GB", "H100-SXM": "H100-80GB", "A100": "A100-80GB",
+            "H200-141GB": "H200", "GH200-96GB": "GH200", "RTX-PRO-6000": "RTX-PRO-6000-BLACKWELL",
+            "RTX5090": "RTX-5090", "GEFORCE-RTX-5090": "RTX-5090", "DGX-SPARK": "GB10", "B300-288GB": "B300"}
 
 
 def known_gpu_kinds() -> list[str]:

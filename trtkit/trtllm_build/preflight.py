@@ -14,7 +14,7 @@ from pathlib import Path
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.checkpoint_info import CheckpointInfo
-from trtkit.trtllm_build.upstream_rules import sm100_refusal
+from trtkit.trtllm_build.gpu_support import refusals
 
 CONTAINER = "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3"
 CONTAINER_TRTLLM = "1.2.1"
@@ -104,43 +104,13 @@ def _used_gpus(t: BuildTarget, h: HostFacts) -> tuple[GpuFact, ...]:
     return h.gpus[: max(1, t.checkpoint.world_size)]
 
 
-def _fp8_needs_sm89(t: BuildTarget, h: HostFacts) -> str | None:
+def _gpu_supports_checkpoint(t: BuildTarget, h: HostFacts) -> str | None:
+    """Kernels the GPU lacks (fp8 below SM 8.9, nvfp4 below 10.0) and the 1.2 builder's SM 10.x/11.x refusals."""
     k = t.checkpoint
-    what = ("quantization.format fp8" if k.quant_algo == "FP8"
-            else "quantization.kv_cache_dtype fp8" if k.kv_cache_quant_algo == "FP8" else None)
-    if what is None:
-        return None
     for gpu in _used_gpus(t, h):
-        if gpu.compute_capability < (8, 9):
-            cc = f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}"
-            return (f"{what} needs compute capability 8.9 or newer (Ada, Hopper, Blackwell); GPU {gpu.index} "
-                    f"({gpu.name}) is {cc}; use int8_sq or int8_wo (kv_cache_dtype int8), or build on an L4, L40S, "
-                    f"H100 or newer")
-    return None
-
-
-def _nvfp4_needs_blackwell(t: BuildTarget, h: HostFacts) -> str | None:
-    if t.checkpoint.quant_algo != "NVFP4":
-        return None
-    for gpu in _used_gpus(t, h):
-        if gpu.compute_capability < (10, 0):
-            cc = f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}"
-            return (f"quantization.format nvfp4 needs a Blackwell GPU (compute capability 10.0 or newer); GPU "
-                    f"{gpu.index} ({gpu.name}) is {cc}; use fp8 on Hopper or Ada, or build on a B200")
-    return None
-
-
-def _blackwell_refusals(t: BuildTarget, h: HostFacts) -> str | None:
-    k = t.checkpoint
-    refused = sm100_refusal(k.quant_algo, k.kv_cache_quant_algo)
-    if refused is None:
-        return None
-    for gpu in _used_gpus(t, h):
-        if gpu.compute_capability >= (10, 0):
-            cc = f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}"
-            return (f"TensorRT-LLM 1.2 refuses {refused} on SM 10.0 and newer; GPU {gpu.index} ({gpu.name}) is {cc}; "
-                    f"use quantization.format fp8 or nvfp4 with kv_cache_dtype fp8 or auto, then re-run trtkit "
-                    f"calibrate, or build on a Hopper or Ada GPU")
+        found = refusals(k.quant_algo, k.kv_cache_quant_algo, gpu.compute_capability)
+        if found:
+            return found[0].sentence(f"GPU {gpu.index} ({gpu.name})", gpu.compute_capability)
     return None
 
 
@@ -182,15 +152,13 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("gpus_present", _gpus_present),
     ("enough_gpus", _enough_gpus),
     ("checkpoint_mapping", _checkpoint_mapping),
-    ("fp8_needs_sm89", _fp8_needs_sm89),
-    ("nvfp4_needs_blackwell", _nvfp4_needs_blackwell),
-    ("blackwell_refusals", _blackwell_refusals),
+    ("gpu_supports_checkpoint", _gpu_supports_checkpoint),
     ("disk_space", _disk_space),
     ("max_seq_len_within_positions", _seq_len_within_positions),
     ("max_num_tokens_cover_input", _num_tokens_cover_input),
     ("multiple_profiles_without_opt_num_tokens", _profiles_without_opt_tokens),
 )
-GPU_RULES = {"enough_gpus", "fp8_needs_sm89", "nvfp4_needs_blackwell", "blackwell_refusals"}
+GPU_RULES = {"enough_gpus", "gpu_supports_checkpoint"}
 
 
 @dataclass(slots=True)

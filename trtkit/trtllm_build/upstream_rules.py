@@ -18,10 +18,6 @@ from importlib import resources
 FP8_KV_PAGED_WEIGHT_ALGOS = ("FP8", "W4A8_AWQ", "NVFP4")
 # architectures for which the builder keeps reduce_fusion (all others: overridden to False)
 REDUCE_FUSION_ARCHITECTURES = ("LlamaForCausalLM", "Gemma2ForCausalLM", "MedusaForCausalLM")
-# quant_algo values the builder refuses on SM >= 100: INT8/INT4 weight-only (AWQ/GPTQ too) and SmoothQuant
-SM100_REFUSED_QUANT_ALGOS = ("W8A16", "W4A16", "W4A16_AWQ", "W4A16_GPTQ", "W8A16_GPTQ", "W8A8_SQ_PER_CHANNEL",
-                             "W8A8_SQ_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN",
-                             "W8A8_SQ_PER_CHANNEL_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_TENSOR_PER_TOKEN_PLUGIN")
 # upstream perf guidance (and ModelOpt's example build script): the fp8 GEMM plugin pays off only for small batches
 FP8_GEMM_PLUGIN_MAX_BATCH = 4
 DEFAULT_LOGITS_DTYPE = "float32"  # PretrainedConfig's default when a checkpoint names none
@@ -47,16 +43,6 @@ def paged_context_fmha_off_reason(quant_algo: str | None, kv_cache_quant_algo: s
 
 def reduce_fusion_kept(architecture: str, tp_size: int) -> bool:
     return tp_size > 1 and architecture in REDUCE_FUSION_ARCHITECTURES
-
-
-def sm100_refusal(quant_algo: str | None, kv_cache_quant_algo: str | None) -> str | None:
-    """What the 1.2 builder refuses on SM >= 100 (Blackwell) in this checkpoint, or None."""
-    refused = []
-    if quant_algo in SM100_REFUSED_QUANT_ALGOS:
-        refused.append(f"quant_algo {quant_algo} (INT8/INT4 weight-only, AWQ and SmoothQuant)")
-    if kv_cache_quant_algo == "INT8":
-        refused.append("an int8 KV cache")
-    return " and ".join(refused) or None
 
 
 def fp8_gemm_plugin_pays_off(max_batch_size: int) -> bool:

@@ -1,0 +1,98 @@
+"""What a GPU can build and serve, by compute capability: the one answer that plan, preflight and calibrate share.
+
+Two kinds of limit, both keyed by the checkpoint's ``quant_algo`` / ``kv_cache_quant_algo``:
+- kernels that need a newer GPU: FP8 weights or an FP8 KV cache need SM 8.9 (Ada) or newer, W4A8 AWQ (FP8
+  activations) too, NVFP4 needs Blackwell (SM 10.0 or newer);
+- what the TensorRT-LLM 1.2 builder refuses on data-center Blackwell. Its condition is
+  ``get_sm_version() >= 100 and get_sm_version() < 120`` (tensorrt_llm/builder.py, ``build()``): INT8/INT4
+  weights (weight-only, AWQ and GPTQ; W4A8 AWQ has INT4 weights with per-group scales), SmoothQuant,
+  per-channel or per-token scaling, and an INT8 KV cache. SM 12.x (RTX PRO 6000 Blackwell, RTX 5090, GB10) is
+  outside that range: the builder accepts them there. Sources in ``trtkit/contracts/trtllm_1.2_rules.json``
+  (rule ``sm100_refusals``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# quant_algo -> oldest SM with kernels for it (FP8 tensor cores arrived with Ada, FP4 with Blackwell)
+MIN_SM_FOR_WEIGHTS = {"FP8": 89, "FP8_PER_CHANNEL_PER_TOKEN": 89, "W4A8_AWQ": 89, "NVFP4": 100}
+MIN_SM_FOR_KV = {"FP8": 89}
+# builder.py: `if get_sm_version() >= 100 and get_sm_version() < 120:` (the refusals below)
+BUILDER_REFUSAL_SM = range(100, 120)
+# quant_algo values with INT8/INT4 weights (is_int8_weight_only / is_int4_weight_only in QuantMode)
+INT_WEIGHT_ALGOS = ("W8A16", "W4A16", "W4A16_AWQ", "W4A16_GPTQ", "W8A16_GPTQ", "W4A8_AWQ")
+# SmoothQuant (has_act_and_weight_quant) and FP8 row-wise (has_per_channel_scaling / per-token scaling)
+SMOOTHQUANT_ALGOS = ("W8A8_SQ_PER_CHANNEL", "W8A8_SQ_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN",
+                     "W8A8_SQ_PER_CHANNEL_PER_TENSOR_PLUGIN", "W8A8_SQ_PER_TENSOR_PER_TOKEN_PLUGIN")
+PER_CHANNEL_OR_TOKEN_ALGOS = ("FP8_PER_CHANNEL_PER_TOKEN",)
+ARCHITECTURE_OF_MAJOR = {7: "Volta/Turing", 8: "Ampere/Ada", 9: "Hopper", 10: "Blackwell", 11: "Blackwell",
+                         12: "Blackwell (RTX)"}
+
+
+@dataclass(slots=True, frozen=True)
+class Refusal:
+    """One reason a GPU cannot build or serve a checkpoint, and how to get past it."""
+
+    what: str  # e.g. "quant_algo FP8 (quantization.format fp8)"
+    why: str   # e.g. "needs compute capability 8.9 or newer (Ada, Hopper, Blackwell)"
+    fix: str
+
+    def sentence(self, gpu: str, cc: tuple[int, int]) -> str:
+        return f"{self.what} {self.why}; {gpu} is {cc[0]}.{cc[1]}; {self.fix}"
+
+
+def sm_of(cc: tuple[int, int]) -> int:
+    return cc[0] * 10 + cc[1]
+
+
+def refusals(quant_algo: str | None, kv_cache_quant_algo: str | None, cc: tuple[int, int]) -> list[Refusal]:
+    """Every reason this GPU (compute capability ``cc``) cannot build this checkpoint with TensorRT-LLM 1.2."""
+    found = _kernel_refusals(quant_algo, kv_cache_quant_algo, sm_of(cc))
+    refused = builder_refusal(quant_algo, kv_cache_quant_algo, sm_of(cc))
+    if refused:
+        found.append(Refusal(f"TensorRT-LLM 1.2 refuses {refused}", "on SM 10.x and 11.x (B200, GB200, B300)",
+                             "use quantization.format fp8 or nvfp4 with kv_cache_dtype fp8 or auto, then re-run "
+                             "trtkit calibrate, or build on a Hopper, Ada or RTX Blackwell (SM 12.x) GPU"))
+    return found
+
+
+def _kernel_refusals(quant_algo: str | None, kv_algo: str | None, sm: int) -> list[Refusal]:
+    found = []
+    need = MIN_SM_FOR_WEIGHTS.get(quant_algo or "")
+    if need is not None and sm < need:
+        found.append(_too_old(f"quant_algo {quant_algo}", need))
+    kv_need = MIN_SM_FOR_KV.get(kv_algo or "")
+    if kv_need is not None and sm < kv_need and not (need is not None and sm < need):
+        found.append(_too_old(f"kv_cache_quant_algo {kv_algo}", kv_need))
+    return found
+
+
+def _too_old(what: str, need: int) -> Refusal:
+    if need >= 100:
+        return Refusal(what, "needs a Blackwell GPU (compute capability 10.0 or newer)",
+                       "use fp8 on Hopper or Ada, or build on a B200, B300 or RTX PRO 6000 Blackwell")
+    return Refusal(what, "needs compute capability 8.9 or newer (Ada, Hopper, Blackwell)",
+                   "use int8_sq or int8_wo (kv_cache_dtype int8), or build on an L4, L40S, H100 or newer")
+
+
+def builder_refusal(quant_algo: str | None, kv_cache_quant_algo: str | None, sm: int) -> str | None:
+    """What the 1.2 builder refuses in this checkpoint on this SM (only 10.x and 11.x refuse anything), or None."""
+    if sm not in BUILDER_REFUSAL_SM:
+        return None
+    refused = []
+    if quant_algo in INT_WEIGHT_ALGOS:
+        refused.append(f"quant_algo {quant_algo} (INT8/INT4 weights: weight-only, AWQ, GPTQ, W4A8 AWQ)")
+    elif quant_algo in SMOOTHQUANT_ALGOS:
+        refused.append(f"quant_algo {quant_algo} (SmoothQuant)")
+    elif quant_algo in PER_CHANNEL_OR_TOKEN_ALGOS:
+        refused.append(f"quant_algo {quant_algo} (per-channel or per-token scaling)")
+    if kv_cache_quant_algo == "INT8":
+        refused.append("an int8 KV cache")
+    return " and ".join(refused) or None
+
+
+def architecture(cc: tuple[int, int]) -> str:
+    if cc == (8, 9):
+        return "Ada Lovelace"
+    return ARCHITECTURE_OF_MAJOR.get(cc[0], f"SM {cc[0]}.{cc[1]}")
