@@ -34,12 +34,13 @@ def _write_small_tokenizer(folder: Path) -> None:
     (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
 
 
-def engine_dir(tmp_path: Path, *, paged: bool = True, logits_dtype: str | None = None, built_on: HostFacts = H100) -> Path:
+def engine_dir(tmp_path: Path, *, paged: bool = True, logits_dtype: str | None = None, built_on: HostFacts = H100,
+               max_batch_size: int = 8, max_num_tokens: int = 512) -> Path:
     """What trtkit build leaves on a GPU host: rank engine, config.json (build + pretrained config), manifest."""
     engine = tmp_path / "engine"
     engine.mkdir()
     (engine / "rank0.engine").write_bytes(b"\0")
-    build = {"max_batch_size": 8, "max_input_len": 200, "max_seq_len": 400, "max_num_tokens": 512,
+    build = {"max_batch_size": max_batch_size, "max_input_len": 200, "max_seq_len": 400, "max_num_tokens": max_num_tokens,
              "max_beam_width": 1, "plugin_config": {"tokens_per_block": 16, "use_paged_context_fmha": paged}}
     pretrained = {"architecture": "LlamaForCausalLM", "dtype": "bfloat16"}
     if logits_dtype:
@@ -83,8 +84,8 @@ def test_engine_with_paged_context_fmha_keeps_reuse(tmp_path: Path) -> None:
     assert result.settings.enable_kv_cache_reuse and result.settings.enable_chunked_context
 
 
-@pytest.mark.parametrize(("logits_dtype", "declared"), [("float16", "TYPE_FP16"), ("bfloat16", "TYPE_BF16"),
-                                                        (None, "TYPE_FP32"), ("float32", "TYPE_FP32")])
+@pytest.mark.parametrize(("logits_dtype", "declared"), [("float16", "TYPE_FP16"), (None, "TYPE_FP32"),
+                                                        ("float32", "TYPE_FP32")])
 def test_logits_outputs_are_declared_in_the_engines_logits_dtype(tmp_path: Path, logits_dtype: str | None,
                                                                   declared: str) -> None:
     deploy(tmp_path, engine_dir(tmp_path, logits_dtype=logits_dtype))
@@ -92,6 +93,56 @@ def test_logits_outputs_are_declared_in_the_engines_logits_dtype(tmp_path: Path,
         config = read(tmp_path / "repo" / model / "config.pbtxt")
         assert dtype_of(config, "context_logits") == declared, model
         assert dtype_of(config, "generation_logits") == declared, model
+
+
+def test_bf16_logits_engine_is_refused_at_deploy(tmp_path: Path) -> None:
+    """Issue 34 defect 8: fillTritonResponse returns logits only as FP32 or FP16; a bf16 logits dtype declared as
+    TYPE_BF16 would fail the first request for logits, so deploy refuses it and names the rebuild."""
+    with pytest.raises(RepositoryError, match=r"logits_dtype is bfloat16.*only as FP32 or FP16.*--logits_dtype float32"):
+        deploy(tmp_path, engine_dir(tmp_path, logits_dtype="bfloat16"))
+
+
+def test_bf16_checkpoints_build_with_float32_logits() -> None:
+    from trtkit.trtllm_build.checkpoint_info import info_from_config
+    from trtkit.trtllm_build.flags import derive_build_flags
+
+    config = load_config(CONFIGS / "tiny-llama.yaml")
+    bf16 = replace(info_from_config(config), logits_dtype="bfloat16")
+    switches = {s.flag: (s.value, s.reason) for s in derive_build_flags(
+        config, bf16, checkpoint_dir=Path("/c"), output_dir=Path("/e"), timing_cache=Path("/t")).switches}
+    assert switches["--logits_dtype"][0] == "float32" and "Logits type is not supported" in switches["--logits_dtype"][1]
+    fp16 = replace(bf16, logits_dtype="float16")
+    assert "--logits_dtype" not in {s.flag for s in derive_build_flags(
+        config, fp16, checkpoint_dir=Path("/c"), output_dir=Path("/e"), timing_cache=Path("/t")).switches}
+
+
+def test_serving_batch_cap_below_the_engine_warns_with_the_rebuild(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 34 defect 6: the latency profile's serve.max_batch_size (4) below an engine built for 8 only lowers
+    Triton's max_batch_size; the executor still runs 8 in flight. Deploy warns and names the rebuild."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        result = deploy(tmp_path, engine_dir(tmp_path, max_batch_size=8), profile="latency")
+    assert result.settings.max_batch_size == 4
+    assert "requests are NOT capped at 4" in caplog.text and "trtkit build CONFIG --force" in caplog.text
+    caplog.clear()
+    (tmp_path / "built-capped").mkdir()
+    with caplog.at_level(logging.WARNING):
+        deploy(tmp_path / "built-capped", engine_dir(tmp_path / "built-capped", max_batch_size=4), profile="latency")
+    assert "NOT capped" not in caplog.text
+
+
+def test_prompt_longer_than_one_step_without_chunking_is_refused(tmp_path: Path) -> None:
+    """Issue 34 defect 9: deploy turns chunked context off for an engine without paged context FMHA; prompts
+    above max_num_tokens (but within max_input_len) would then fail at run time: refused at deploy."""
+    short_steps = engine_dir(tmp_path, paged=False, max_num_tokens=128)  # max_input_len 200
+    with pytest.raises(RepositoryError, match=r"max_num_tokens \(128\) is below its max_input_len \(200\) and "
+                                              r"chunked context is off \(the engine has no paged context FMHA\)"):
+        deploy(tmp_path, short_steps, profile="throughput")
+    (tmp_path / "ok").mkdir()
+    roomy = engine_dir(tmp_path / "ok", paged=True, max_num_tokens=128)
+    assert deploy(tmp_path / "ok", roomy, profile="throughput").settings.enable_chunked_context
 
 
 def test_cpu_repository_keeps_fp32_logits(tmp_path: Path, tiny_llama_dir: Path) -> None:

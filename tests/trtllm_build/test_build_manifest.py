@@ -107,8 +107,23 @@ def test_loading_on_another_gpu_kind_is_refused(tmp_path: Path) -> None:
     assert str(caught.value) == (
         f"engines in {engines} were built on NVIDIA H100-80GB (SM 9.0) with TensorRT 10.13.3.9 / TensorRT-LLM 1.2.1, "
         f"but this host has NVIDIA A100-SXM4-80GB (SM 8.0) with TensorRT 10.13.3.9 / TensorRT-LLM 1.2.1; TensorRT "
-        f"engines only load on the GPU kind and versions that built them (\"Version tag does not match\"): rebuild "
-        f"here with trtkit build CONFIG --force")
+        f"engines only load on the compute capability and versions that built them (\"Version tag does not match\"): "
+        f"rebuild here with trtkit build CONFIG --force")
+
+
+@pytest.mark.parametrize("kind", ["H100-PCIE", "H100-NVL"])
+def test_engines_load_on_another_gpu_of_the_same_compute_capability(tmp_path: Path, kind: str) -> None:
+    """Issue 34 defect 7: an engine built on an H100 SXM is not refused on an H100 PCIe or NVL (SM 9.0 both);
+    TensorRT only warns there, so trtkit warns and names the rebuild."""
+    from trtkit.trtllm_build.manifest import guard_engine_for_host
+
+    _, engines, _ = built_engine_dir(tmp_path)
+    other = replace(H100_HOST, gpus=(gpu_fact(kind, name=f"NVIDIA {kind}"),))
+    assert verify_engine_for_host(engines, other).identity.gpu_name == "NVIDIA H100-80GB"
+    note = guard_engine_for_host(engines, other)
+    assert note is not None and "built on NVIDIA H100-80GB and this host has NVIDIA " + kind in note
+    assert "(both SM 9.0): they load" in note and "trtkit build CONFIG --force" in note
+    assert guard_engine_for_host(engines, H100_HOST) is None
 
 
 def test_loading_with_another_tensorrt_version_is_refused(tmp_path: Path) -> None:

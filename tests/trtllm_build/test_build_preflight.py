@@ -116,6 +116,22 @@ def test_max_num_tokens_cover_input_unless_chunked_context() -> None:
     check_preflight(target(chunked), gpu_host())
 
 
+@pytest.mark.parametrize(("fmt", "kv"), [("int8_sq", "int8"), ("int8_wo", "fp8"), ("none", "fp8")])
+def test_max_num_tokens_cover_input_when_the_builder_turns_chunking_off(fmt: str, kv: str) -> None:
+    """Issue 34 defect 9: chunked context on, but the checkpoint makes trtllm-build turn paged context FMHA off
+    (int8 KV, or fp8 KV without fp8 weights), so deploy turns chunking off: refused at plan time."""
+    config = with_quant(shipped("tiny-llama"), fmt, kv)
+    short = replace(config, build=replace(config.build, max_num_tokens=128),
+                    serve=replace(config.serve, enable_chunked_context=True))
+    message = failure(target(short), gpu_host())
+    assert message.startswith("build.max_num_tokens (128) is below build.max_input_len (256), and chunked context "
+                              "cannot run on this engine: trtllm-build turns paged context FMHA off because")
+    assert "prompts of 129 to 256 tokens would fail at run time" in message
+    fp8 = with_quant(shipped("tiny-llama"), "fp8", "fp8")  # fp8 weights keep paged context FMHA
+    check_preflight(target(replace(fp8, build=replace(fp8.build, max_num_tokens=128),
+                                   serve=replace(fp8.serve, enable_chunked_context=True))), gpu_host())
+
+
 def test_multiple_profiles_refuse_opt_num_tokens() -> None:
     config = shipped("llama3-8b-fp8-h100")  # multiple_profiles: true
     both = replace(config, build=replace(config.build, opt_num_tokens=1024))

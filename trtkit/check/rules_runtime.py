@@ -103,9 +103,12 @@ def engine_host(ctx: CheckContext) -> list[Finding]:
     if ctx.host is None:
         ctx.host = host_facts_for_engines(engine.path)
     try:
-        guard_engine_for_host(engine.path, ctx.host)
+        note = guard_engine_for_host(engine.path, ctx.host)
     except BuildError as exc:
         return [Finding("engine_host", engine.path / MANIFEST_NAME, "the GPU and TensorRT versions recorded at build",
                         str(exc),
                         "rebuild the engines on this host with `trtkit build CONFIG --force`, then redeploy")]
+    if note and ctx.host.gpus:  # built on another GPU of the same compute capability: it loads
+        return [Finding("engine_host", engine.path / MANIFEST_NAME, "the GPU recorded at build", note,
+                        "nothing is required; rebuild on this GPU for kernels tuned to it", "warning")]
     return []

@@ -28,7 +28,7 @@ def tensors(model: str, kind: str) -> list[TensorSpec]:
 
 
 LOGITS_OUTPUTS = ("context_logits", "generation_logits")
-LOGITS_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16"}
+LOGITS_TYPES = {"float32": "TYPE_FP32", "float16": "TYPE_FP16"}  # the C++ backend returns no other
 
 
 def with_logits_dtype(specs: list[TensorSpec], logits_dtype: str) -> list[TensorSpec]:

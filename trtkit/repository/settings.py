@@ -106,6 +106,7 @@ def resolve_settings(config: ModelConfig, engine_dir: Path, *, profile: str | No
     else:
         reuse, chunked = _paged_fmha_users(built, reuse, chunked, implied)
         queue_delay = _gpu_queue_delay(queue_delay, implied)
+        _check_gpu_engine(_engine_config(engine_dir), built, s, b, chunked, resolved.serve.profile)
     settings = RepoSettings(
         target=chosen, engine_dir=engine_dir, tokenizer_dir=(tokenizer_dir or _tokenizer_dir(config, engine_dir)),
         max_batch_size=max_batch, max_input_len=int(built.get("max_input_len", b.max_input_len)),
@@ -141,6 +142,22 @@ def _paged_fmha_users(built: dict, reuse: bool, chunked: bool,
             log.warning("%s: %s", name, reason)
             implied.append(ImpliedSetting(name, False, reason))
     return False, False
+
+
+def _check_gpu_engine(engine_config: dict, built: dict, s, b, chunked: bool, profile: str) -> None:  # type: ignore[no-untyped-def]
+    """Refuse what the C++ backend would fail at run time; warn where it would silently ignore the config."""
+    from trtkit.repository import gpu_engine_rules as rules
+
+    refusal = rules.logits_refusal(engine_config)
+    why_off = ("the engine has no paged context FMHA" if built.get("plugin_config", {}).get("use_paged_context_fmha")
+               is False else "serve.enable_chunked_context is false")
+    refusal = refusal or rules.prompt_chunk_refusal(int(built.get("max_num_tokens", b.max_num_tokens)),
+                                                    int(built.get("max_input_len", b.max_input_len)), chunked, why_off)
+    if refusal:
+        raise RepositoryError(refusal)
+    warning = rules.batch_cap_warning(s.max_batch_size, int(built.get("max_batch_size", b.max_batch_size)), profile)
+    if warning:
+        log.warning("%s", warning)
 
 
 def _gpu_queue_delay(delay_us: int, implied: list[ImpliedSetting]) -> int:

@@ -30,6 +30,7 @@ class CheckpointInfo:
     tp_size: int
     pp_size: int
     max_position_embeddings: int | None
+    logits_dtype: str = "float32"  # PretrainedConfig's default when the checkpoint names none
 
     @property
     def world_size(self) -> int:
@@ -57,6 +58,7 @@ def read_checkpoint_info(checkpoint_dir: Path) -> CheckpointInfo:
         kv_cache_quant_algo=quant.get("kv_cache_quant_algo"),
         tp_size=int(mapping.get("tp_size", 1)), pp_size=int(mapping.get("pp_size", 1)),
         max_position_embeddings=data.get("max_position_embeddings"),
+        logits_dtype=str(data.get("logits_dtype") or "float32"),
     )
 
 
@@ -67,6 +69,7 @@ def info_from_config(config: ModelConfig) -> CheckpointInfo:
         quant_algo=QUANT_ALGO[config.quantization.format],
         kv_cache_quant_algo=KV_QUANT_ALGO[config.quantization.kv_cache_dtype],
         tp_size=config.convert.tp_size, pp_size=config.convert.pp_size, max_position_embeddings=None,
+        logits_dtype=config.convert.dtype,  # ModelOpt writes half-precision checkpoints with logits in their dtype
     )
 
 

@@ -21,6 +21,7 @@ from trtkit.trtllm_build.upstream_rules import (
     fp8_gemm_plugin_pays_off,
     paged_context_fmha_off_reason,
     reduce_fusion_kept,
+    unreturnable_logits_reason,
 )
 
 TRTLLM_BUILD = "trtllm-build"
@@ -175,6 +176,9 @@ def derive_build_flags(config: ModelConfig, ckpt: CheckpointInfo, *, checkpoint_
     flags.add("--workers", workers, "ranks built in parallel: min(build.workers, tp x pp, GPUs)")
     flags.add("--input_timing_cache", timing_cache, "persistent TensorRT timing cache: rebuilds skip tactic timing")
     flags.add("--output_timing_cache", timing_cache, "timing cache written back for the next build")
+    logits_reason = unreturnable_logits_reason(ckpt.logits_dtype)
+    if logits_reason:
+        flags.add("--logits_dtype", "float32", f"{logits_reason}: built with float32 logits instead")
     if config.build.gather_logits:
         flags.add("--gather_context_logits", None,
                   "build.gather_logits: context_logits outputs (not needed for log-probs: return_log_probs "

@@ -147,34 +147,47 @@ def decide_cache(engine_dir: Path, wanted: BuildIdentity, world_size: int, *, fo
 
 
 def verify_engine_for_host(engine_dir: Path, facts: HostFacts) -> EngineManifest:
-    """Refuse to load engines built for another GPU kind or another TensorRT/TensorRT-LLM version."""
+    """Refuse engines built for another compute capability or another TensorRT/TensorRT-LLM version.
+
+    The GPU's name is not compared: an engine built on an H100 SXM loads on an H100 PCIe or NVL (SM 9.0 both);
+    TensorRT only warns there (its tactics were timed on the other part). ``engine_host_note`` says so."""
     manifest = read_manifest(engine_dir)
     if manifest is None:
         raise BuildError(f"{engine_dir} has no {MANIFEST_NAME}; build the engines with trtkit build so their "
                          f"GPU and TensorRT version are recorded")
     built, gpu = manifest.identity, _first_gpu(facts)
-    host = (gpu.name, _cc(gpu), facts.tensorrt_version or "unknown", facts.tensorrt_llm_version or "unknown")
-    recorded = (built.gpu_name, built.compute_capability, built.tensorrt_version, built.tensorrt_llm_version)
+    host = (_cc(gpu), facts.tensorrt_version or "unknown", facts.tensorrt_llm_version or "unknown")
+    recorded = (built.compute_capability, built.tensorrt_version, built.tensorrt_llm_version)
     if host != recorded:
         raise BuildError(
             f"engines in {engine_dir} were built on {built.gpu_name} (SM {built.compute_capability}) with TensorRT "
             f"{built.tensorrt_version} / TensorRT-LLM {built.tensorrt_llm_version}, but this host has {gpu.name} "
-            f"(SM {_cc(gpu)}) with TensorRT {host[2]} / TensorRT-LLM {host[3]}; TensorRT engines only load on the "
-            f"GPU kind and versions that built them (\"Version tag does not match\"): rebuild here with "
+            f"(SM {_cc(gpu)}) with TensorRT {host[1]} / TensorRT-LLM {host[2]}; TensorRT engines only load on the "
+            f"compute capability and versions that built them (\"Version tag does not match\"): rebuild here with "
             f"trtkit build CONFIG --force")
     return manifest
 
 
+def engine_host_note(engine_dir: Path, manifest: EngineManifest, facts: HostFacts) -> str | None:
+    """A warning when the engines were built on another GPU of the same compute capability (None: same GPU)."""
+    built, gpu = manifest.identity, _first_gpu(facts)
+    if built.gpu_name == gpu.name:
+        return None
+    return (f"engines in {engine_dir} were built on {built.gpu_name} and this host has {gpu.name} (both SM "
+            f"{built.compute_capability}): they load, and TensorRT may warn that they were tuned on another device; "
+            f"for the best kernels rebuild here with trtkit build CONFIG --force")
+
+
 def guard_engine_for_host(engine_dir: Path, facts: HostFacts) -> str | None:
-    """deploy/check/serve: refuse engines made for another GPU kind or TensorRT version (raises BuildError).
+    """deploy/check/serve: refuse engines made for another compute capability or TensorRT version (raises
+    BuildError); returns a warning for another GPU of the same compute capability.
 
     Without a visible GPU there is nothing to compare against: the engines cannot load here either way,
     and the returned note says the comparison waits for the GPU host."""
     if not facts.gpus:
         return (f"engines in {engine_dir} not checked against this host's GPU and TensorRT versions: no GPU is "
                 f"visible here; trtkit check/serve on the GPU host will check them")
-    verify_engine_for_host(engine_dir, facts)
-    return None
+    return engine_host_note(engine_dir, verify_engine_for_host(engine_dir, facts), facts)
 
 
 def host_facts_for_engines(engine_dir: Path) -> HostFacts:

@@ -15,6 +15,7 @@ from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.checkpoint_info import CheckpointInfo
 from trtkit.trtllm_build.gpu_support import refusals
+from trtkit.trtllm_build.upstream_rules import paged_context_fmha_off_reason
 
 CONTAINER = "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3"
 CONTAINER_TRTLLM = "1.2.1"
@@ -130,11 +131,21 @@ def _seq_len_within_positions(t: BuildTarget, h: HostFacts) -> str | None:
 
 
 def _num_tokens_cover_input(t: BuildTarget, h: HostFacts) -> str | None:
-    b = t.config.build
-    if not t.config.serve.enable_chunked_context and b.max_num_tokens < b.max_input_len:
+    """Without chunked context a prompt must fit one step. Chunked context needs paged context FMHA, which
+    trtllm-build turns off for some checkpoints (and trtkit deploy then turns chunked context off)."""
+    b, k = t.config.build, t.checkpoint
+    if b.max_num_tokens >= b.max_input_len:
+        return None
+    if not t.config.serve.enable_chunked_context:
         return (f"build.max_num_tokens ({b.max_num_tokens}) is below build.max_input_len ({b.max_input_len}) and "
                 f"serve.enable_chunked_context is off; raise max_num_tokens to at least {b.max_input_len} "
                 f"or turn chunked context on")
+    off = paged_context_fmha_off_reason(k.quant_algo, k.kv_cache_quant_algo, b.context_fmha)
+    if off:
+        return (f"build.max_num_tokens ({b.max_num_tokens}) is below build.max_input_len ({b.max_input_len}), and "
+                f"chunked context cannot run on this engine: trtllm-build turns paged context FMHA off because {off}, "
+                f"so trtkit deploy turns chunked context off and prompts of {b.max_num_tokens + 1} to "
+                f"{b.max_input_len} tokens would fail at run time; raise max_num_tokens to at least {b.max_input_len}")
     return None
 
 

@@ -21,8 +21,10 @@ REDUCE_FUSION_ARCHITECTURES = ("LlamaForCausalLM", "Gemma2ForCausalLM", "MedusaF
 # upstream perf guidance (and ModelOpt's example build script): the fp8 GEMM plugin pays off only for small batches
 FP8_GEMM_PLUGIN_MAX_BATCH = 4
 DEFAULT_LOGITS_DTYPE = "float32"  # PretrainedConfig's default when a checkpoint names none
+# fillTritonResponse copies context/generation logits only as FP32 or FP16 ("Logits type is not supported")
+RETURNABLE_LOGITS_DTYPES = ("float32", "float16")
 RULE_IDS = ("paged_context_fmha_overrides", "reduce_fusion_override", "gather_context_logits_disables_reuse",
-            "sm100_refusals", "logits_dtype_must_match", "kv_cache_free_gpu_mem_fraction_below_1",
+            "sm100_refusals", "logits_dtype_must_match", "logits_fp32_or_fp16_only", "kv_cache_free_gpu_mem_fraction_below_1",
             "fp8_gemm_plugin_small_batch", "executor_max_batch_size_from_engine", "token_counts_on_request",
             "num_output_tokens_per_response", "kv_cache_reused_blocks_granularity", "container_pins")
 
@@ -55,6 +57,14 @@ def engine_logits_dtype(engine_config: dict) -> str:
     source = pretrained if isinstance(pretrained, dict) else engine_config
     value = source.get("logits_dtype") or DEFAULT_LOGITS_DTYPE
     return str(value)
+
+
+def unreturnable_logits_reason(logits_dtype: str) -> str | None:
+    """Why the C++ backend cannot return this engine's logits (None: it can)."""
+    if logits_dtype in RETURNABLE_LOGITS_DTYPES:
+        return None
+    return (f"the engine's logits_dtype is {logits_dtype}, and the TensorRT-LLM 1.2 backend returns logits only as "
+            f"FP32 or FP16 (fillTritonResponse: \"Logits type is not supported\")")
 
 
 @lru_cache(maxsize=1)
