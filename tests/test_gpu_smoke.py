@@ -74,14 +74,19 @@ def test_every_trtkit_command_of_the_dry_run_exists_with_its_options(tmp_path: P
 
 
 @pytest.mark.slow
-def test_the_checker_passes_against_the_cpu_engine(tmp_path: Path, tiny_llama_dir: Path) -> None:
+@pytest.mark.parametrize("emulate_cpp_backend", [False, True], ids=["cpu-engine", "cpp-shaped"])
+def test_the_checker_passes_against_the_cpu_engine(tmp_path: Path, tiny_llama_dir: Path,
+                                                   emulate_cpp_backend: bool) -> None:
+    """Issue 34 defect 1: also with the CPU engine answering as the C++ backend does (one token per response,
+    per-response counts, no extras): the GPU repository's shape, what the first GPU host will run."""
     from trtkit.config import load_config
     from trtkit.repository import deploy_repository
     from trtkit.serve import TritonServer
 
     config_path = ROOT / "model_configs" / "tiny-llama.yaml"
     repo = tmp_path / "repo"
-    deploy_repository(load_config(config_path), tiny_llama_dir, repo, target="cpu")
+    deploy_repository(load_config(config_path), tiny_llama_dir, repo, target="cpu",
+                      emulate_cpp_backend=emulate_cpp_backend)
     out = tmp_path / "result-cpu.json"
     with TritonServer(repo, start_timeout_s=150, log_path=tmp_path / "tritonserver.log") as server:
         done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_smoke_check.py"), "--grpc", server.grpc_url,

@@ -100,8 +100,71 @@ def test_client_gets_exact_usage_through_the_ensemble_and_the_cache_works(cpp_li
     with TritonLLMClient(cpp_live.server.grpc_url, config=config, caller=Caller(user="gpu")) as client:  # type: ignore[attr-defined]
         streamed = client.generate(CYCLE_TEXT, params)
         assert streamed.usage.completion_tokens == 24 and streamed.finish_reason == "length"
-        # (the text: through the ensemble the C++ backend streams single tokens to postprocessing, so split
-        # characters need the postprocessing text path of issue 10; usage is what this test is about)
+        assert streamed.text == cpp_live.expected(24)  # exact: the ensemble streams through stream_gate
         assert streamed.usage.prompt_tokens == len(cpp_live.tokenizer.encode(CYCLE_TEXT))
         again = client.generate(CYCLE_TEXT, params)
         assert again.cache_hit and again.text == streamed.text
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_ensemble_is_exact_on_cpp_shaped_responses(cpp_live: Live, stream: bool) -> None:
+    """Issue 34 defect 1: the C++ backend streams one token per response; decoded one by one in postprocessing,
+    the emoji and kana split over byte tokens came out as U+FFFD. Through stream_gate the text is exact."""
+    reply = cpp_live.stream("ensemble", inputs(CYCLE_TEXT, 40, stream=stream))
+    assert reply.error is None, reply.error
+    assert reply.text == cpp_live.expected(40) and "你好，世界！🎉 日本語の" in reply.text
+    assert all("\ufffd" not in piece for piece in reply.texts)
+    if stream:
+        assert len(reply.texts) > 5, "still a stream"
+    final = reply.finals[-1]
+    assert final["num_output_tokens"] == 40 and final["finish_reason"] == b"length"
+    assert final["num_input_tokens"] == len(cpp_live.tokenizer.encode(CYCLE_TEXT))
+
+
+def test_the_ensemble_stops_on_a_stop_string_across_tokens(cpp_live: Live) -> None:
+    for stream in (True, False):
+        reply = cpp_live.stream("ensemble", inputs(CYCLE_TEXT, 200, stream=stream, stop_words=["世界"]))
+        assert reply.error is None, reply.error
+        assert reply.text == "你好，" and reply.finals[-1]["finish_reason"] == b"stop"
+
+
+def test_cached_tokens_reach_ensemble_users(cpp_live: Live) -> None:
+    """Issue 34 defect 5: the C++ backend sends kv_cache_reused_blocks only with return_perf_metrics (the switch
+    now emulates that); the ensemble asks for it, so a repeated prompt bills its cached tokens, at most the
+    prompt minus one (the last prompt token is always computed)."""
+    prompt = CYCLE_TEXT * 3  # several KV blocks of 16 tokens
+    num_input = len(cpp_live.tokenizer.encode(prompt))
+    for stream in (False, True, False):
+        final = cpp_live.stream("ensemble", inputs(prompt, 4, stream=stream)).finals[-1]
+    assert 16 <= final["num_cached_tokens"] <= num_input - 1
+
+
+@pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
+@pytest.mark.parametrize(("name", "value"), [("beam_width", 2), ("num_return_sequences", 2)])
+def test_beams_and_n_are_refused_by_name_on_every_path(cpp_live: Live, model: str, name: str, value: int) -> None:
+    """Issue 34 defect 4: the BLS passed beam_width and num_return_sequences to the C++ backend, then mixed the
+    beams (and the n answers) in one detokenizer. Every path refuses them by name; the server keeps serving."""
+    reply = cpp_live.stream(model, inputs(CYCLE_TEXT, 8, stream=True, **{name: value}))
+    assert reply.error is not None and f"{name}: {value}; trtkit answers one sequence per request" in str(reply.error)
+    assert cpp_live.stream(model, inputs(CYCLE_TEXT, 8, stream=True, **{name: 1})).text == cpp_live.expected(8)
+
+
+def test_a_cancelled_ensemble_stream_stops_the_engine_and_frees_its_blocks(cpp_live: Live) -> None:
+    """Through stream_gate the engine call is the gate's; postprocessing stops it by the gate's key."""
+    import tritonclient.grpc as grpcclient
+    from server_gauges import settled_engine
+
+    url = cpp_live.server.metrics_url  # type: ignore[attr-defined]
+    before = settled_engine(url, after_iteration=-1)
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(cpp_live.server.grpc_url)  # type: ignore[attr-defined]
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    client.async_stream_infer("ensemble", inputs(CYCLE_TEXT, 400, stream=True))
+    _, error = results.get(timeout=60)
+    assert error is None, error
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    after = settled_engine(url, after_iteration=before.iteration)
+    assert after.iteration - before.iteration < 400, "the cancelled request ran to its end"
+    assert after.active == 0 and after.used_blocks <= before.used_blocks, f"blocks still held: {after}"
+    assert cpp_live.stream("ensemble", inputs(CYCLE_TEXT, 8, stream=True)).text == cpp_live.expected(8)

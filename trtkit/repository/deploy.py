@@ -76,10 +76,13 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, p
         "ensemble": ensemble.ensemble(settings),
         "tensorrt_llm_bls": models.bls(settings),
     }
+    if settings.gated_stream:
+        configs[models.STREAM_GATE] = models.stream_gate(settings)
     for name, model_config in configs.items():
         pbtxt.write(model_config, out_dir / name)
         (out_dir / name / "1").mkdir(exist_ok=True)
-    for name in PYTHON_MODELS + (("tensorrt_llm",) if settings.target == "cpu" else ()):
+    for name in PYTHON_MODELS + (("tensorrt_llm",) if settings.target == "cpu" else ()) + (
+            (models.STREAM_GATE,) if settings.gated_stream else ()):
         _install_adapter(name, out_dir / name / "1" / "model.py")
     if settings.xgrammar_tokenizer_info_path is not None:
         grammar_vocab.write_tokenizer_info(settings.tokenizer_dir, settings.xgrammar_tokenizer_info_path)

@@ -5,14 +5,16 @@ from __future__ import annotations
 from tritonclient.grpc import model_config_pb2 as mc
 
 from trtkit.repository import pbtxt
-from trtkit.repository.models import ENGINE, EXTRA_FRONT_INPUTS, EXTRA_OUTPUTS
+from trtkit.repository.models import ENGINE, EXTRA_FRONT_INPUTS, EXTRA_OUTPUTS, STREAM_GATE
 from trtkit.repository.settings import RepoSettings
 
 PRE_INPUTS = {"QUERY": "text_input", "DECODER_QUERY": "decoder_text_input", "REQUEST_OUTPUT_LEN": "max_tokens",
               "BAD_WORDS_DICT": "bad_words", "STOP_WORDS_DICT": "stop_words",
               "EMBEDDING_BIAS_WORDS": "embedding_bias_words", "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights",
               "END_ID": "end_id", "PAD_ID": "pad_id", "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id",
-              "MIN_TOKENS": "min_tokens", "MIN_LENGTH": "min_length", "PROMPT_FORM": "prompt_form"}
+              "MIN_TOKENS": "min_tokens", "MIN_LENGTH": "min_length", "PROMPT_FORM": "prompt_form",
+              # refused there unless 1: trtkit answers one sequence per request (requests.refuse_many_sequences)
+              "BEAM_WIDTH": "beam_width", "NUM_RETURN_SEQUENCES": "num_return_sequences"}
 PRE_OUTPUTS = {"REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN", "INPUT_ID": "_INPUT_ID",
                "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
                "BAD_WORDS_IDS": "_BAD_WORDS_IDS", "OUT_END_ID": "_PREPROCESSOR_END_ID",
@@ -29,7 +31,6 @@ ENGINE_INPUTS = {"input_ids": "_INPUT_ID", "input_lengths": "_REQUEST_INPUT_LEN"
                  "return_generation_logits": "return_generation_logits",
                  "return_perf_metrics": "return_perf_metrics", "return_num_input_tokens": "return_num_input_tokens",
                  "return_num_output_tokens": "return_num_output_tokens",
-                 "num_return_sequences": "num_return_sequences", "beam_width": "beam_width",
                  "streaming": "stream", "prompt_embedding_table": "prompt_embedding_table",
                  "prompt_vocab_size": "prompt_vocab_size", "lora_task_id": "lora_task_id",
                  "lora_weights": "lora_weights", "lora_config": "lora_config",
@@ -51,10 +52,13 @@ def _step(config: mc.ModelConfig, model: str, inputs: dict[str, str], outputs: d
 
 
 def ensemble(s: RepoSettings) -> mc.ModelConfig:
-    """On CPU the engine also answers ``num_cached_tokens`` and ``finish_reason``; the C++ backend does
-    not, so the GPU ensemble leaves them out (``tensorrt_llm_bls`` derives them on both). On CPU the
-    engine's request key also goes to postprocessing, which stops the engine when the client cancels."""
-    extras = s.engine_extras
+    """On CPU the engine also answers ``num_cached_tokens`` and ``finish_reason``, and hands on chunks that end
+    on whole characters. The C++ backend does neither, so a streaming GPU ensemble runs it through
+    ``stream_gate``, which answers as the CPU engine does (``trtkit.triton_models.stream_gate``); a GPU ensemble
+    that does not stream gets one response with every token and leaves the extras out (``tensorrt_llm_bls``
+    derives them on both). The engine's request key goes to postprocessing, which stops the engine when the
+    client cancels."""
+    extras = s.engine_extras or s.gated_stream
     config = mc.ModelConfig(name="ensemble", platform="ensemble", max_batch_size=s.max_batch_size)
     pbtxt.add_inputs(config, pbtxt.tensors("ensemble", "inputs") + EXTRA_FRONT_INPUTS)
     pbtxt.mark_optional(config, ("text_input", "max_tokens"))  # preprocessing refuses their absence by name
@@ -66,7 +70,7 @@ def ensemble(s: RepoSettings) -> mc.ModelConfig:
     if extras:
         engine_out.update({"num_cached_tokens": "num_cached_tokens", "finish_reason": "finish_reason",
                            "cpu_request_key": "_ENGINE_REQUEST_KEY"})
-    _step(config, ENGINE, ENGINE_INPUTS, engine_out)
+    _step(config, STREAM_GATE if s.gated_stream else ENGINE, ENGINE_INPUTS, engine_out)
     post_in = {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"}
     if extras:
         post_in["ENGINE_REQUEST_KEY"] = "_ENGINE_REQUEST_KEY"

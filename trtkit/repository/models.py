@@ -19,7 +19,10 @@ ENGINE_KEY_OUTPUT = spec("cpu_request_key", "TYPE_STRING", [1])
 POST_KEY_INPUT = spec("ENGINE_REQUEST_KEY", "TYPE_STRING", [1], optional=True)
 PRE_EXTRA_INPUTS = [spec("MIN_TOKENS", "TYPE_INT32", [1], optional=True),
                     spec("MIN_LENGTH", "TYPE_INT32", [1], optional=True),
-                    spec("PROMPT_FORM", "TYPE_STRING", [1], optional=True)]
+                    spec("PROMPT_FORM", "TYPE_STRING", [1], optional=True),
+                    # what the ensemble maps here to be refused unless 1 (one sequence per request)
+                    spec("BEAM_WIDTH", "TYPE_INT32", [1], optional=True),
+                    spec("NUM_RETURN_SEQUENCES", "TYPE_INT32", [1], optional=True)]
 PRE_EXTRA_OUTPUTS = [spec("OUT_MIN_TOKENS", "TYPE_INT32", [1])]
 # required by the template, but checked by the preprocessing model itself (see pbtxt.mark_optional)
 PRE_CHECKED_INPUTS = ("QUERY", "REQUEST_OUTPUT_LEN")
@@ -137,6 +140,24 @@ CPU_SHARED_PARAMETERS = ("gpt_model_type", "gpt_model_path", "max_beam_width", "
 def _front_outputs(s: RepoSettings, *, with_extras: bool) -> list[dict]:
     outputs = pbtxt.with_logits_dtype(pbtxt.tensors("ensemble", "outputs"), s.logits_dtype)
     return outputs + (EXTRA_OUTPUTS if with_extras else [])
+
+
+STREAM_GATE = "stream_gate"
+
+
+def stream_gate(s: RepoSettings) -> mc.ModelConfig:
+    """The GPU ensemble's middle step: a BLS into the engine that hands on its stream cut on whole characters,
+    with the CPU engine's extra outputs (``trtkit.triton_models.stream_gate``). Same inputs as the engine."""
+    config = _base(STREAM_GATE, s.max_batch_size, backend="python")
+    _decoupled(config, True)
+    pbtxt.add_inputs(config, pbtxt.tensors(ENGINE, "inputs"))
+    engine_outputs = pbtxt.with_logits_dtype(pbtxt.tensors(ENGINE, "outputs"), s.logits_dtype)
+    pbtxt.add_outputs(config, engine_outputs + EXTRA_OUTPUTS + [ENGINE_KEY_OUTPUT])
+    pbtxt.set_parameters(config, {"tensorrt_llm_model_name": ENGINE, "tokenizer_dir": s.tokenizer_dir,
+                                  "tokens_per_block": s.tokens_per_block, "skip_special_tokens": True,
+                                  "engine_outputs": ",".join(o["name"] for o in engine_outputs)})
+    pbtxt.instances(config, s.instances_bls)
+    return config
 
 
 def bls(s: RepoSettings) -> mc.ModelConfig:

@@ -57,6 +57,12 @@ class RepoSettings:
         """The engine answers trtkit's num_cached_tokens / finish_reason (the CPU engine, unless emulating)."""
         return self.target == "cpu" and not self.emulate_cpp_backend
 
+    @property
+    def gated_stream(self) -> bool:
+        """The ensemble streams through ``stream_gate``: the engine is the C++ backend (or emulates it), whose
+        one-token responses postprocessing could not decode one by one (``trtkit.triton_models.stream_gate``)."""
+        return self.decoupled and not self.engine_extras
+
 
 def is_trt_engine_dir(path: Path) -> bool:
     return any(path.glob("rank*.engine"))

@@ -106,7 +106,7 @@ class TritonPythonModel:
 
     def _answer_one(self, request):
         box = {}
-        engine, _ = self._engine_of(request.request_id())  # one complete answer: nothing left to stop
+        engine, _, _ = self._engine_of(request.request_id())  # one complete answer: nothing left to stop
         calls = BlsCalls(self._preprocess, engine, lambda outputs, final: box.update(outputs=outputs),
                          lambda: False)
         try:
@@ -126,7 +126,7 @@ class TritonPythonModel:
             state["final"] = state["final"] or final
             sender.send(triton_io.response(pb_utils, outputs, requested), flags=FINAL if final else 0)
 
-        engine, stop_engine = self._engine_of(request.request_id())
+        engine, stop_engine, _ = self._engine_of(request.request_id())
         calls = BlsCalls(self._preprocess, engine, send, sender.is_cancelled, stop_engine)
         try:
             self.bls.run(triton_io.inputs_of(request), calls)
@@ -137,7 +137,7 @@ class TritonPythonModel:
                 sender.send(triton_io.error_response(pb_utils, exc), flags=FINAL)
 
     def _engine_of(self, request_id):
-        """The engine call of one client request, and how to stop it.
+        """The engine call of one client request, how to stop it, and the id it carries.
 
         The engine request carries the client's request id, so a client's `stop` to the engine with that id
         ends this request as it ends an ensemble request (trtkit/stop_request.py). Our own stops (client gone,
@@ -155,7 +155,7 @@ class TritonPythonModel:
                         target["id"] = triton_io.text_of(key) or engine_id
                     yield outputs
 
-        return engine, lambda: self._stop_engine(target["id"])
+        return engine, lambda: self._stop_engine(target["id"]), engine_id
 
     def _stop_engine(self, engine_id):
         """The template's `stop` input: cancels the engine request that carries this id (or engine key)."""
