@@ -9,7 +9,9 @@ Token counts (TensorRT-LLM 1.2 backend contract, see trtkit/contracts/trtllm_1.2
 backend's ``num_output_tokens`` counts that response's tokens only, so with ``per_response_counts`` (the
 GPU target) they are added up; the CPU engine sends running totals. When the stop-string filter fires,
 the tokens up to the one that completed the stop are counted, and the caller stops the engine request.
-Cached tokens from ``kv_cache_reused_blocks`` are whole blocks: clamped to the prompt length.
+Cached tokens from ``kv_cache_reused_blocks``: the executor never reuses a prompt's last token (it must compute
+it to sample), and counts a partly matched block as reused, so blocks x tokens_per_block is clamped to the
+prompt length minus one.
 
 Imports only numpy and ``trtkit.tokenizer``, so the Triton adapters and the clients share it.
 """
@@ -125,7 +127,7 @@ class EngineRun:
             self.num_cached = _int(response, "num_cached_tokens", 0)
         elif "kv_cache_reused_blocks" in response:
             blocks = _int(response, "kv_cache_reused_blocks", 0)
-            self.num_cached = min(blocks * self.tokens_per_block, self.num_input)  # block-granular: clamp
+            self.num_cached = min(blocks * self.tokens_per_block, max(self.num_input - 1, 0))
 
     def finish(self) -> str:
         return self._prefix(self.stops.push(self.detok.flush()) + self.stops.flush())

@@ -49,3 +49,18 @@ def test_running_totals_are_not_added_twice() -> None:
     acc.add(parse_response(trtkit_response("a", 1), is_final=False))
     acc.add(parse_response(trtkit_response("b", 2, "end_id"), is_final=True))
     assert acc.outcome().num_output_tokens == 2 and acc.outcome().finish_reason == "end_id"
+
+
+def test_a_gpu_ensemble_is_asked_for_reused_blocks_and_they_bill_cached_tokens() -> None:
+    """Issue 34 defect 5: the C++ backend sends kv_cache_reused_blocks only with return_perf_metrics; the text
+    client asks for it, and reads whole blocks as cached prompt tokens, clamped to the prompt minus one."""
+    declared = {**ENSEMBLE, "return_perf_metrics": "BOOL"}
+    names = {i.name() for i in request_inputs("hi", SamplingParams(max_tokens=4), stream=False, declared=declared)}
+    assert "return_perf_metrics" in names
+    tensors = {"text_output": np.array([[b"ok"]], dtype=np.object_), "num_input_tokens": np.array([[64]], dtype=np.int32),
+               "num_output_tokens": np.array([[2]], dtype=np.int32),
+               "kv_cache_reused_blocks": np.array([[2]], dtype=np.int32)}
+    assert parse_response(tensors.get, is_final=True, tokens_per_block=32).num_cached_tokens == 63  # not 64
+    tensors["kv_cache_reused_blocks"] = np.array([[1]], dtype=np.int32)
+    assert parse_response(tensors.get, is_final=True, tokens_per_block=32).num_cached_tokens == 32
+    assert parse_response(tensors.get, is_final=True).num_cached_tokens is None  # no block size: no figure

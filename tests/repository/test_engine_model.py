@@ -318,7 +318,7 @@ def test_a_batched_request_becomes_one_engine_request_per_element(engine_model: 
 
 def test_a_bad_element_refuses_the_whole_batch_before_anything_runs(engine_model: EngineModel) -> None:
     sink = Collect()
-    with pytest.raises(InvalidRequest, match=r"^batch element 1: beam_width 2"):
+    with pytest.raises(InvalidRequest, match=r"^batch element 1: beam_width: 2; trtkit answers one sequence"):
         engine_model.submit(_batched(engine_model, [4, 4, 4], stream=True, beam_width=[1, 2, 1]), sink)
     assert not sink.responses and not sink.done.is_set()
 

@@ -11,7 +11,8 @@ class Usage:
     """prompt + completion = total; ``cached_tokens`` is the part of the prompt served from the KV cache.
 
     ``cached_tokens`` is block-granular: the engines reuse whole KV blocks, and on GPU the figure is
-    ``kv_cache_reused_blocks x tokens_per_block`` clamped to the prompt. The ledger records it with
+    ``kv_cache_reused_blocks x tokens_per_block`` clamped to the prompt minus one (the last prompt token is
+    always computed). The ledger records it with
     ``cached_tokens_unit = 'block'``."""
 
     prompt_tokens: int = 0

@@ -18,9 +18,12 @@ from trtkit.errors import ClientError
 Request = tuple[list[grpcclient.InferInput], list[grpcclient.InferRequestedOutput] | None]
 
 
+@dataclass(slots=True, frozen=True)
 class TextReader:
+    tokens_per_block: int = 0
+
     def read(self, result: grpcclient.InferResult) -> Delta:
-        return parse_response(response_arrays(result).get, is_final_response(result))
+        return parse_response(response_arrays(result).get, is_final_response(result), self.tokens_per_block)
 
 
 @dataclass(slots=True)
@@ -28,6 +31,7 @@ class TextWire:
     """The ensemble / ``tensorrt_llm_bls``: text in, text out; the server tokenizes and detokenizes."""
 
     declared: dict[str, str]
+    tokens_per_block: int = 0  # reads a GPU ensemble's kv_cache_reused_blocks as cached prompt tokens
 
     def request(self, request: PreparedRequest, *, stream: bool) -> Request:
         if isinstance(request.prompt, TokenIdsPrompt):
@@ -36,7 +40,7 @@ class TextWire:
         return request_inputs(request.prompt, request.params, stream=stream, declared=self.declared), None
 
     def reader(self, request: PreparedRequest) -> TextReader:
-        return TextReader()
+        return TextReader(self.tokens_per_block)
 
 
 @dataclass(slots=True)
@@ -61,4 +65,4 @@ def wire_for(metadata: dict, counter: TokenCounter, tokens_per_block: int) -> Wi
     """The wire of the model ``metadata`` (``get_model_metadata(as_json=True)``) describes."""
     if is_engine_model(metadata):
         return EngineWire(TokenWire(metadata, counter, tokens_per_block))
-    return TextWire(declared_inputs(metadata))
+    return TextWire(declared_inputs(metadata), tokens_per_block)

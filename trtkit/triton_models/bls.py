@@ -26,6 +26,7 @@ from trtkit.triton_models.requests import (
     Tensors,
     max_tokens_of,
     min_tokens_of,
+    refuse_many_sequences,
     sampling_from,
     scalar,
     text,
@@ -37,7 +38,7 @@ ENGINE_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_pena
                 "stream": "streaming"}
 PASS_THROUGH = ("temperature", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
                 "return_log_probs", "return_context_logits", "return_generation_logits", "return_perf_metrics",
-                "num_return_sequences", "beam_width", "prompt_embedding_table", "prompt_vocab_size",
+                "prompt_embedding_table", "prompt_vocab_size",
                 "lora_task_id", "lora_weights", "lora_config", "guided_decoding_guide_type", "guided_decoding_guide",
                 "top_k", "top_p", "length_penalty", "stream")
 
@@ -65,6 +66,7 @@ class Bls:
 
     def engine_inputs(self, inputs: Tensors, pre: Outputs, stream: bool) -> Outputs:
         sampling_from(inputs)  # refuse bad values before any work
+        refuse_many_sequences(inputs)  # beams and n > 1 are never passed to the engine
         request = self.engine_request(inputs, pre, stream)
         if (m := min_tokens_of(inputs)) > 0:
             request["min_tokens"] = np.array([[m]], dtype=np.int32)

@@ -70,6 +70,7 @@ class ParsedRequest:
     return_counts: tuple[bool, bool] = (True, True)  # return_num_input_tokens, return_num_output_tokens
     guide: tuple[str | None, str | None] = (None, None)  # guided_decoding_guide_type, guided_decoding_guide
     embedding_bias: dict[int, float] = field(default_factory=dict)  # sparse: token id -> bias
+    return_perf_metrics: bool = True  # the C++ backend sends kv_cache_* and the timings only when asked
 
 
 @dataclass(slots=True)
@@ -114,10 +115,7 @@ class EngineModel:
         length = scalar(inputs, "input_lengths")
         if length is not None and 0 < int(length) < len(prompt):
             prompt = prompt[:int(length)]
-        sampling = sampling_from(inputs, TRT_NAMES)
-        if sampling.beam_width != 1:
-            raise InvalidRequest(f"beam_width {sampling.beam_width}: the CPU reference engine does greedy or "
-                                 f"sampled decoding only; send 1")
+        sampling = sampling_from(inputs, TRT_NAMES)  # beam_width > 1 was refused with the unsupported inputs
         stream = bool(scalar(inputs, "streaming", False))
         if stream and not self.decoupled:
             raise InvalidRequest("streaming needs a decoupled model; deploy with serve.streaming: true")
@@ -130,7 +128,8 @@ class EngineModel:
             bool(scalar(inputs, "exclude_input_in_output", self.exclude_input_default)),
             (bool(scalar(inputs, "return_num_input_tokens", False)),
              bool(scalar(inputs, "return_num_output_tokens", False))),
-            guide_of(inputs), embedding_bias_of(inputs, self.vocab_size))
+            guide_of(inputs), embedding_bias_of(inputs, self.vocab_size),
+            bool(scalar(inputs, "return_perf_metrics", False)))
 
     def submit(self, inputs: Tensors, sink: ResponseSink, request_id: str | None = None, triton_id: str = "") -> str:
         """Check and enqueue one request; bad requests raise :class:`InvalidRequest` before anything is sent.
@@ -264,7 +263,8 @@ class EngineModel:
                                  self.tokens_per_block, _now_ns)
         outputs["cpu_request_key"] = np.array([[stream.engine_id.encode()]], dtype=np.object_)
         generated_here = len(ids) if stream.parsed.stream else len(stream.sent_ids)
-        stream.sink.send(as_cpp_backend(outputs, generated_here, stream.parsed.return_counts)
+        stream.sink.send(as_cpp_backend(outputs, generated_here, stream.parsed.return_counts,
+                                        stream.parsed.return_perf_metrics)
                          if self.cpp_responses else outputs, final)
         stream.answered = final
 
@@ -278,12 +278,21 @@ class EngineModel:
         stream.sink.fail(f"the engine failed this request: {reason}; the server keeps serving, retry it")
 
 
-def as_cpp_backend(outputs: dict[str, np.ndarray], num_tokens: int,
-                   return_counts: tuple[bool, bool]) -> dict[str, np.ndarray]:
-    """A response as the C++ backend's fillTritonResponse shapes it (TensorRT-LLM 1.2, model_instance_state.cc)."""
-    shaped = {k: v for k, v in outputs.items()
-              if k not in ("finish_reason", "num_cached_tokens", "num_input_tokens", "num_output_tokens",
-                           "cpu_request_key")}
+# fillTritonResponse sends these only with return_perf_metrics (model_instance_state.cc, 1.2.0rc8 0c8de69)
+PERF_METRICS_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks",
+                        "arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns",
+                        "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
+# ... and these only for a batched request (B > 1) and with num_return_sequences > 1 (one sequence here)
+NOT_FOR_ONE = ("batch_index", "sequence_index")
+
+
+def as_cpp_backend(outputs: dict[str, np.ndarray], num_tokens: int, return_counts: tuple[bool, bool],
+                   return_perf_metrics: bool = False) -> dict[str, np.ndarray]:
+    """A response as the C++ backend's fillTritonResponse shapes it (TensorRT-LLM 1.2, model_instance_state.cc):
+    no trtkit extras, counts and perf metrics only when asked, this response's own token count."""
+    dropped = ("finish_reason", "num_cached_tokens", "num_input_tokens", "num_output_tokens", "cpu_request_key",
+               *NOT_FOR_ONE, *(() if return_perf_metrics else PERF_METRICS_OUTPUTS))
+    shaped = {k: v for k, v in outputs.items() if k not in dropped}
     if return_counts[0]:
         shaped["num_input_tokens"] = outputs["num_input_tokens"]
     if return_counts[1]:

@@ -163,7 +163,20 @@ def reject_unsupported(inputs: Tensors, names: tuple[str, ...] = UNSUPPORTED_ON_
     for name in ("return_context_logits", "return_generation_logits"):
         if bool(scalar(inputs, name, False)):
             raise InvalidRequest(f"{name} is not supported by the CPU reference engine; leave it false")
-    for name in ("num_return_sequences",):
-        value = scalar(inputs, name)
+    refuse_many_sequences(inputs)
+
+
+# inputs that ask for several sequences per request; the client's name of each (preprocessing's tensors differ)
+MANY_SEQUENCE_INPUTS = {"beam_width": "beam_width", "num_return_sequences": "num_return_sequences",
+                        "BEAM_WIDTH": "beam_width", "NUM_RETURN_SEQUENCES": "num_return_sequences"}
+
+
+def refuse_many_sequences(inputs: Tensors) -> None:
+    """Beam search and n > 1 are refused on every path: each would need its own detokenizer and counts per
+    sequence (the C++ backend interleaves beams in ``output_ids`` and tells n > 1 answers apart only by
+    ``sequence_index``), and the CPU engine decodes one sequence."""
+    for tensor, name in MANY_SEQUENCE_INPUTS.items():
+        value = scalar(inputs, tensor)
         if value is not None and int(value) != 1:
-            raise InvalidRequest(f"{name}: {value}; the CPU reference engine returns one sequence, send 1")
+            raise InvalidRequest(f"{name}: {value}; trtkit answers one sequence per request (no beam search, no "
+                                 f"n > 1); send 1, or send {int(value)} requests")
