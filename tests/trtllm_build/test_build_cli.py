@@ -71,3 +71,27 @@ def test_build_without_tensorrt_llm_stops_with_one_line(capsys: pytest.CaptureFi
     assert err.startswith("error: TensorRT-LLM is not installed on this host (")
     assert "run trtkit build inside nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3 (TensorRT-LLM 1.2.1)" in err
 
+
+
+def test_plan_that_cannot_run_says_so_first_names_the_fix_and_exits_1() -> None:
+    """Issue 38 item 1: fp8 on an A100 or T4, and a 70B model on one L4, exited 0 with a full plan. plan, build
+    preflight and calibrate share one answer (trtllm_build/gpu_support.py)."""
+    import subprocess
+    import sys
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "trtkit.cli.main", "plan", LLAMA, *args], capture_output=True,
+                              text=True, timeout=120, check=False)
+
+    for gpu, cc in (("A100", "8.0"), ("T4", "7.5")):
+        done = run("--gpu", gpu)
+        assert done.returncode == 1, done.stderr
+        first = done.stderr.splitlines()[0]
+        assert first.startswith("cannot run: quant_algo FP8 needs compute capability 8.9") and f"is {cc}" in first
+        assert "use int8_sq or int8_wo" in first and "KV-cache plan" in done.stdout
+    done = run("--shape", "llama-3-70b", "--gpu", "L4")
+    assert done.returncode == 1 and done.stderr.startswith("cannot run: the weights need 67.67 GiB per rank")
+    assert "use tp=4 (convert.tp_size)" in done.stderr
+    assert run("--gpu", "H100").returncode == 0
+    as_json = run("--gpu", "A100", "--json")
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)["runs"] is False

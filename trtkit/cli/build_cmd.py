@@ -56,9 +56,14 @@ def plan(
     overrides = PlanOverrides(gpu=gpu, shape=shape, input_len=input_len, output_len=output_len, kv_dtype=kv_dtype,
                               tp=tp, max_seq_len=max_seq_len)
     result = plan_for_config(load_config(config), overrides)
+    for blocker in result.blockers:  # first: a plan that cannot run says so before its figures
+        typer.echo(f"cannot run: {blocker}", err=True)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
     typer.echo(config_plan_json(result) if as_json else config_plan_text(result))
+    if result.blockers:
+        raise BuildError(f"this plan cannot run on {result.gpu.kind}: {len(result.blockers)} reason(s) above, each "
+                         f"with its fix (`cannot run: ...`)")
 
 
 def register(app: typer.Typer) -> None:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
+from trtkit.trtllm_build.gpu_support import refusals
 from trtkit.trtllm_build.gpus import GpuSpec, lookup_gpu, match_nvml_name
-from trtkit.trtllm_build.planner import KvPlan, PlanVariant, compare_variants
+from trtkit.trtllm_build.planner import GIB, KvPlan, PlanVariant, compare_variants
 from trtkit.trtllm_build.shapes import (
     ModelShape,
     guess_known_shape,
@@ -37,6 +38,11 @@ class ConfigPlan:
     gpu: GpuSpec
     variants: list[PlanVariant]
     notes: list[str] = field(default_factory=list)
+    blockers: list[str] = field(default_factory=list)  # why this plan cannot run, each naming a fix
+
+    @property
+    def runs(self) -> bool:
+        return not self.blockers
 
 
 def shape_for_config(config: ModelConfig, override: str | None = None) -> tuple[ModelShape, list[str]]:
@@ -76,10 +82,48 @@ def plan_for_config(config: ModelConfig, overrides: PlanOverrides) -> ConfigPlan
         pp=config.convert.pp_size, kv_fraction=s.kv_cache_free_gpu_mem_fraction, tokens_per_block=b.tokens_per_block,
         max_num_tokens=b.max_num_tokens, max_batch_size=b.max_batch_size, input_len=input_len,
         output_len=output_len, max_seq_len=max_seq_len, max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache)
-    if not variants[0].plan.fits:
-        notes.append(f"one {input_len}+{output_len}-token sequence does not fit in the KV cache on {gpu.kind}: "
-                     f"use a larger GPU, more tp, fp8 KV or a quantized format")
-    return ConfigPlan(shape, gpu, variants, notes)
+    kv = overrides.kv_dtype or config.quantization.kv_cache_dtype
+    blockers = plan_blockers(variants[0].plan, gpu, shape, config.quantization.format, kv, b.max_num_tokens)
+    return ConfigPlan(shape, gpu, variants, notes, blockers)
+
+
+def plan_blockers(plan: KvPlan, gpu: GpuSpec, shape: ModelShape, quant_format: str, kv_dtype: str,
+                  max_num_tokens: int) -> list[str]:
+    """Why a plan cannot run: what the GPU cannot build (``gpu_support``, shared with build preflight and
+    calibrate), weights that do not fit, and a KV cache too small for one sequence. Each names a fix."""
+    from trtkit.trtllm_build.checkpoint_info import KV_QUANT_ALGO, QUANT_ALGO
+
+    where = f"{gpu.kind} ({gpu.architecture})"
+    found = [r.sentence(where, gpu.compute_capability)
+             for r in refusals(QUANT_ALGO[quant_format], KV_QUANT_ALGO.get(kv_dtype), gpu.compute_capability)]
+    loaded = plan.weight_bytes + plan.activation_bytes + plan.runtime_overhead_bytes
+    if loaded >= plan.gpu_memory_bytes:
+        tp = _smallest_tp_that_loads(plan, gpu, shape, quant_format, max_num_tokens)
+        more_tp = f"tp={tp} (convert.tp_size)" if tp else "more tensor parallelism than 8 GPUs"
+        found.append(f"the weights need {plan.weight_bytes / GIB:.2f} GiB per rank (with activations and runtime "
+                     f"{loaded / GIB:.2f} GiB), and {gpu.kind} has {plan.gpu_memory_bytes / GIB:.2f} GiB: use "
+                     f"{more_tp}, a GPU with more memory, or a 4-bit format (int4_awq, or nvfp4 on Blackwell)")
+    elif not plan.fits:
+        found.append(f"one {plan.input_len}+{plan.output_len}-token sequence does not fit in the KV cache on "
+                     f"{gpu.kind} ({plan.num_blocks} blocks, {plan.blocks_per_sequence} needed): use fp8 KV, a shorter "
+                     f"max_seq_len, more tp or a GPU with more memory")
+    return found
+
+
+def _smallest_tp_that_loads(plan: KvPlan, gpu: GpuSpec, shape: ModelShape, quant_format: str,
+                            max_num_tokens: int) -> int | None:
+    from trtkit.trtllm_build.planner import plan_kv_cache
+
+    for tp in (2, 4, 8):
+        if tp <= plan.tp or shape.num_heads % tp:
+            continue
+        wider = plan_kv_cache(shape, gpu, quant_format=quant_format, dtype=plan.dtype, tp=tp, pp=plan.pp,
+                              kv_fraction=plan.kv_fraction, tokens_per_block=plan.tokens_per_block,
+                              max_num_tokens=max_num_tokens, max_batch_size=plan.max_batch_size, input_len=plan.input_len,
+                              output_len=plan.output_len, max_seq_len=plan.max_seq_len)
+        if wider.fits:
+            return tp
+    return None
 
 
 def kv_plan_for_config(config: ModelConfig, gpu: str | None = None, *, shape: str | None = None) -> KvPlan:

@@ -92,6 +92,6 @@ def config_plan_json(result: ConfigPlan) -> str:
         "shape": asdict(result.shape), "gpu": asdict(result.gpu),
         "plan": asdict(result.variants[0].plan),
         "variants": [{"label": v.label, **asdict(v.plan)} for v in result.variants],
-        "notes": result.notes,
+        "notes": result.notes, "runs": result.runs, "blockers": result.blockers,
     }
     return json.dumps(data, indent=2)
