@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from trtkit.errors import ModelSourceError
+from trtkit.sources.portable import FOLDER_FORMAT, make_portable
 
 log = logging.getLogger(__name__)
 COMPLETE_MARKER = ".trtkit-complete"
@@ -34,7 +35,7 @@ def file_fingerprint(path: Path) -> str:
 
 def gguf_to_hf(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") -> Path:
     """Return a cached HF folder for ``gguf_path``, converting it the first time."""
-    out = cache_root / "gguf" / f"{gguf_path.stem}-{file_fingerprint(gguf_path)}-{dtype}"
+    out = cache_root / "gguf" / f"{gguf_path.stem}-{file_fingerprint(gguf_path)}-{dtype}-{FOLDER_FORMAT}"
     if (out / COMPLETE_MARKER).is_file():
         return out
     log.info("converting %s to a Hugging Face folder (once; cached in %s)", gguf_path.name, out)
@@ -58,6 +59,8 @@ def _convert(gguf_path: Path, out: Path, dtype: str) -> None:
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        for attr, value in _gguf_special_token_flags(gguf_path).items():
+            setattr(tokenizer, attr, value)
         loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except Exception as exc:  # transformers raises many types for unreadable GGUF
         raise ModelSourceError(f"{gguf_path}: transformers cannot read this GGUF file ({exc}); "
@@ -72,3 +75,18 @@ def _convert(gguf_path: Path, out: Path, dtype: str) -> None:
     fresh.generation_config = loaded.generation_config
     fresh.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    make_portable(out)
+
+
+def _gguf_special_token_flags(gguf_path: Path) -> dict[str, bool]:
+    """The file's own add_bos/add_eos flags. transformers 4.57 (the GPU container's) makes every GGUF Llama
+    tokenizer add BOS, whatever the file says: SmolLM2's says no, and transformers 5 honours it."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(gguf_path)
+    flags = {}
+    for attr in ("add_bos_token", "add_eos_token"):
+        field = reader.get_field(f"tokenizer.ggml.{attr}")
+        if field is not None and field.data:
+            flags[attr] = bool(field.parts[field.data[0]][0])
+    return flags
