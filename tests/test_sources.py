@@ -87,7 +87,8 @@ def test_folders_trtkit_writes_read_the_same_under_the_containers_transformers(
     assert rope["rope_theta"] == rope_theta
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert tokenizer.encode("hello world") == [28120, 905]  # no BOS: the GGUF says add_bos_token false
-    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.chat_template
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+    assert tokenizer.chat_template
 
 
 def test_portable_folder_keeps_scaled_rope_for_transformers_4(tmp_path: Path) -> None:

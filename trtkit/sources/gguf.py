@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from trtkit.errors import ModelSourceError
 from trtkit.sources.portable import FOLDER_FORMAT, make_portable
@@ -59,8 +60,7 @@ def _convert(gguf_path: Path, out: Path, dtype: str) -> None:
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        for attr, value in _gguf_special_token_flags(gguf_path).items():
-            setattr(tokenizer, attr, value)
+        _match_gguf_tokenizer(tokenizer, gguf_path)
         loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except Exception as exc:  # transformers raises many types for unreadable GGUF
         raise ModelSourceError(f"{gguf_path}: transformers cannot read this GGUF file ({exc}); "
@@ -78,15 +78,28 @@ def _convert(gguf_path: Path, out: Path, dtype: str) -> None:
     make_portable(out)
 
 
-def _gguf_special_token_flags(gguf_path: Path) -> dict[str, bool]:
-    """The file's own add_bos/add_eos flags. transformers 4.57 (the GPU container's) makes every GGUF Llama
-    tokenizer add BOS, whatever the file says: SmolLM2's says no, and transformers 5 honours it."""
+# tokenizer attribute -> the GGUF key of its token id
+GGUF_SPECIAL_TOKENS = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
+                       "pad_token": "padding_token_id"}
+
+
+def _match_gguf_tokenizer(tokenizer: Any, gguf_path: Path) -> None:
+    """Make the tokenizer say what the GGUF file says. transformers 4.57 (the GPU container's) makes every GGUF
+    Llama tokenizer add BOS and took SmolLM2's BOS for its EOS (generation would not stop at <|im_end|>);
+    transformers 5 reads both from the file, as this does."""
     from gguf import GGUFReader
 
     reader = GGUFReader(gguf_path)
-    flags = {}
-    for attr in ("add_bos_token", "add_eos_token"):
-        field = reader.get_field(f"tokenizer.ggml.{attr}")
-        if field is not None and field.data:
-            flags[attr] = bool(field.parts[field.data[0]][0])
-    return flags
+
+    def value(key: str) -> Any:
+        field = reader.get_field(f"tokenizer.ggml.{key}")
+        return field.parts[field.data[0]][0] if field is not None and field.data else None
+
+    for attr, key in GGUF_SPECIAL_TOKENS.items():
+        token_id = value(key)
+        if token_id is not None and 0 <= int(token_id) < len(tokenizer):
+            setattr(tokenizer, attr, tokenizer.convert_ids_to_tokens(int(token_id)))
+    for attr in ("add_bos_token", "add_eos_token"):  # after the tokens: 4.57 rebuilds its template from them
+        flag = value(attr)
+        if flag is not None:
+            setattr(tokenizer, attr, bool(flag))
