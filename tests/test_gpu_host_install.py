@@ -1,21 +1,39 @@
-"""Issue 11 item 10: the GPU-host install keeps the container's pins and still brings every import.
+"""The GPU-host install (issue 11 item 10, issue 34 item 10): inside the r26.04 container it needs no network,
+moves none of the container's packages, and still brings every import trtkit makes there.
 
-Checked against tests/contracts/r26.04-requirements.txt, a mirror of the TensorRT-LLM 1.2 requirements
-that the r26.04 trtllm container installs (source and commit in its header)."""
+tests/contracts/r26.04-requirements.txt is what the container installs, read from upstream (each line names its
+source). The install freezes the container into a constraints file first, so pip can only keep a container
+package where it is, or fail: `resolve_against_container` predicts that outcome for requirements/gpu-host.txt.
+scripts/setup_pins_env.sh runs the same commands for real against a stand-in container (.venv-pins)."""
 
 from __future__ import annotations
 
 import ast
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_HOST = ROOT / "requirements" / "gpu-host.txt"
 CONTAINER = ROOT / "tests" / "contracts" / "r26.04-requirements.txt"
+# The documented commands, exactly (README "GPU hosts", requirements/gpu-host.txt, scripts/gpu_smoke.sh)
+FREEZE = "pip list --format=freeze --exclude-editable > container-constraints.txt"
+INSTALL_TRTKIT = "pip install --no-deps --no-build-isolation -e ."
+INSTALL_REQUIREMENTS = "pip install -c container-constraints.txt -r requirements/gpu-host.txt"
+OFFLINE = ("pip download --only-binary=:all: --python-version 3.12",
+           "-d wheels -c container-constraints.txt -r requirements/gpu-host.txt",
+           "pip install --no-index --find-links wheels -c container-constraints.txt -r requirements/gpu-host.txt")
+# the source every contract line names: repository@branch-or-tag, full commit, file
+SOURCE = re.compile(r"(NVIDIA/TensorRT-LLM|triton-inference-server/tensorrtllm_backend)@(\S+) ([0-9a-f]{40}) (\S+)")
+LOWER = (">=", ">")
+
 # the packages trtkit runs on a GPU host (the gateway and benchmarks bring their own requirements)
 GPU_HOST_PACKAGES = ("check", "cli", "client", "config", "checkpoint", "refengine", "repository", "serve",
                      "sources", "tokenizer", "triton_models", "trtllm_build")
@@ -29,14 +47,57 @@ DISTRIBUTION = {"google": "protobuf", "yaml": "pyyaml", "pynvml": "nvidia-ml-py"
                 "rank_bm25": "rank-bm25", "grpc": "grpcio", "jinja2": "jinja2", "prometheus_client": "prometheus-client"}
 
 
-def requirements(path: Path) -> dict[str, Requirement]:
+@dataclass(frozen=True, slots=True)
+class ContainerPackage:
+    requirement: Requirement  # as the container's sources state it
+    source: str
+
+    @property
+    def version(self) -> str | None:
+        """The exact version, when the sources pin one."""
+        pins = [s.version for s in self.requirement.specifier if s.operator in ("==", "===")]
+        return pins[0] if pins else None
+
+
+def read_requirements(path: Path) -> dict[str, Requirement]:
+    return {name: package.requirement for name, package in read_contract(path).items()}
+
+
+def read_contract(path: Path) -> dict[str, ContainerPackage]:
     found = {}
     for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            req = Requirement(line)
-            found[canonicalize_name(req.name)] = req
+        text, _, comment = line.partition("#")
+        if text.strip():
+            requirement = Requirement(text.strip())
+            found[canonicalize_name(requirement.name)] = ContainerPackage(requirement, comment.strip())
     return found
+
+
+def moves(requirement: Requirement, installed: ContainerPackage) -> str | None:
+    """Why pip, held to the container's freeze, could not install ``requirement`` (it would have to move the
+    container's package); None when every version the container can have satisfies it."""
+    ours, theirs = requirement.specifier, installed.requirement.specifier
+    if installed.version is not None:
+        if ours.contains(installed.version, prereleases=True):
+            return None
+        return f"{requirement} would move {requirement.name} {installed.version} ({installed.source})"
+    if not ours or (all(s.operator in LOWER for s in ours) and _implied(ours, theirs)):
+        return None
+    return (f"{requirement} may move {requirement.name}: the container's version is only known as "
+            f"'{theirs or 'any'}' ({installed.source})")
+
+
+def _implied(ours: SpecifierSet, theirs: SpecifierSet) -> bool:
+    """Every version in ``theirs`` passes our lower bounds: theirs has a lower bound at least as high."""
+    floors = [Version(s.version) for s in theirs if s.operator in (">=", ">", "~=", "==")]
+    return all(any(floor > Version(s.version) or (floor == Version(s.version) and s.operator == ">=")
+                   for floor in floors) for s in ours)
+
+
+def resolve_against_container(requirements: dict[str, Requirement],
+                              container: dict[str, ContainerPackage]) -> list[str]:
+    return [reason for name, requirement in requirements.items() if name in container
+            if (reason := moves(requirement, container[name])) is not None]
 
 
 def third_party_imports() -> set[str]:
@@ -51,22 +112,73 @@ def third_party_imports() -> set[str]:
     return {n for n in names if n not in sys.stdlib_module_names and n != "trtkit" and n not in SERVER_MODULES}
 
 
-def test_gpu_host_install_never_replaces_the_container_pins() -> None:
-    container, ours = requirements(CONTAINER), requirements(GPU_HOST)
+def test_every_contract_line_names_its_source() -> None:
+    for name, package in read_contract(CONTAINER).items():
+        assert SOURCE.search(package.source), f"{name}: no 'repository@ref <40-hex commit> file' in {package.source!r}"
+
+
+def test_contract_is_what_the_r26_04_dockerfile_installs() -> None:
+    """The Dockerfile's own versions (torch and TensorRT from the 25.12 PyTorch image and the TensorRT tarball),
+    not a TensorRT-LLM commit that contradicts them (torch<=2.9.0, tensorrt~=10.13.3)."""
+    container = read_contract(CONTAINER)
+    expected = {"torch": "2.10.0a0+b4e4ee81d3.nv25.12", "torchvision": "0.25.0a0+ca221243",
+                "tensorrt": "10.14.1.48", "polygraphy": "0.49.26", "tensorrt-llm": "1.2.1", "transformers": "4.57.3"}
+    for name, version in expected.items():
+        assert container[name].version == version, name
+    dockerfile = "triton-inference-server/tensorrtllm_backend@r26.04 ce68ff5fd0a746eac895cfb4a5677b329c5bc707"
+    assert all(container[name].source.startswith(dockerfile) for name in ("torch", "tensorrt", "tensorrt-llm"))
+    assert str(container["nvidia-modelopt"].requirement.specifier) == "~=0.37.0"
+    assert str(container["numpy"].requirement.specifier) == "<2"
+
+
+def test_gpu_host_requirements_move_nothing_in_the_container() -> None:
+    assert resolve_against_container(read_requirements(GPU_HOST), read_contract(CONTAINER)) == []
+
+
+@pytest.mark.parametrize(("line", "moved"), [
+    ("transformers>=5", True), ("transformers>=4.56", False),
+    ("torch<=2.9.0", True), ("torch>=2.4", False),
+    ("tensorrt~=10.13.3", True), ("tensorrt~=10.14.1", False),
+    ("nvidia-modelopt==0.47.0", True), ("nvidia-modelopt", False),
+    ("numpy>=2", True), ("numpy>=1.24", True), ("numpy", False),
+    ("accelerate>=1.8", True), ("accelerate>=1.0", False), ("setuptools>=80", True),
+    ("tritonclient[grpc]>=2.50", False),  # not in the container: nothing to move
+])
+def test_the_check_catches_a_requirement_that_would_move_a_pin(line: str, moved: bool) -> None:
+    """numpy>=1.24 is flagged although 1.26.4 is likely: the sources only say numpy<2, so a lower bound can move it."""
+    requirement = Requirement(line)
+    problems = resolve_against_container({canonicalize_name(requirement.name): requirement},
+                                         read_contract(CONTAINER))
+    assert bool(problems) is moved, problems
+
+
+def test_gpu_host_install_never_names_the_container_pins() -> None:
+    container, ours = read_contract(CONTAINER), read_requirements(GPU_HOST)
     for pinned in ("tensorrt-llm", "nvidia-modelopt", "transformers", "torch", "numpy", "tensorrt"):
         assert pinned in container and pinned not in ours, pinned
-    assert str(container["nvidia-modelopt"].specifier) == "~=0.37.0"
-    assert str(container["transformers"].specifier) == "==4.57.1"
+
+
+def test_editable_install_builds_with_the_containers_setuptools() -> None:
+    """`--no-build-isolation` builds with the container's setuptools (TensorRT-LLM asks <80, so 79.0.1; the
+    `license = "Apache-2.0"` string needs >= 77). setup_pins_env.sh builds with setuptools<80 for real."""
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    requires = re.search(r"\[build-system\]\s*requires = \[([^\]]*)\]", pyproject)
+    assert requires, "pyproject.toml: no [build-system] requires"
+    container = read_contract(CONTAINER)
+    for line in re.findall(r'"([^"]+)"', requires.group(1)):
+        requirement = Requirement(line)
+        theirs = container[canonicalize_name(requirement.name)].requirement.specifier
+        assert requirement.specifier.contains("79.0.1") and theirs.contains("79.0.1"), line
 
 
 def test_gpu_host_install_brings_what_the_container_lacks() -> None:
-    ours = requirements(GPU_HOST)
+    ours = read_requirements(GPU_HOST)
     assert {"tritonclient", "gguf"} <= set(ours)  # the container installs neither
     assert "grpc" in ours["tritonclient"].extras
 
 
 def test_every_import_is_provided_on_the_gpu_host() -> None:
-    container, ours = requirements(CONTAINER), requirements(GPU_HOST)
+    container, ours = read_requirements(CONTAINER), read_requirements(GPU_HOST)
     provided = set(container) | set(ours)
     for parent, children in TRANSITIVE.items():
         if parent in container:
@@ -78,17 +190,21 @@ def test_every_import_is_provided_on_the_gpu_host() -> None:
 
 def test_shared_packages_accept_the_container_versions() -> None:
     """A package in both lists: the container's pinned (==) version must satisfy our specifier."""
-    container, ours = requirements(CONTAINER), requirements(GPU_HOST)
+    container, ours = read_contract(CONTAINER), read_requirements(GPU_HOST)
     for name in set(container) & set(ours):
-        pin = [s.version for s in container[name].specifier if s.operator == "=="]
-        if pin:
-            assert ours[name].specifier.contains(pin[0], prereleases=True), name
+        version = container[name].version
+        if version:
+            assert ours[name].specifier.contains(version, prereleases=True), name
 
 
-def test_readme_gpu_section_uses_this_install() -> None:
+def test_the_documented_install_is_the_one_that_works() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## GPU hosts"):]
     section = section[:section.index("\n## ", 3)]
-    assert "pip install --no-deps -e . && pip install -r requirements/gpu-host.txt" in section
-    assert not re.search(r"nvidia-modelopt==0\.47", section)
+    for text in (section, GPU_HOST.read_text(encoding="utf-8")):
+        for command in (FREEZE, INSTALL_TRTKIT, INSTALL_REQUIREMENTS, *OFFLINE):
+            assert command in text, command
+        assert "pip install --no-deps -e ." not in text  # needs the network for setuptools
+    assert INSTALL_TRTKIT in (ROOT / "scripts" / "gpu_smoke.sh").read_text(encoding="utf-8")
+    assert not re.search(r"nvidia-modelopt==0\.47", section) and "4.57.1" not in section
     assert "scripts/gpu_smoke.sh" in section

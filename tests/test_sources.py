@@ -67,3 +67,39 @@ def test_bad_sources_name_the_fix(source: str, message: str) -> None:
 def test_folder_without_config_json(tmp_path: Path) -> None:
     with pytest.raises(ModelSourceError, match="has no config.json"):
         resolve_model_dir(str(tmp_path))
+
+
+@pytest.mark.parametrize(("folder_fixture", "rope_theta"), [("smollm2_dir", 100000.0), ("tiny_llama_dir", 10000.0)])
+def test_folders_trtkit_writes_read_the_same_under_the_containers_transformers(
+        folder_fixture: str, rope_theta: float, request: pytest.FixtureRequest) -> None:
+    """The GPU container's transformers (4.57.3) ignores transformers 5's ``rope_parameters`` (SmolLM2 would
+    silently get rope_theta 10000) and has no ``TokenizersBackend``: trtkit writes the 4.x spellings too.
+    Also run under the container's pins (scripts/setup_pins_env.sh), where 4.57 reads these folders."""
+    import json
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    folder: Path = request.getfixturevalue(folder_fixture)
+    assert json.loads((folder / "config.json").read_text())["rope_theta"] == rope_theta
+    assert json.loads((folder / "tokenizer_config.json").read_text())["tokenizer_class"] != "TokenizersBackend"
+    config = AutoConfig.from_pretrained(folder)
+    rope = getattr(config, "rope_parameters", None) or {"rope_theta": config.rope_theta}
+    assert rope["rope_theta"] == rope_theta
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert tokenizer.encode("hello world") == [28120, 905]  # no BOS: the GGUF says add_bos_token false
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+    assert tokenizer.chat_template
+
+
+def test_portable_folder_keeps_scaled_rope_for_transformers_4(tmp_path: Path) -> None:
+    import json
+
+    from trtkit.sources.portable import make_portable
+
+    rope = {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0}
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "rope_parameters": rope}))
+    make_portable(tmp_path)
+    make_portable(tmp_path)  # idempotent
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["rope_theta"] == 500000.0 and config["rope_parameters"] == rope
+    assert config["rope_scaling"] == {"rope_type": "llama3", "factor": 8.0}

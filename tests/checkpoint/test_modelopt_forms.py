@@ -35,3 +35,19 @@ def test_installed_modelopt_gets_its_own_form() -> None:
     entries = as_entries(config["quant_cfg"])
     assert entries[-1] == {"quantizer_name": "*lm_head*", "enable": False}
     assert {"quantizer_name": "*[kv]_bmm_quantizer", "cfg": {"num_bits": 8, "axis": None}} in entries
+
+
+def test_weight_only_formats_need_no_weight_only_preset(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """ModelOpt 0.37 (the GPU container's) has no INT8_WEIGHT_ONLY_CFG: int8_wo and int4_wo start from
+    INT8_DEFAULT_CFG with its input quantizers off, which is 0.47's weight-only preset entry for entry."""
+    import modelopt.torch.quantization as mtq
+
+    weight_only = getattr(mtq, "INT8_WEIGHT_ONLY_CFG", None)
+    monkeypatch.delattr(mtq, "INT8_WEIGHT_ONLY_CFG", raising=False)
+    for fmt, bits in (("int8_wo", 8), ("int4_wo", 4)):
+        entries = as_entries(modelopt_config(fmt, "auto", RecipeOptions())["quant_cfg"])
+        assert {"quantizer_name": "*input_quantizer", "enable": False} in entries
+        assert {"quantizer_name": "*weight_quantizer", "cfg": {"num_bits": bits, "axis": 0}} in entries
+    if weight_only is not None:
+        assert as_entries(modelopt_config("int8_wo", "auto", RecipeOptions())["quant_cfg"])[:-1] == \
+            as_entries(weight_only["quant_cfg"])

@@ -74,6 +74,12 @@ def kv_cache_algo(kv_cache_dtype: str) -> str | None:
     return KV_CACHE_ALGOS[kv_cache_dtype]
 
 
+# format -> the ModelOpt preset it starts from; every one exists in ModelOpt 0.37 and 0.47
+PRESETS = {"int8_sq": "INT8_SMOOTHQUANT_CFG", "int8_wo": "INT8_DEFAULT_CFG", "int4_wo": "INT8_DEFAULT_CFG",
+           "int4_awq": "INT4_AWQ_CFG", "w4a8_awq": "W4A8_AWQ_BETA_CFG", "fp8": "FP8_DEFAULT_CFG",
+           "nvfp4": "NVFP4_DEFAULT_CFG"}
+
+
 @dataclass(slots=True, frozen=True)
 class RecipeOptions:
     smoothquant_alpha: float = 0.5
@@ -84,16 +90,14 @@ class RecipeOptions:
 def modelopt_config(fmt: str, kv_cache_dtype: str, options: RecipeOptions) -> dict[str, Any]:
     """The ModelOpt quantization config, edited in list form (later entries override earlier ones) and
     returned in the installed ModelOpt's own form (0.47: list; the GPU container's ~=0.37: dict)."""
-    import modelopt.torch.quantization as mtq
-
     spec = format_spec(fmt)
-    base = {
-        "int8_sq": mtq.INT8_SMOOTHQUANT_CFG, "int8_wo": mtq.INT8_WEIGHT_ONLY_CFG,
-        "int4_wo": mtq.INT8_WEIGHT_ONLY_CFG, "int4_awq": mtq.INT4_AWQ_CFG,
-        "w4a8_awq": mtq.W4A8_AWQ_BETA_CFG, "fp8": mtq.FP8_DEFAULT_CFG, "nvfp4": mtq.NVFP4_DEFAULT_CFG,
-    }[spec.name]
+    base = _preset(PRESETS[spec.name])
     config = copy.deepcopy(base)
     entries = as_entries(config["quant_cfg"])
+    if fmt in ("int8_wo", "int4_wo"):
+        # INT8_DEFAULT_CFG without its input quantizers: ModelOpt 0.47's INT8_WEIGHT_ONLY_CFG, entry for entry
+        # (0.37, the GPU container's, has no weight-only preset).
+        _disable(entries, "*input_quantizer")
     if fmt == "int4_wo":
         # TensorRT-LLM's W4A16 is symmetric INT4 per output channel, no groups.
         _set_weight_cfg(entries, {"num_bits": 4, "axis": 0})
@@ -105,6 +109,25 @@ def modelopt_config(fmt: str, kv_cache_dtype: str, options: RecipeOptions) -> di
     entries.extend({"quantizer_name": f"*{pattern}*", "enable": False} for pattern in options.exclude_modules)
     config["quant_cfg"] = in_form_of(base["quant_cfg"], entries)
     return config
+
+
+def _preset(name: str) -> dict[str, Any]:
+    import modelopt.torch.quantization as mtq
+
+    if not hasattr(mtq, name):
+        from importlib.metadata import version
+
+        raise CalibrationError(f"nvidia-modelopt {version('nvidia-modelopt')} has no {name}; trtkit calibrates "
+                               f"with ModelOpt 0.37 (the TensorRT-LLM 1.2.1 container's) and 0.47")
+    preset: dict[str, Any] = getattr(mtq, name)
+    return preset
+
+
+def _disable(entries: list[dict[str, Any]], pattern: str) -> None:
+    for entry in entries:
+        if entry.get("quantizer_name") == pattern:
+            entry.pop("cfg", None)
+            entry["enable"] = False
 
 
 def kv_only_config(kv_cache_dtype: str) -> dict[str, Any]:

@@ -13,8 +13,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from trtkit.errors import ModelSourceError
+from trtkit.sources.portable import FOLDER_FORMAT, make_portable
 
 log = logging.getLogger(__name__)
 COMPLETE_MARKER = ".trtkit-complete"
@@ -34,7 +36,7 @@ def file_fingerprint(path: Path) -> str:
 
 def gguf_to_hf(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") -> Path:
     """Return a cached HF folder for ``gguf_path``, converting it the first time."""
-    out = cache_root / "gguf" / f"{gguf_path.stem}-{file_fingerprint(gguf_path)}-{dtype}"
+    out = cache_root / "gguf" / f"{gguf_path.stem}-{file_fingerprint(gguf_path)}-{dtype}-{FOLDER_FORMAT}"
     if (out / COMPLETE_MARKER).is_file():
         return out
     log.info("converting %s to a Hugging Face folder (once; cached in %s)", gguf_path.name, out)
@@ -58,6 +60,7 @@ def _convert(gguf_path: Path, out: Path, dtype: str) -> None:
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        _match_gguf_tokenizer(tokenizer, gguf_path)
         loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except Exception as exc:  # transformers raises many types for unreadable GGUF
         raise ModelSourceError(f"{gguf_path}: transformers cannot read this GGUF file ({exc}); "
@@ -72,3 +75,31 @@ def _convert(gguf_path: Path, out: Path, dtype: str) -> None:
     fresh.generation_config = loaded.generation_config
     fresh.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    make_portable(out)
+
+
+# tokenizer attribute -> the GGUF key of its token id
+GGUF_SPECIAL_TOKENS = {"bos_token": "bos_token_id", "eos_token": "eos_token_id", "unk_token": "unknown_token_id",
+                       "pad_token": "padding_token_id"}
+
+
+def _match_gguf_tokenizer(tokenizer: Any, gguf_path: Path) -> None:
+    """Make the tokenizer say what the GGUF file says. transformers 4.57 (the GPU container's) makes every GGUF
+    Llama tokenizer add BOS and took SmolLM2's BOS for its EOS (generation would not stop at <|im_end|>);
+    transformers 5 reads both from the file, as this does."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(gguf_path)
+
+    def value(key: str) -> Any:
+        field = reader.get_field(f"tokenizer.ggml.{key}")
+        return field.parts[field.data[0]][0] if field is not None and field.data else None
+
+    for attr, key in GGUF_SPECIAL_TOKENS.items():
+        token_id = value(key)
+        if token_id is not None and 0 <= int(token_id) < len(tokenizer):
+            setattr(tokenizer, attr, tokenizer.convert_ids_to_tokens(int(token_id)))
+    for attr in ("add_bos_token", "add_eos_token"):  # after the tokens: 4.57 rebuilds its template from them
+        flag = value(attr)
+        if flag is not None:
+            setattr(tokenizer, attr, bool(flag))

@@ -8,6 +8,7 @@ from trtkit.errors import ModelSourceError
 from trtkit.paths import cache_dir
 from trtkit.sources.bundled import bundled_gguf_path
 from trtkit.sources.gguf import gguf_to_hf
+from trtkit.sources.portable import FOLDER_FORMAT
 
 BUNDLED_PREFIX = "bundled:"
 GENERATED_PREFIX = "generated:"
@@ -47,7 +48,7 @@ def generated_model_dir(name: str, cache_root: Path) -> Path:
 
     if name not in GENERATED:
         raise ModelSourceError(f"generated:{name} is unknown; known: {', '.join('generated:' + n for n in GENERATED)}")
-    out = cache_root / "tiny-llama-h128"
+    out = cache_root / f"tiny-llama-h128-{FOLDER_FORMAT}"
     if not (out / "model.safetensors").is_file():
         make_tiny_llama(out, gguf_to_hf(bundled_gguf_path("smollm2-135m"), cache_root))
     return out

@@ -6,6 +6,8 @@ import os
 import shutil
 from pathlib import Path
 
+from trtkit.sources.portable import make_portable
+
 
 def make_tiny_llama(out: Path, tokenizer_dir: Path, *, hidden_size: int = 128, num_layers: int = 2,
                     num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 256,
@@ -30,6 +32,7 @@ def make_tiny_llama(out: Path, tokenizer_dir: Path, *, hidden_size: int = 128, n
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    make_portable(tmp)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     return out
