@@ -1,4 +1,4 @@
-"""The one table of sampling-input ranges (trtkit.sampling_ranges) that every served model checks."""
+"""The one table of sampling-input ranges (trtkit.wire.sampling_ranges) that every served model checks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trtkit.errors import InvalidInputError
-from trtkit.sampling_ranges import SAMPLING_RANGES, UINT64_MAX, check_sampling_value, check_token_id
+from trtkit.wire.sampling_ranges import SAMPLING_RANGES, UINT64_MAX, check_sampling_value, check_token_id
 
 
 @pytest.mark.parametrize(("name", "value", "expected"), [
@@ -55,7 +55,7 @@ def test_the_module_imports_nothing_above_errors() -> None:
     import ast
     import inspect
 
-    import trtkit.sampling_ranges as module
+    import trtkit.wire.sampling_ranges as module
 
     imported = {node.module for node in ast.walk(ast.parse(inspect.getsource(module)))
                 if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("trtkit")}

@@ -14,7 +14,7 @@ from tests.repository.live_client import Live, inputs
 from trtkit.client import SamplingParams, TritonLLMClient
 from trtkit.client.context import fit_prompt
 from trtkit.client.tokens import prompt_form
-from trtkit.stop_request import ENGINE_MODEL
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
 

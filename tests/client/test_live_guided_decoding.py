@@ -14,7 +14,7 @@ import pytest
 from tests.repository.live_client import Live, inputs
 from trtkit.client import SamplingParams, TritonLLMClient
 from trtkit.errors import TrtkitError
-from trtkit.stop_request import ENGINE_MODEL
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
 

@@ -10,7 +10,7 @@ import pytest
 
 from trtkit.client import SamplingParams, TritonLLMClient
 from trtkit.errors import ClientError
-from trtkit.stop_request import ENGINE_MODEL
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
 

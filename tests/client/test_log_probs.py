@@ -12,12 +12,12 @@ from tokenizers import Tokenizer, decoders, models
 
 from trtkit.client import Caller, SamplingParams, TokenCounter
 from trtkit.client.governor import Governor, PreparedRequest
-from trtkit.engine_wire import EngineRun
 from trtkit.gateway.log_probs import LogProbReader
 from trtkit.tokenizer.detokenizer import IncrementalDetokenizer, find_anchor
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.tokenizer.stopping import StopFilter
 from trtkit.tokenizer.token_bytes import token_bytes_reader
+from trtkit.wire.engine_run import EngineRun
 
 TEXT = "Hello 你好 🎉 <|im_start|>user\n\ttabs é"
 

@@ -1,7 +1,7 @@
 """Requests end early with the engine's ``stop`` input, never by cancelling the gRPC call.
 
 tritonserver's gRPC stream handler can deadlock when a client cancels a stream while a response of it
-is being written (trtkit/stop_request.py has the evidence); a loaded suite run hung on it. So the
+is being written (trtkit/wire/stop_request.py has the evidence); a loaded suite run hung on it. So the
 clients and the gateway stop a request with a stop request to the engine that carries the request's
 id, read its stream to its own end, and cancel the call only when that fails.
 """
@@ -20,7 +20,7 @@ from server_gauges import settled_engine
 
 from trtkit.client import AsyncTritonLLMClient, ClientMetrics, SamplingParams, TritonLLMClient
 from trtkit.client.protocol import stop_inputs
-from trtkit.stop_request import ENGINE_MODEL
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
 

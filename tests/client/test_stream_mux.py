@@ -13,7 +13,7 @@ from trtkit.client import AsyncTritonLLMClient, SamplingParams
 from trtkit.client.stream_mux import END, RequestInbox, StreamMux
 from trtkit.client.token_wire import TokenWire
 from trtkit.errors import ClientError
-from trtkit.stop_request import ENGINE_MODEL
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
 

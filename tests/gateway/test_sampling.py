@@ -110,10 +110,10 @@ def test_a_backend_failure_mid_stream_ends_the_stream_with_an_error_event(tiny_c
 
 
 def test_ranges_are_the_ones_the_engine_model_and_bls_enforce() -> None:
-    """One table (trtkit.sampling_ranges) for the gateway, the engine model and the BLS: a top_p of 0 that the
+    """One table (trtkit.wire.sampling_ranges) for the gateway, the engine model and the BLS: a top_p of 0 that the
     engine would refuse is refused at the door with the same message; OpenAI's narrower temperature bound on top."""
     from trtkit.errors import InvalidInputError
-    from trtkit.sampling_ranges import check_sampling_value
+    from trtkit.wire.sampling_ranges import check_sampling_value
 
     with pytest.raises(InvalidInputError) as engine_says:
         check_sampling_value("top_p", 0.0)

@@ -1,5 +1,5 @@
 """`trtkit serve`, `trtkit check` and `trtkit quickstart`: thin wrappers over trtkit.serve, trtkit.check
-and trtkit.quickstart."""
+and trtkit.pipeline.quickstart."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ def quickstart(config: ConfigArg,
                prompt: Annotated[str, typer.Option("--prompt", help="What to ask")] = "What is the capital of France?",
                max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Answer length cap")] = 64) -> None:
     """Bundled SmolLM2 to a streaming answer in one command: convert, deploy, check, serve, ask, stop."""
-    from trtkit.quickstart import run_quickstart
+    from trtkit.pipeline.quickstart import run_quickstart
 
     def write_text(text: str) -> None:
         typer.echo(text, nl=False)

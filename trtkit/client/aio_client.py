@@ -4,7 +4,7 @@ Every request of one aio client travels on one kept bidirectional call, its resp
 id (trtkit/client/stream_mux.py: a call per request cost ~0.8 ms of CPU to open and close). Cancelling the
 awaiting task, a deadline, or the runaway guard stops the request with the engine's ``stop`` input (on a call
 of its own) and reads its stream to the end; a request the stop does not end in time is let go, and the shared
-call is never cancelled for it (trtkit/stop_request.py says why). A task of its own reads each call: grpc.aio
+call is never cancelled for it (trtkit/wire/stop_request.py says why). A task of its own reads each call: grpc.aio
 cancels the RPC when a read is cancelled (grpc/aio/_call.py ``_read``), so no deadline or cancelled task may
 wait on a read directly."""
 
@@ -39,7 +39,7 @@ from trtkit.client.transport import (
 from trtkit.client.wire import TextReader, TokenReader, Wire, wire_for
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ClientError
-from trtkit.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
+from trtkit.wire.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
 
 
 class CallReader(ResponseQueue):
@@ -252,7 +252,7 @@ class AsyncTritonLLMClient:
 
     async def _open(self, request: PreparedRequest, stream: bool) -> tuple[RequestInbox, TextReader | TokenReader]:
         """Send the request on the kept call (a new one when the last broke). No gRPC deadline: the client's own
-        deadline stops the request (trtkit/stop_request.py says why a gRPC deadline, a cancel, must not)."""
+        deadline stops the request (trtkit/wire/stop_request.py says why a gRPC deadline, a cancel, must not)."""
         client = self._connect()
         wire = self._wire or await self._fetch_wire(client)
         inputs, outputs = wire.request(request, stream=stream)

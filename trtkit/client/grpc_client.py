@@ -36,7 +36,7 @@ from trtkit.client.transport import (
 from trtkit.client.wire import TextReader, TokenReader, Wire, wire_for
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ClientError
-from trtkit.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
+from trtkit.wire.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
 
 _CANCEL = object()
 _POLL_S = 0.05
@@ -195,7 +195,7 @@ class TritonLLMClient:
         inputs, outputs = self._wire.request(request, stream=stream)
         client.start_stream(callback=lambda result, error: inbox.put((result, error)),
                             # past our own deadline and the time a stop may take: the local deadline and the stop
-                            # end the request, never gRPC's deadline (a cancel: see trtkit/stop_request.py)
+                            # end the request, never gRPC's deadline (a cancel: see trtkit/wire/stop_request.py)
                             stream_timeout=max(0.001, deadline - time.monotonic()) + STOP_GRACE_S + 1.0)
         client.async_stream_infer(self.setup.model_name, inputs, outputs=outputs, request_id=request.request_id,
                                   enable_empty_final_response=True)
@@ -204,7 +204,7 @@ class TritonLLMClient:
     def _stop_early(self, request_id: str, inbox: queue.SimpleQueue) -> bool:
         """Stop a request the caller left (cancel, deadline, guard) with the engine's `stop` input, and read its
         stream until it ends. True when it ended; False when it did not within STOP_GRACE_S (the caller then
-        cancels the gRPC call, which tritonserver may not survive: trtkit/stop_request.py)."""
+        cancels the gRPC call, which tritonserver may not survive: trtkit/wire/stop_request.py)."""
         until = time.monotonic() + STOP_GRACE_S
         while True:
             said = self._send_stop(request_id, until)

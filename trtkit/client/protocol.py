@@ -17,8 +17,8 @@ from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
 from trtkit.client.params import SamplingParams
 from trtkit.client.tokens import prompt_form
 from trtkit.errors import ClientError
-from trtkit.stop_request import STOP_DATATYPES, STOP_TENSORS, is_not_running
 from trtkit.tokenizer.prompt_forms import PLAIN
+from trtkit.wire.stop_request import STOP_DATATYPES, STOP_TENSORS, is_not_running
 
 _NUMPY_OF = {"INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64, "FP32": np.float32, "FP64": np.float64,
              "BOOL": np.bool_, "BYTES": np.object_}

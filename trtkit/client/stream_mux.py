@@ -11,7 +11,7 @@ request through this client.
 Every request asks for Triton's empty final response, so the end of each request is flagged whatever the model
 (the C++ backend and the BLS may send the final flag alone). A request on the shared call is never ended by
 cancelling the call, which would end every request on it (and tritonserver's stream handler can deadlock on a
-cancel: trtkit/stop_request.py): it is stopped with the engine's ``stop`` request, and one that does not end in
+cancel: trtkit/wire/stop_request.py): it is stopped with the engine's ``stop`` request, and one that does not end in
 time is let go (its later responses are dropped). A closing client half-closes the call and cancels it only if
 it has not ended CLOSE_GRACE_S later. tritonclient builds each request (``_get_inference_request``, as its own
 stream calls do) and its ``_client_stub`` carries the call: both private, so tests/client/test_stream_mux.py

@@ -3,7 +3,7 @@
 The client has already tokenized the prompt to count it (exactly as the server's preprocessing does), so
 sending those ids skips two Python models per request (``tensorrt_llm_bls`` and ``preprocessing``): on the
 CPU echo repository, Triton's CPU per request falls from ~5.7 ms to ~2.9 ms. Responses are read with the
-BLS's own code (``trtkit.engine_wire.EngineRun``: incremental detokenization exact for every language,
+BLS's own code (``trtkit.wire.engine_run.EngineRun``: incremental detokenization exact for every language,
 stop strings across token boundaries, the C++ backend's per-response counts, cached tokens), so this path
 answers the same text and counts as the BLS. Stop strings end the request here: the engine still runs,
 so the Delta says so (``engine_running``) and the transport stops it with the engine's ``stop`` request.
@@ -21,10 +21,10 @@ from trtkit.client.params import SamplingParams
 from trtkit.client.protocol import Delta, is_final_response, make_input, response_arrays
 from trtkit.client.tokens import TokenCounter
 from trtkit.client.transport import declared_inputs
-from trtkit.engine_wire import EngineRun, words_to_list
 from trtkit.errors import ClientError
 from trtkit.tokenizer.detokenizer import IncrementalDetokenizer
 from trtkit.tokenizer.stopping import StopFilter
+from trtkit.wire.engine_run import EngineRun, words_to_list
 
 # SamplingParams field -> the engine model's input (TensorRT-LLM 1.2 tensorrt_llm template names)
 _ENGINE_INPUTS = {"temperature": "temperature", "top_k": "runtime_top_k", "top_p": "runtime_top_p", "seed": "seed",

@@ -24,8 +24,8 @@ from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.serving import ServingContext
 from trtkit.gateway.store import GatewayStore, open_gateway_store
 from trtkit.heap import freeze_startup_heap
-from trtkit.stop_request import ENGINE_MODEL
 from trtkit.store import StoreUrl, gateway_store_url, ledger_url
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 if TYPE_CHECKING:
     import uvicorn

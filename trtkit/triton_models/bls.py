@@ -5,7 +5,7 @@ from one :class:`IncrementalDetokenizer` per request and pass through a :class:`
 are right for every language and stop strings that span tokens never leak, whatever engine answers
 (the C++ backend on GPU hands over one token at a time).
 
-The reading of engine responses (text, counts, the stop-string filter) is ``trtkit.engine_wire.EngineRun``,
+The reading of engine responses (text, counts, the stop-string filter) is ``trtkit.wire.engine_run.EngineRun``,
 shared with the clients' token path. When the stop-string filter fires, the BLS cancels the engine request.
 
 A batched request (``[B, 1]`` tensors, ``run_batch``) gets one preprocessing call and one engine call for all
@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trtkit.engine_wire import EngineRun, Outputs
 from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions, IncrementalDetokenizer, Tokenizer
 from trtkit.tokenizer.stopping import StopFilter
 from trtkit.triton_models.batching import batch_size, element, per_element, same_for_all, with_batch_index
@@ -39,6 +38,7 @@ from trtkit.triton_models.requests import (
     text,
     word_list,
 )
+from trtkit.wire.engine_run import EngineRun, Outputs
 
 # ensemble input -> tensorrt_llm input, as the template's ensemble maps them
 ENGINE_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_penalty": "len_penalty",

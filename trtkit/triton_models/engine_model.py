@@ -23,8 +23,6 @@ from typing import Protocol
 
 import numpy as np
 
-from trtkit.engine_wire import list_to_words
-from trtkit.stop_request import NOT_RUNNING
 from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions
 from trtkit.triton_models.batching import ElementSink, FinalCounter, batch_size, per_element, same_for_all
 from trtkit.triton_models.outputs import engine_outputs
@@ -40,6 +38,8 @@ from trtkit.triton_models.requests import (
     scalar,
 )
 from trtkit.triton_models.token_gate import TokenGate
+from trtkit.wire.engine_run import list_to_words
+from trtkit.wire.stop_request import NOT_RUNNING
 
 log = logging.getLogger(__name__)
 TRT_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_penalty": "len_penalty"}

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from trtkit.engine_wire import words_to_list
 from trtkit.tokenizer.prompt_forms import PLAIN, is_prompt_form, prompt_ids, unknown_form_message
 from trtkit.triton_models.batching import batch_size, pad_rows, per_element
 from trtkit.triton_models.requests import (
@@ -26,6 +25,7 @@ from trtkit.triton_models.requests import (
     text,
     word_list,
 )
+from trtkit.wire.engine_run import words_to_list
 
 log = logging.getLogger(__name__)
 # preprocessing tensor -> the ensemble / BLS input it comes from: what error messages name

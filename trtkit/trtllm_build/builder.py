@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtkit import paths
+from trtkit.config import paths
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.checkpoint_info import (
