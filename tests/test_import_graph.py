@@ -31,7 +31,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "trtllm_build": {"config", "contracts"},
     "refengine": {"config", "tokenizer", "wire"},
     "checkpoint": {"config", "sources", "trtllm_build"},
-    "repository": {"config", "sources", "tokenizer", "trtllm_build"},
+    "repository": {"config", "sources", "tokenizer", "trtllm_build", "wire"},
     "check": {"config", "tokenizer", "trtllm_build"},
     "serve": {"config"},
     "triton_models": {"refengine", "tokenizer", "wire"},

@@ -15,7 +15,7 @@ from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.triton_models.engine_model import EngineModel
 from trtkit.triton_models.metrics import stat_values
 from trtkit.triton_models.requests import InvalidRequest
-from trtkit.wire.engine_run import words_to_list
+from trtkit.wire.tensors import words_to_list
 
 
 class Collect:

@@ -11,7 +11,7 @@ import pytest
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.triton_models.preprocessing import Limits, Preprocessor
 from trtkit.triton_models.requests import InvalidRequest, min_tokens_of, sampling_from
-from trtkit.wire.engine_run import list_to_words, words_to_list
+from trtkit.wire.tensors import list_to_words, words_to_list
 
 
 def _req(text: str = "hello there", max_tokens: int = 8, **extra: object) -> dict[str, np.ndarray]:

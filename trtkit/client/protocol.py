@@ -18,15 +18,12 @@ from trtkit.client.params import SamplingParams
 from trtkit.client.tokens import prompt_form
 from trtkit.errors import ClientError
 from trtkit.tokenizer.prompt_forms import PLAIN
+from trtkit.wire.names import GUIDE_INPUTS, ID_INPUTS, SAMPLING_INPUTS
 from trtkit.wire.stop_request import STOP_DATATYPES, STOP_TENSORS, is_not_running
+from trtkit.wire.tensors import NUMPY_OF
 
-_NUMPY_OF = {"INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64, "FP32": np.float32, "FP64": np.float64,
-             "BOOL": np.bool_, "BYTES": np.object_}
-
-# SamplingParams field -> ensemble input (TensorRT-LLM 1.2 template names)
-_OPTIONAL_INPUTS = ("temperature", "top_k", "top_p", "seed", "repetition_penalty", "presence_penalty",
-                    "frequency_penalty", "min_tokens", "end_id", "pad_id", "guided_decoding_guide_type",
-                    "guided_decoding_guide")
+# SamplingParams fields sent as the ensemble's inputs of the same name (TensorRT-LLM 1.2 template names)
+_OPTIONAL_INPUTS = SAMPLING_INPUTS + ID_INPUTS + GUIDE_INPUTS
 
 
 @dataclass(slots=True, frozen=True)
@@ -97,7 +94,7 @@ def stop_outcome(error: BaseException | None) -> str:
 def _tensor(name: str, value: object, declared: dict[str, str]) -> grpcclient.InferInput:
     _require(name, declared)
     datatype = declared[name]
-    array = np.array([[value]], dtype=_NUMPY_OF.get(datatype, np.object_))
+    array = np.array([[value]], dtype=NUMPY_OF.get(datatype, np.object_))
     return make_input(name, array, datatype)
 
 

@@ -24,19 +24,14 @@ from trtkit.client.transport import declared_inputs
 from trtkit.errors import ClientError
 from trtkit.tokenizer.detokenizer import IncrementalDetokenizer
 from trtkit.tokenizer.stopping import StopFilter
-from trtkit.wire.engine_run import EngineRun, words_to_list
+from trtkit.wire.engine_run import EngineRun
+from trtkit.wire.names import COUNT_FLAGS, ENGINE_NAMES, ENGINE_OUTPUTS_READ, GUIDE_INPUTS, SAMPLING_INPUTS
+from trtkit.wire.responses import EngineResponse
+from trtkit.wire.tensors import NUMPY_OF, words_to_list
 
 # SamplingParams field -> the engine model's input (TensorRT-LLM 1.2 tensorrt_llm template names)
-_ENGINE_INPUTS = {"temperature": "temperature", "top_k": "runtime_top_k", "top_p": "runtime_top_p", "seed": "seed",
-                  "repetition_penalty": "repetition_penalty", "presence_penalty": "presence_penalty",
-                  "frequency_penalty": "frequency_penalty", "min_tokens": "min_tokens"}
-# sent as they are, never kept among the shared scalars (a schema is large and per request)
-_GUIDE_INPUTS = ("guided_decoding_guide_type", "guided_decoding_guide")
-# what is read back (asked for only where the model declares it: fewer tensors per response)
-_OUTPUTS = ("output_ids", "num_input_tokens", "num_output_tokens", "num_cached_tokens", "kv_cache_reused_blocks",
-            "finish_reason")
+_ENGINE_INPUTS = {field: ENGINE_NAMES.get(field, field) for field in SAMPLING_INPUTS}
 _MAX_CACHED_SCALARS = 4096
-_NUMPY_OF = {"INT32": np.int32, "INT64": np.int64, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_}
 
 
 def is_engine_model(metadata: dict) -> bool:
@@ -51,7 +46,8 @@ class TokenWire:
     def __init__(self, metadata: dict, counter: TokenCounter, tokens_per_block: int) -> None:
         self.inputs = declared_inputs(metadata)
         declared_outputs = {o["name"] for o in metadata.get("outputs", [])}
-        self.outputs = [name for name in _OUTPUTS if name in declared_outputs]
+        # what is read back, asked for only where the model declares it (fewer tensors per response)
+        self.outputs = [name for name in ENGINE_OUTPUTS_READ if name in declared_outputs]
         self._requested = [grpcclient.InferRequestedOutput(name) for name in self.outputs]
         # with return_log_probs: the engine's output_log_probs too (one value per token of each response)
         self.outputs_with_log_probs = self.outputs + [n for n in ("output_log_probs",) if n in declared_outputs]
@@ -75,8 +71,7 @@ class TokenWire:
             "input_lengths": len(prompt_ids), "request_output_len": params.max_tokens, "streaming": stream,
             "end_id": self.end_id if params.end_id is None else params.end_id,
             "pad_id": self.pad_id if params.pad_id is None else params.pad_id}
-        for name in ("exclude_input_in_output", "return_num_input_tokens", "return_num_output_tokens",
-                     "return_perf_metrics"):  # the C++ backend sends kv_cache_reused_blocks only with perf metrics
+        for name in ("exclude_input_in_output", *COUNT_FLAGS):
             if name in self.inputs:
                 values[name] = True
         for field, name in _ENGINE_INPUTS.items():
@@ -89,7 +84,7 @@ class TokenWire:
         inputs.append(make_input("input_ids", np.array([prompt_ids], dtype=np.int32), self._datatype("input_ids")))
         if params.logit_bias:
             inputs.append(self._embedding_bias(params.logit_bias))
-        for name in _GUIDE_INPUTS:
+        for name in GUIDE_INPUTS:  # sent as they are, never kept among the shared scalars (large, per request)
             guide = getattr(params, name)
             if guide is not None:
                 inputs.append(make_input(name, np.array([[guide.encode("utf-8")]], dtype=np.object_),
@@ -134,7 +129,7 @@ class TokenWire:
         tensor = self._scalars.get(key)
         if tensor is None:
             datatype = self._datatype(name)
-            tensor = make_input(name, np.array([[value]], dtype=_NUMPY_OF.get(datatype, np.object_)), datatype)
+            tensor = make_input(name, np.array([[value]], dtype=NUMPY_OF.get(datatype, np.object_)), datatype)
             if len(self._scalars) >= _MAX_CACHED_SCALARS:  # bounded: seeds and temperatures vary freely
                 self._scalars.clear()
             self._scalars[key] = tensor
@@ -154,16 +149,16 @@ class TokenReader:
         return self.read_arrays(response_arrays(result).get, is_final_response(result))
 
     def read_arrays(self, as_numpy: Callable[[str], np.ndarray | None], engine_final: bool) -> Delta:
-        response = {name: array for name in self.outputs if (array := as_numpy(name)) is not None}
+        response = EngineResponse.from_tensors(
+            {name: array for name in self.outputs if (array := as_numpy(name)) is not None})
         if not self.seen:  # the C++ backend sends no finish_reason and counts each response's own tokens
-            self.run.per_response_counts, self.seen = "finish_reason" not in response, True
+            self.run.per_response_counts, self.seen = response.finish_reason is None, True
         delta, final = self.run.absorb(response)
         engine_final = engine_final or bool(self.run.engine_reason)
         if engine_final and not final:
             delta, final = delta + self.run.finish(), True
-        reported = response.get("num_input_tokens")
-        num_input = self.run.num_input if reported is None or reported.size == 0 else int(reported.reshape(-1)[0])
-        cached = "num_cached_tokens" in response or "kv_cache_reused_blocks" in response
+        num_input = self.run.num_input if response.num_input_tokens is None else response.num_input_tokens
+        cached = response.num_cached_tokens is not None or response.kv_cache_reused_blocks is not None
         fresh: tuple[tuple[int, float], ...] | None = None
         if self.run.log_probs is not None:
             fresh, self.log_probs_read = tuple(self.run.log_probs[self.log_probs_read:]), len(self.run.log_probs)

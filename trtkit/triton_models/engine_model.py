@@ -38,11 +38,11 @@ from trtkit.triton_models.requests import (
     scalar,
 )
 from trtkit.triton_models.token_gate import TokenGate
-from trtkit.wire.engine_run import list_to_words
+from trtkit.wire.names import ENGINE_NAMES
 from trtkit.wire.stop_request import NOT_RUNNING
+from trtkit.wire.tensors import list_to_words
 
 log = logging.getLogger(__name__)
-TRT_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_penalty": "len_penalty"}
 
 
 class ResponseSink(Protocol):
@@ -114,7 +114,7 @@ class EngineModel:
         length = scalar(inputs, "input_lengths")
         if length is not None and 0 < int(length) < len(prompt):
             prompt = prompt[:int(length)]
-        sampling = sampling_from(inputs, TRT_NAMES)
+        sampling = sampling_from(inputs, ENGINE_NAMES)
         if sampling.beam_width != 1:
             raise InvalidRequest(f"beam_width {sampling.beam_width}: the CPU reference engine does greedy or "
                                  f"sampled decoding only; send 1")

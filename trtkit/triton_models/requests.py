@@ -13,8 +13,7 @@ import numpy as np
 
 from trtkit.errors import InvalidInputError
 from trtkit.wire.sampling_ranges import SAMPLING_RANGES, check_guide, check_sampling_value
-
-Tensors = Mapping[str, np.ndarray]
+from trtkit.wire.tensors import Tensors
 
 
 class InvalidRequest(InvalidInputError):
