@@ -1,4 +1,4 @@
-"""The request flow both clients share (trtkit/client/flow.py), without a server: what each response becomes
+"""The request flow both clients share (trtkit/governance/flow.py), without a server: what each response becomes
 and what an early end is billed as. The transports' own paths are covered live (test_live.py, test_faults.py)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import dataclasses
 
 import pytest
 
-from trtkit.client import Caller, SamplingParams
-from trtkit.client.flow import RequestFlow
-from trtkit.client.governor import Governor, PreparedRequest
-from trtkit.client.protocol import Delta
 from trtkit.errors import ClientError
+from trtkit.governance import Caller, SamplingParams
+from trtkit.governance.flow import RequestFlow
+from trtkit.governance.governor import Governor, PreparedRequest
+from trtkit.transport.protocol import Delta
 
 
 def _delta(text: str, output: int, *, final: bool = False) -> Delta:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models
 
-from trtkit.client import Caller, SamplingParams, TokenCounter
-from trtkit.client.governor import Governor, PreparedRequest
 from trtkit.gateway.log_probs import LogProbReader
+from trtkit.governance import Caller, SamplingParams, TokenCounter
+from trtkit.governance.governor import Governor, PreparedRequest
 from trtkit.tokenizer.detokenizer import IncrementalDetokenizer, find_anchor
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.tokenizer.stopping import StopFilter

@@ -66,9 +66,9 @@ def test_type_errors_and_unknown_fields_name_the_field() -> None:
 
 
 def test_governor_rejects_max_tokens_beyond_the_context_when_configured(tiny_config, tiny_counter) -> None:
-    from trtkit.client import Caller, SamplingParams
-    from trtkit.client.governor import Governor
     from trtkit.errors import InputTooLongError
+    from trtkit.governance import Caller, SamplingParams
+    from trtkit.governance.governor import Governor
 
     governor = Governor(tiny_config, tiny_counter, None)
     clamped = governor.prepare("Hello", SamplingParams(max_tokens=100_000), Caller())
@@ -87,12 +87,12 @@ def test_a_backend_failure_mid_stream_ends_the_stream_with_an_error_event(tiny_c
 
     from prometheus_client import CollectorRegistry
 
-    from trtkit.client.results import StreamChunk
-    from trtkit.client.usage import Usage
     from trtkit.errors import ClientError
     from trtkit.gateway.metrics import GatewayMetrics
     from trtkit.gateway.serving import Generation, ServingContext
     from trtkit.gateway.serving_completions import ServingCompletions
+    from trtkit.governance.results import StreamChunk
+    from trtkit.governance.usage import Usage
 
     async def failing():  # what the asyncio client raises when Triton fails after the first token
         raise ClientError("request r1 failed: engine gone")

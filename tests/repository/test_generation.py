@@ -228,8 +228,8 @@ def test_token_path_sends_only_what_the_engine_model_declares_on_both_targets(tm
     naming an undeclared tensor fails as a whole in Triton)."""
     from tritonclient.grpc import model_config_pb2
 
-    from trtkit.client.params import SamplingParams
-    from trtkit.client.token_wire import TokenWire, is_engine_model
+    from trtkit.governance.params import SamplingParams
+    from trtkit.transport.token_wire import TokenWire, is_engine_model
 
     config = load_config(CONFIGS / "tiny-llama.yaml")
     deploy_repository(config, gpu_engine_dir, tmp_path / "gpu", target="gpu")

@@ -26,7 +26,7 @@ from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.serving import PARENT_HEADER, CallInfo, ServingContext
 from trtkit.gateway.serving_chat import ServingChat
 from trtkit.gateway.serving_completions import ServingCompletions
-from trtkit.gateway.store import GatewayStore
+from trtkit.store import GatewayStore
 
 
 @dataclass(slots=True)

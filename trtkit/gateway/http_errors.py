@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from trtkit.client.transport import ServerUnavailableError
 from trtkit.errors import BudgetExceededError, ClientError, InputTooLongError, StoreUnavailable
 from trtkit.gateway.errors import (
     AuthenticationError,
@@ -22,6 +21,7 @@ from trtkit.gateway.errors import (
 )
 from trtkit.gateway.response_format import ENGINE_GUIDE_INPUT
 from trtkit.gateway.response_format import PARAM as RESPONSE_FORMAT
+from trtkit.transport.setup import ServerUnavailableError
 
 log = logging.getLogger(__name__)
 

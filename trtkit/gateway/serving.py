@@ -19,11 +19,6 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from trtkit.client.aio_client import AsyncTritonLLMClient
-from trtkit.client.budgets import draw_on
-from trtkit.client.caller import Caller
-from trtkit.client.params import SamplingParams
-from trtkit.client.results import GenerationResult, StreamChunk
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BudgetExceededError, InputTooLongError
 from trtkit.gateway.admission import StoreRuleBook, current_key
@@ -31,6 +26,11 @@ from trtkit.gateway.errors import ModelNotFoundError, RateLimitedError, RequestV
 from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.responses import LastEvent
+from trtkit.governance.budgets import draw_on
+from trtkit.governance.caller import Caller
+from trtkit.governance.params import SamplingParams
+from trtkit.governance.results import GenerationResult, StreamChunk
+from trtkit.transport.aio_client import AsyncTritonLLMClient
 
 PARENT_HEADER = "x-trtkit-parent-request-id"
 _REFUSALS: tuple[type[Exception], ...] = (BudgetExceededError, RateLimitedError, InputTooLongError)

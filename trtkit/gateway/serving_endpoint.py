@@ -13,7 +13,6 @@ from typing import Any, Generic, TypeVar
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from trtkit.client.results import GenerationResult
 from trtkit.gateway import responses
 from trtkit.gateway.log_probs import LogProbReader, TokenLogProb
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
@@ -31,6 +30,7 @@ from trtkit.gateway.serving import (
     start_generation,
 )
 from trtkit.gateway.tool_calls import ToolPlan
+from trtkit.governance.results import GenerationResult
 
 RequestT = TypeVar("RequestT", ChatCompletionRequest, CompletionRequest)
 

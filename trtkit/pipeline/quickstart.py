@@ -21,7 +21,7 @@ from trtkit.errors import RepositoryError
 from trtkit.serve import TritonServer
 
 if TYPE_CHECKING:
-    from trtkit.client import GenerationResult
+    from trtkit.governance import GenerationResult
 
 logger = logging.getLogger(__name__)
 Sink = Callable[[str], None]
@@ -85,7 +85,8 @@ def server_for(config: ModelConfig, repo_dir: Path, world_size: int) -> TritonSe
 def stream_answer(config: ModelConfig, grpc_url: str, prompt: str, max_tokens: int,
                   on_text: Sink) -> GenerationResult:
     """Stream the answer through the token-governing client; returns its final GenerationResult."""
-    from trtkit.client import SamplingParams, TritonLLMClient
+    from trtkit.governance import SamplingParams
+    from trtkit.transport import TritonLLMClient
 
     final = None
     with TritonLLMClient(grpc_url, config=config) as client:

@@ -1,7 +1,7 @@
 """The ``tensorrt_llm`` model's responses read as text, as both sides of Triton read them.
 
 :class:`EngineRun`: one request's engine responses (:class:`~trtkit.wire.responses.EngineResponse`) turned
-into text deltas and exact counts. The BLS runs it inside Triton; the clients' token path (``trtkit.client.token_wire``: the gateway's route to the engine model) runs the
+into text deltas and exact counts. The BLS runs it inside Triton; the clients' token path (``trtkit.transport.token_wire``: the gateway's route to the engine model) runs the
 same code in the client, so both answer the same text and the same counts.
 
 Token counts (TensorRT-LLM 1.2 backend contract, see trtkit/contracts/trtllm_1.2_rules.json): the C++

@@ -14,9 +14,9 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
 
-from trtkit.client.params import SamplingParams
-from trtkit.client.tokens import prompt_form
 from trtkit.errors import ClientError
+from trtkit.governance.params import SamplingParams
+from trtkit.governance.tokens import prompt_form
 from trtkit.tokenizer.prompt_forms import PLAIN
 from trtkit.wire.names import GUIDE_INPUTS, ID_INPUTS, SAMPLING_INPUTS
 from trtkit.wire.stop_request import STOP_DATATYPES, STOP_TENSORS, is_not_running

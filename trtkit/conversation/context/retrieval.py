@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from rank_bm25 import BM25Okapi
 
-from trtkit.client.context.base import MESSAGE_OVERHEAD_TOKENS, as_messages
-from trtkit.client.sessions import ChatSession
-from trtkit.client.tokens import TokenCounter
+from trtkit.conversation.context.base import MESSAGE_OVERHEAD_TOKENS, as_messages
+from trtkit.conversation.sessions import ChatSession
+from trtkit.governance.tokens import TokenCounter
 
 RECENT_TURNS = 2  # the last user/assistant exchange stays verbatim: follow-up questions refer to it
 

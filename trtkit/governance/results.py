@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trtkit.client.usage import Usage
+from trtkit.governance.usage import Usage
 
 
 @dataclass(slots=True, frozen=True)

@@ -1,7 +1,7 @@
 """asyncio client over ``tritonclient.grpc.aio``: the same governance as the sync client.
 
 Every request of one aio client travels on one kept bidirectional call, its responses sorted to it by request
-id (trtkit/client/stream_mux.py: a call per request cost ~0.8 ms of CPU to open and close). Cancelling the
+id (trtkit/transport/stream_mux.py: a call per request cost ~0.8 ms of CPU to open and close). Cancelling the
 awaiting task, a deadline, or the runaway guard stops the request with the engine's ``stop`` input (on a call
 of its own) and reads its stream to the end; a request the stop does not end in time is let go, and the shared
 call is never cancelled for it (trtkit/wire/stop_request.py says why). A task of its own reads each call: grpc.aio
@@ -19,26 +19,26 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 import tritonclient.grpc.aio as aiogrpc
 
-from trtkit.client.accumulate import StreamAccumulator
-from trtkit.client.budgets import BudgetGuard
-from trtkit.client.caller import Caller
-from trtkit.client.flow import RequestFlow
-from trtkit.client.governor import PreparedRequest
-from trtkit.client.ledger import Ledger
-from trtkit.client.metrics import ClientMetrics
-from trtkit.client.params import SamplingParams
-from trtkit.client.protocol import Delta, stop_inputs, stop_outcome
-from trtkit.client.results import GenerationResult, StreamChunk
-from trtkit.client.stream_mux import END, RequestInbox, ResponseQueue, StreamMux
-from trtkit.client.tokens import TokenCounter
-from trtkit.client.transport import (
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import ClientError
+from trtkit.governance.accumulate import StreamAccumulator
+from trtkit.governance.budgets import BudgetGuard
+from trtkit.governance.caller import Caller
+from trtkit.governance.flow import RequestFlow
+from trtkit.governance.governor import PreparedRequest
+from trtkit.governance.metrics import ClientMetrics
+from trtkit.governance.params import SamplingParams
+from trtkit.governance.results import GenerationResult, StreamChunk
+from trtkit.governance.tokens import TokenCounter
+from trtkit.store.ledger import Ledger
+from trtkit.transport.model_wire import TextReader, TokenReader, Wire, wire_for
+from trtkit.transport.protocol import Delta, stop_inputs, stop_outcome
+from trtkit.transport.setup import (
     FINISH_DEADLINE,
     make_setup,
     retry_delay_s,
 )
-from trtkit.client.wire import TextReader, TokenReader, Wire, wire_for
-from trtkit.config.schema import ModelConfig
-from trtkit.errors import ClientError
+from trtkit.transport.stream_mux import END, RequestInbox, ResponseQueue, StreamMux
 from trtkit.wire.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
 
 
@@ -206,7 +206,7 @@ class AsyncTritonLLMClient:
         """Done with a request: at once when it finished; otherwise stop it with the engine's `stop` input and
         wait for its stream to end. It is let go (its later responses dropped) when that takes over
         STOP_GRACE_S, or when this task is cancelled meanwhile: the shared call is never cancelled for one
-        request (trtkit/client/stream_mux.py)."""
+        request (trtkit/transport/stream_mux.py)."""
         try:
             if not reader.final_seen and not reader.done:
                 stopped = await self._stop_early(reader, request_id)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trtkit.client.context.base import MESSAGE_OVERHEAD_TOKENS, clip_tokens, newest_turns_within
-from trtkit.client.sessions import ChatSession
-from trtkit.client.tokens import TokenCounter
+from trtkit.conversation.context.base import MESSAGE_OVERHEAD_TOKENS, clip_tokens, newest_turns_within
+from trtkit.conversation.sessions import ChatSession
+from trtkit.governance.tokens import TokenCounter
 
 Summarizer = Callable[[str, int], str]  # (prompt, max_tokens) -> text produced by the served model
 

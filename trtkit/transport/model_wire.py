@@ -8,12 +8,18 @@ from dataclasses import dataclass
 
 import tritonclient.grpc as grpcclient
 
-from trtkit.client.governor import PreparedRequest
-from trtkit.client.protocol import Delta, is_final_response, parse_response, request_inputs, response_arrays
-from trtkit.client.token_wire import TokenReader, TokenWire, is_engine_model
-from trtkit.client.tokens import TokenCounter, TokenIdsPrompt
-from trtkit.client.transport import declared_inputs
 from trtkit.errors import ClientError
+from trtkit.governance.governor import PreparedRequest
+from trtkit.governance.tokens import TokenCounter, TokenIdsPrompt
+from trtkit.transport.protocol import (
+    Delta,
+    is_final_response,
+    parse_response,
+    request_inputs,
+    response_arrays,
+)
+from trtkit.transport.setup import declared_inputs
+from trtkit.transport.token_wire import TokenReader, TokenWire, is_engine_model
 
 Request = tuple[list[grpcclient.InferInput], list[grpcclient.InferRequestedOutput] | None]
 

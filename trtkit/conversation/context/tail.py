@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trtkit.client.context.base import as_messages, newest_turns_within
-from trtkit.client.sessions import ChatSession
-from trtkit.client.tokens import TokenCounter
+from trtkit.conversation.context.base import as_messages, newest_turns_within
+from trtkit.conversation.sessions import ChatSession
+from trtkit.governance.tokens import TokenCounter
 
 
 @dataclass(slots=True)

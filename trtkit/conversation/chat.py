@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from trtkit.client.caller import Caller
-from trtkit.client.context import (
+from trtkit.config.schema import ModelConfig
+from trtkit.conversation.context import (
     STRATEGIES,
     BuiltPrompt,
     ContextStrategy,
@@ -22,13 +22,13 @@ from trtkit.client.context import (
     TailStrategy,
     fit_prompt,
 )
-from trtkit.client.context.base import MESSAGE_OVERHEAD_TOKENS
-from trtkit.client.params import SamplingParams
-from trtkit.client.results import GenerationResult, StreamChunk
-from trtkit.client.sessions import SessionStore
-from trtkit.client.tokens import TokenCounter
-from trtkit.config.schema import ModelConfig
+from trtkit.conversation.context.base import MESSAGE_OVERHEAD_TOKENS
+from trtkit.conversation.sessions import SessionStore
 from trtkit.errors import ClientError
+from trtkit.governance.caller import Caller
+from trtkit.governance.params import SamplingParams
+from trtkit.governance.results import GenerationResult, StreamChunk
+from trtkit.governance.tokens import TokenCounter
 
 QUESTION_MARGIN_TOKENS = 16  # role markers and the answer cue around the question
 

@@ -15,19 +15,19 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
-from trtkit.client.budgets import BudgetGuard, Reservation
-from trtkit.client.cache import ResponseCache, cache_key
-from trtkit.client.caller import Caller
-from trtkit.client.guard import RunawayGuard
-from trtkit.client.ledger import Ledger, LedgerRow
-from trtkit.client.limits import clamp_max_tokens, enforce_input_limit
-from trtkit.client.metrics import ClientMetrics
-from trtkit.client.params import SamplingParams
-from trtkit.client.results import GenerationResult
-from trtkit.client.tokens import TokenCounter
-from trtkit.client.usage import Usage, usage_cost
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BudgetExceededError, InputTooLongError
+from trtkit.governance.budgets import BudgetGuard, Reservation
+from trtkit.governance.cache import ResponseCache, cache_key
+from trtkit.governance.caller import Caller
+from trtkit.governance.guard import RunawayGuard
+from trtkit.governance.limits import clamp_max_tokens, enforce_input_limit
+from trtkit.governance.metrics import ClientMetrics
+from trtkit.governance.params import SamplingParams
+from trtkit.governance.results import GenerationResult
+from trtkit.governance.tokens import TokenCounter
+from trtkit.governance.usage import Usage, usage_cost
+from trtkit.store.ledger import Ledger, LedgerRow
 
 log = logging.getLogger(__name__)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from trtkit.client.budgets import BudgetGuard
-from trtkit.client.caller import Caller
-from trtkit.client.governor import Governor
-from trtkit.client.ledger import Ledger, open_ledger
-from trtkit.client.metrics import ClientMetrics
-from trtkit.client.tokens import TokenCounter
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ClientError
+from trtkit.governance.budgets import BudgetGuard
+from trtkit.governance.caller import Caller
+from trtkit.governance.governor import Governor
+from trtkit.governance.metrics import ClientMetrics
+from trtkit.governance.tokens import TokenCounter
+from trtkit.store.ledger import Ledger, open_ledger
 
 RETRY_BASE_S = 0.1
 RETRY_MAX_S = 2.0

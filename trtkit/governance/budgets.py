@@ -22,10 +22,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol, cast
 
-from trtkit.client.caller import Caller
-from trtkit.client.ledger import Ledger
 from trtkit.config.schema import BudgetRule
 from trtkit.errors import BudgetExceededError
+from trtkit.governance.caller import Caller
+from trtkit.store.ledger import Ledger
 
 _LOCK = threading.Lock()  # budget arithmetic is tiny; one lock keeps check-and-reserve atomic
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from trtkit.client.accumulate import StreamAccumulator
-from trtkit.client.governor import Governor, Outcome, PreparedRequest
-from trtkit.client.protocol import Delta
-from trtkit.client.results import GenerationResult, StreamChunk
-from trtkit.client.transport import FINISH_CANCELLED, is_server_failure
+from trtkit.governance.accumulate import StreamAccumulator
+from trtkit.governance.governor import Governor, Outcome, PreparedRequest
+from trtkit.governance.results import GenerationResult, StreamChunk
+from trtkit.transport.protocol import Delta
+from trtkit.transport.setup import FINISH_CANCELLED, is_server_failure
 
 
 class RequestFlow:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from trtkit.client.sessions import ChatSession, Turn
-from trtkit.client.tokens import TokenCounter
+from trtkit.conversation.sessions import ChatSession, Turn
+from trtkit.governance.tokens import TokenCounter
 
 MESSAGE_OVERHEAD_TOKENS = 6  # role markers and separators the chat template adds around each message
 

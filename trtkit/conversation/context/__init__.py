@@ -1,9 +1,9 @@
 """Context strategies for multi-turn chat: tail, summary, retrieval; each prompt fits max_input_tokens."""
 
-from trtkit.client.context.base import BuiltPrompt, ContextStrategy, clip_tokens, fit_prompt
-from trtkit.client.context.retrieval import RetrievalStrategy
-from trtkit.client.context.summary import Summarizer, SummaryStrategy
-from trtkit.client.context.tail import TailStrategy
+from trtkit.conversation.context.base import BuiltPrompt, ContextStrategy, clip_tokens, fit_prompt
+from trtkit.conversation.context.retrieval import RetrievalStrategy
+from trtkit.conversation.context.summary import Summarizer, SummaryStrategy
+from trtkit.conversation.context.tail import TailStrategy
 
 STRATEGIES = ("tail", "summary", "retrieval")
 

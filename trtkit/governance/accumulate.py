@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
-from trtkit.client.governor import Outcome
-from trtkit.client.guard import RunawayGuard
-from trtkit.client.params import SamplingParams
-from trtkit.client.protocol import Delta
-from trtkit.client.tokens import TokenCounter
-from trtkit.client.usage import Usage
+from trtkit.governance.governor import Outcome
+from trtkit.governance.guard import RunawayGuard
+from trtkit.governance.params import SamplingParams
+from trtkit.governance.tokens import TokenCounter
+from trtkit.governance.usage import Usage
+from trtkit.transport.protocol import Delta
 
 
 class StreamAccumulator:

@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
-from trtkit.client.ledger.store import Ledger
+from trtkit.store.ledger import Ledger
 
 GroupBy = Literal["day", "model", "user", "key", "session"]
 ReportFormat = Literal["table", "csv", "json"]

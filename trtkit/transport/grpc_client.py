@@ -17,25 +17,25 @@ from contextlib import closing
 
 import tritonclient.grpc as grpcclient
 
-from trtkit.client.accumulate import StreamAccumulator
-from trtkit.client.caller import Caller
-from trtkit.client.flow import RequestFlow
-from trtkit.client.governor import PreparedRequest
-from trtkit.client.ledger import Ledger
-from trtkit.client.metrics import ClientMetrics
-from trtkit.client.params import SamplingParams
-from trtkit.client.protocol import Delta, is_final_response, stop_inputs, stop_outcome
-from trtkit.client.results import GenerationResult, StreamChunk
-from trtkit.client.tokens import TokenCounter
-from trtkit.client.transport import (
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import ClientError
+from trtkit.governance.accumulate import StreamAccumulator
+from trtkit.governance.caller import Caller
+from trtkit.governance.flow import RequestFlow
+from trtkit.governance.governor import PreparedRequest
+from trtkit.governance.metrics import ClientMetrics
+from trtkit.governance.params import SamplingParams
+from trtkit.governance.results import GenerationResult, StreamChunk
+from trtkit.governance.tokens import TokenCounter
+from trtkit.store.ledger import Ledger
+from trtkit.transport.model_wire import TextReader, TokenReader, Wire, wire_for
+from trtkit.transport.protocol import Delta, is_final_response, stop_inputs, stop_outcome
+from trtkit.transport.setup import (
     FINISH_CANCELLED,
     FINISH_DEADLINE,
     make_setup,
     retry_delay_s,
 )
-from trtkit.client.wire import TextReader, TokenReader, Wire, wire_for
-from trtkit.config.schema import ModelConfig
-from trtkit.errors import ClientError
 from trtkit.wire.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
 
 _CANCEL = object()
