@@ -35,8 +35,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "check": {"config", "tokenizer", "trtllm_build"},
     "serve": {"config"},
     "triton_models": {"refengine", "tokenizer", "wire"},
-    "governance": {"config", "sources", "store", "tokenizer", "transport"},  # transport: cut next
-    "transport": {"config", "governance", "store", "tokenizer", "wire"},  # store: cut next
+    "governance": {"config", "sources", "store", "tokenizer"},  # no transport, no wire: any upstream carries it
+    "transport": {"config", "governance", "tokenizer", "wire"},
     "conversation": {"config", "governance"},
     "gateway": {"config", "governance", "store", "transport", "wire"},
     "bench": {"governance", "transport", "wire"},
@@ -159,7 +159,6 @@ def test_every_package_is_placed() -> None:
     assert packages == set(MAY_IMPORT), "add the new package to MAY_IMPORT (and ARCHITECTURE.md's table)"
 
 
-@pytest.mark.xfail(strict=True, reason="governance <-> transport while the client's rooms are being cut apart")
 def test_the_allowed_arrows_have_no_cycle() -> None:
     assert cycles({p: set(d) for p, d in MAY_IMPORT.items()}) == []
 

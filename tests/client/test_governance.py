@@ -17,11 +17,9 @@ from trtkit.errors import BudgetExceededError, ClientError, InputTooLongError
 from trtkit.governance.budgets import BudgetGuard, budget_scope, period_start
 from trtkit.governance.budgets import _current_scope as _scope_var
 from trtkit.governance.cache import ResponseCache, cache_key
-from trtkit.governance.caller import Caller
 from trtkit.governance.guard import FINISH_PUNCTUATION, FINISH_REPETITION, FINISH_WHITESPACE, RunawayGuard
 from trtkit.governance.limits import clamp_max_tokens, enforce_input_limit
-from trtkit.governance.params import SamplingParams
-from trtkit.governance.usage import Usage, usage_cost
+from trtkit.governance.vocabulary import Caller, SamplingParams, Usage, usage_cost
 from trtkit.store.ledger import Ledger, LedgerRow
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trtkit.governance.accumulate import StreamAccumulator
-from trtkit.governance.params import SamplingParams
+from trtkit.governance.vocabulary import SamplingParams
 from trtkit.transport.protocol import parse_response, request_inputs
 
 ENSEMBLE = {"text_input": "BYTES", "max_tokens": "INT32", "stream": "BOOL", "return_num_input_tokens": "BOOL",

@@ -15,7 +15,7 @@ from server_gauges import settled_engine
 
 from tests.repository.echo_model import CYCLE_TEXT
 from trtkit.governance import SamplingParams
-from trtkit.governance.results import GenerationResult
+from trtkit.governance.vocabulary import GenerationResult
 from trtkit.transport import AsyncTritonLLMClient, TritonLLMClient
 from trtkit.wire.stop_request import ENGINE_MODEL
 

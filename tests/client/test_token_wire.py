@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trtkit.governance.params import SamplingParams
+from trtkit.governance.vocabulary import SamplingParams
 from trtkit.transport.token_wire import TokenWire, is_engine_model
 from trtkit.wire.tensors import list_to_words
 

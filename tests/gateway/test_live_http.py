@@ -253,7 +253,7 @@ def test_bad_bodies_get_400_naming_the_field_and_big_ones_413_fast(gateway) -> N
 
 
 def test_nested_calls_draw_on_the_parents_reservation(gateway) -> None:
-    from trtkit.governance.caller import Caller
+    from trtkit.governance.vocabulary import Caller
 
     key, secret = gateway.key()
     budgets = gateway.gateway.client.governor.budgets

@@ -91,8 +91,7 @@ def test_a_backend_failure_mid_stream_ends_the_stream_with_an_error_event(tiny_c
     from trtkit.gateway.metrics import GatewayMetrics
     from trtkit.gateway.serving import Generation, ServingContext
     from trtkit.gateway.serving_completions import ServingCompletions
-    from trtkit.governance.results import StreamChunk
-    from trtkit.governance.usage import Usage
+    from trtkit.governance.vocabulary import StreamChunk, Usage
 
     async def failing():  # what the asyncio client raises when Triton fails after the first token
         raise ClientError("request r1 failed: engine gone")

@@ -228,7 +228,7 @@ def test_token_path_sends_only_what_the_engine_model_declares_on_both_targets(tm
     naming an undeclared tensor fails as a whole in Triton)."""
     from tritonclient.grpc import model_config_pb2
 
-    from trtkit.governance.params import SamplingParams
+    from trtkit.governance.vocabulary import SamplingParams
     from trtkit.transport.token_wire import TokenWire, is_engine_model
 
     config = load_config(CONFIGS / "tiny-llama.yaml")

@@ -25,10 +25,8 @@ from trtkit.conversation.context import (
 from trtkit.conversation.context.base import MESSAGE_OVERHEAD_TOKENS
 from trtkit.conversation.sessions import SessionStore
 from trtkit.errors import ClientError
-from trtkit.governance.caller import Caller
-from trtkit.governance.params import SamplingParams
-from trtkit.governance.results import GenerationResult, StreamChunk
 from trtkit.governance.tokens import TokenCounter
+from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
 
 QUESTION_MARGIN_TOKENS = 16  # role markers and the answer cue around the question
 

@@ -19,7 +19,7 @@ from trtkit.errors import BudgetExceededError
 from trtkit.gateway.errors import RateLimitedError
 from trtkit.gateway.keys import ApiKey
 from trtkit.governance.budgets import period_start
-from trtkit.governance.caller import Caller
+from trtkit.governance.vocabulary import Caller
 from trtkit.store import BudgetLimit, GatewayStore, Hold, RateLimit, Refused
 
 # The key of the request being admitted (set by the serving layer; asyncio tasks copy it).

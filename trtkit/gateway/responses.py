@@ -27,8 +27,7 @@ from openai.types.completion_choice import Logprobs
 from openai.types.completion_usage import PromptTokensDetails
 
 from trtkit.gateway.log_probs import TokenLogProb
-from trtkit.governance.results import GenerationResult
-from trtkit.governance.usage import Usage
+from trtkit.governance.vocabulary import GenerationResult, Usage
 
 _OPENAI_FINISH = {"end_id": "stop", "stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 

@@ -13,7 +13,7 @@ from trtkit.errors import InvalidInputError
 from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.response_format import guide_of
-from trtkit.governance.params import SamplingParams
+from trtkit.governance.vocabulary import SamplingParams
 from trtkit.wire.sampling_ranges import check_sampling_value
 
 MAX_STOP_STRINGS = 4

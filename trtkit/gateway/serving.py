@@ -27,9 +27,7 @@ from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.responses import LastEvent
 from trtkit.governance.budgets import draw_on
-from trtkit.governance.caller import Caller
-from trtkit.governance.params import SamplingParams
-from trtkit.governance.results import GenerationResult, StreamChunk
+from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
 from trtkit.transport.aio_client import AsyncTritonLLMClient
 
 PARENT_HEADER = "x-trtkit-parent-request-id"

@@ -16,8 +16,8 @@ from trtkit.gateway.protocol import ChatCompletionRequest, ChatMessage
 from trtkit.gateway.serving import ServingContext
 from trtkit.gateway.serving_endpoint import ServingEndpoint
 from trtkit.gateway.tool_calls import ToolPlan, new_call_id, tool_plan
-from trtkit.governance.results import GenerationResult
 from trtkit.governance.tokens import RawPrompt
+from trtkit.governance.vocabulary import GenerationResult
 
 
 class ServingChat(ServingEndpoint[ChatCompletionRequest]):

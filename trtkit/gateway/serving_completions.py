@@ -13,8 +13,8 @@ from trtkit.gateway.log_probs import TokenLogProb
 from trtkit.gateway.protocol import CompletionRequest
 from trtkit.gateway.serving_endpoint import ServingEndpoint
 from trtkit.gateway.tool_calls import ToolPlan
-from trtkit.governance.results import GenerationResult
 from trtkit.governance.tokens import RawPrompt, TokenCounter, TokenIdsPrompt
+from trtkit.governance.vocabulary import GenerationResult
 
 
 class ServingCompletions(ServingEndpoint[CompletionRequest]):

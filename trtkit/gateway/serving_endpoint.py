@@ -30,7 +30,7 @@ from trtkit.gateway.serving import (
     start_generation,
 )
 from trtkit.gateway.tool_calls import ToolPlan
-from trtkit.governance.results import GenerationResult
+from trtkit.governance.vocabulary import GenerationResult
 
 RequestT = TypeVar("RequestT", ChatCompletionRequest, CompletionRequest)
 

@@ -4,12 +4,9 @@ a transport is an upstream that takes a prepared request (its ids, or its text a
 deltas and counts back until it is told to stop (``upstream.py``)."""
 
 from trtkit.governance.budgets import BudgetScope, budget_scope, current_scope
-from trtkit.governance.caller import Caller
 from trtkit.governance.metrics import ClientMetrics
-from trtkit.governance.params import SamplingParams
-from trtkit.governance.results import GenerationResult, StreamChunk
 from trtkit.governance.tokens import RawPrompt, TokenCount, TokenCounter, TokenIdsPrompt
-from trtkit.governance.usage import Usage
+from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk, Usage
 
 __all__ = ["BudgetScope", "budget_scope", "current_scope", "Caller", "ClientMetrics", "SamplingParams",
            "GenerationResult", "StreamChunk", "RawPrompt", "TokenCount", "TokenCounter", "TokenIdsPrompt", "Usage"]

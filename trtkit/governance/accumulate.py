@@ -6,10 +6,9 @@ import time
 
 from trtkit.governance.governor import Outcome
 from trtkit.governance.guard import RunawayGuard
-from trtkit.governance.params import SamplingParams
 from trtkit.governance.tokens import TokenCounter
-from trtkit.governance.usage import Usage
-from trtkit.transport.protocol import Delta
+from trtkit.governance.upstream import Delta
+from trtkit.governance.vocabulary import SamplingParams, Usage
 
 
 class StreamAccumulator:

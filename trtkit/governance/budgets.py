@@ -24,7 +24,7 @@ from typing import Protocol, cast
 
 from trtkit.config.schema import BudgetRule
 from trtkit.errors import BudgetExceededError
-from trtkit.governance.caller import Caller
+from trtkit.governance.vocabulary import Caller
 from trtkit.store.ledger import Ledger
 
 _LOCK = threading.Lock()  # budget arithmetic is tiny; one lock keeps check-and-reserve atomic

@@ -1,17 +1,21 @@
-"""One admitted request between its transport and its caller, shared by the sync and asyncio clients: what
-each response becomes (a chunk for the caller, the end of the request) and what an early end is recorded as.
-The governor admits before and settles after; the transports only move responses."""
+"""One governed request from its caller to its upstream and back, the one flow of every client: the governor
+admits it (``prepare``), an upstream carries it (``upstream.py``), each delta becomes a chunk for the caller,
+and the governor settles what it cost; an early end is billed for what arrived, or only released when the
+server never worked on it. ``run_governed`` is the flow for a blocking upstream, ``arun_governed`` for an
+asyncio one: they differ in how they wait for the ledger's commit, never in what they decide."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import time
+from collections.abc import AsyncGenerator, Callable, Generator
 
 from trtkit.governance.accumulate import StreamAccumulator
 from trtkit.governance.governor import Governor, Outcome, PreparedRequest
-from trtkit.governance.results import GenerationResult, StreamChunk
-from trtkit.transport.protocol import Delta
-from trtkit.transport.setup import FINISH_CANCELLED, is_server_failure
+from trtkit.governance.upstream import FINISH_CANCELLED, AsyncUpstream, Delta, Upstream
+from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
 
 
 class RequestFlow:
@@ -52,11 +56,86 @@ class RequestFlow:
     def outcome(self) -> Outcome:
         return self.acc.outcome(self.stop_reason)
 
-    def ended_by(self, exc: BaseException) -> Outcome | None:
+    def ended_by(self, exc: BaseException, server_failed: Callable[[BaseException], bool]) -> Outcome | None:
         """What to record when ``exc`` ended the request: None when the server never worked on it (refused, or
-        never reached), so its reservation is only released; else an outcome billing what arrived, 'cancelled'
-        when the caller left (task cancelled, stream closed), 'error' when something failed."""
-        if not (self.acc.has_output or is_server_failure(exc)):
+        never reached: ``server_failed`` is the upstream's word on that), so its reservation is only released;
+        else an outcome billing what arrived, 'cancelled' when the caller left (task cancelled, stream closed),
+        'error' when something failed."""
+        if not (self.acc.has_output or server_failed(exc)):
             return None
         left = isinstance(exc, (asyncio.CancelledError, GeneratorExit))
         return self.acc.outcome(FINISH_CANCELLED if left else "error")
+
+
+def run_governed(governor: Governor, upstream: Upstream, prompt: str, params: SamplingParams, caller: Caller,
+                 deadline_s: float, *, server_stream: bool | None) -> Generator[StreamChunk, None, None]:
+    """The chunks of one request over a blocking upstream; the last carries the result. The ledger row's commit
+    overlaps closing the upstream's stream, and the result is handed over only once the row is durable."""
+    prepared = governor.prepare(prompt, params, caller)
+    if isinstance(prepared, GenerationResult):
+        yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
+        return
+    flow = RequestFlow(governor, prepared, server_stream=server_stream, deadline_s=deadline_s)
+    settled = False
+    try:
+        deltas = upstream.deltas(prepared, stream=flow.use_stream, deadline=flow.deadline,
+                                 has_output=lambda: flow.acc.has_output)
+        with contextlib.closing(deltas):  # closing it stops the request upstream
+            for delta in deltas:
+                chunk, over = flow.take(delta)
+                if chunk is not None:
+                    yield chunk
+                if over:
+                    break
+            result, committed = governor.submit(prepared, flow.outcome())
+            settled = True
+        # leaving the block closed the stream (or cancelled the request) while the row was committing
+    except BaseException as exc:  # a consumer that stopped reading (GeneratorExit), or a failure
+        if settled:
+            raise
+        outcome = flow.ended_by(exc, upstream.is_server_failure)
+        if outcome is None:  # refused, or never reached the server
+            governor.release(prepared)
+        else:
+            governor.complete(prepared, outcome)
+        raise
+    governor.wait_committed(prepared, committed)
+    yield flow.last_chunk(result)
+
+
+async def arun_governed(governor: Governor, upstream: AsyncUpstream, prompt: str, params: SamplingParams,
+                        caller: Caller, deadline_s: float, *, server_stream: bool | None, request_id: str | None = None,
+                        on_admitted: Callable[[], None] | None = None) -> AsyncGenerator[StreamChunk, None]:
+    """The chunks of one request over an asyncio upstream; the last carries the result. ``on_admitted`` is
+    called once the request passed every limit and budget, before it goes upstream. Nothing here blocks the
+    event loop: a budget store across the network is waited on in a worker thread, the ledger's commit is
+    awaited, and a cancelled request's row is committed without waiting."""
+    prepare = functools.partial(governor.prepare, prompt, params, caller, record_hit=False, request_id=request_id)
+    prepared = await asyncio.to_thread(prepare) if governor.budgets.waits_on_network else prepare()
+    if isinstance(prepared, GenerationResult):
+        await governor.arecord_hit(prepared, caller)
+        yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
+        return
+    flow = RequestFlow(governor, prepared, server_stream=server_stream, deadline_s=deadline_s)
+    if on_admitted is not None:
+        on_admitted()
+    try:
+        deltas = upstream.deltas(prepared, stream=flow.use_stream, deadline=flow.deadline,
+                                 has_output=lambda: flow.acc.has_output)
+        # aclosing: when this stream is closed early, the request is stopped now, not by a finaliser
+        async with contextlib.aclosing(deltas):
+            async for delta in deltas:
+                chunk, over = flow.take(delta)
+                if chunk is not None:
+                    yield chunk
+                if over:
+                    break
+    except BaseException as exc:  # cancelled task, a consumer that stopped reading, or a failure
+        outcome = flow.ended_by(exc, upstream.is_server_failure)
+        if outcome is None:  # refused, or never reached the server
+            governor.release(prepared)
+        else:  # never blocks the loop on the ledger's fsync (a cancelled task must end now)
+            governor.complete_detached(prepared, outcome)
+        raise
+    result = await governor.acomplete(prepared, flow.outcome())
+    yield flow.last_chunk(result)

@@ -19,17 +19,15 @@ from trtkit.config.schema import ModelConfig
 from trtkit.errors import BudgetExceededError, InputTooLongError
 from trtkit.governance.budgets import BudgetGuard, Reservation
 from trtkit.governance.cache import ResponseCache, cache_key
-from trtkit.governance.caller import Caller
 from trtkit.governance.guard import RunawayGuard
 from trtkit.governance.limits import clamp_max_tokens, enforce_input_limit
 from trtkit.governance.metrics import ClientMetrics
-from trtkit.governance.params import SamplingParams
-from trtkit.governance.results import GenerationResult
 from trtkit.governance.tokens import TokenCounter
-from trtkit.governance.usage import Usage, usage_cost
-from trtkit.store.ledger import Ledger, LedgerRow
+from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, Usage, usage_cost
+from trtkit.store.ledger import Ledger, LedgerRow, open_ledger
 
 log = logging.getLogger(__name__)
+LedgerChoice = Ledger | bool | None  # a ledger; True: the one at client.store; False or None: record nothing
 
 
 @dataclass(slots=True)
@@ -261,6 +259,17 @@ class Governor:
         return LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session, request_id,
                          usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
                          None if ttft is None else ttft * 1e3, latency * 1e3, finish_reason, cost, cache_hit)
+
+
+def open_governor(config: ModelConfig, *, ledger: LedgerChoice = True, counter: TokenCounter | None = None,
+                  metrics: ClientMetrics | None = None, budgets: BudgetGuard | None = None) -> Governor:
+    """A governor from a config: ``ledger=True`` opens the ledger at ``client.store`` (default:
+    TRTKIT_HOME/usage.db); ``client.metrics_port`` serves its own counters when none are given."""
+    store = open_ledger(config.client.store) if ledger is True else (ledger or None)
+    governor = Governor(config, counter or TokenCounter.from_config(config), store, metrics, budgets)
+    if config.client.metrics_port is not None and metrics is None:
+        governor.metrics.serve(config.client.metrics_port)
+    return governor
 
 
 def with_caller_session(caller: Caller, session_id: str) -> Caller:

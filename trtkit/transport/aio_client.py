@@ -11,8 +11,6 @@ wait on a read directly."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -20,26 +18,20 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 import tritonclient.grpc.aio as aiogrpc
 
 from trtkit.config.schema import ModelConfig
-from trtkit.errors import ClientError
-from trtkit.governance.accumulate import StreamAccumulator
 from trtkit.governance.budgets import BudgetGuard
-from trtkit.governance.caller import Caller
-from trtkit.governance.flow import RequestFlow
-from trtkit.governance.governor import PreparedRequest
+from trtkit.governance.flow import arun_governed
+from trtkit.governance.governor import LedgerChoice, PreparedRequest
 from trtkit.governance.metrics import ClientMetrics
-from trtkit.governance.params import SamplingParams
-from trtkit.governance.results import GenerationResult, StreamChunk
 from trtkit.governance.tokens import TokenCounter
-from trtkit.store.ledger import Ledger
+from trtkit.governance.upstream import Delta
+from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
+from trtkit.transport.exchange import END as EXCHANGE_END
+from trtkit.transport.exchange import adrive, exchange
 from trtkit.transport.model_wire import TextReader, TokenReader, Wire, wire_for
-from trtkit.transport.protocol import Delta, stop_inputs, stop_outcome
-from trtkit.transport.setup import (
-    FINISH_DEADLINE,
-    make_setup,
-    retry_delay_s,
-)
+from trtkit.transport.protocol import stop_inputs, stop_outcome
+from trtkit.transport.setup import is_server_failure, make_setup
 from trtkit.transport.stream_mux import END, RequestInbox, ResponseQueue, StreamMux
-from trtkit.wire.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 
 class CallReader(ResponseQueue):
@@ -63,7 +55,7 @@ class CallReader(ResponseQueue):
 
 class AsyncTritonLLMClient:
     def __init__(self, grpc_url: str, *, config: ModelConfig, caller: Caller | None = None,
-                 ledger: Ledger | None | bool = True, counter: TokenCounter | None = None,
+                 ledger: LedgerChoice = True, counter: TokenCounter | None = None,
                  metrics: ClientMetrics | None = None, model_name: str | None = None,
                  budgets: BudgetGuard | None = None) -> None:
         self.url = grpc_url
@@ -144,88 +136,24 @@ class AsyncTritonLLMClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _chunks(self, prompt: str, params: SamplingParams | None, caller: Caller | None,
-                      deadline_s: float | None, *, server_stream: bool | None,
-                      request_id: str | None = None,
-                      on_admitted: Callable[[], None] | None = None) -> AsyncGenerator[StreamChunk, None]:
-        who = caller or self.setup.caller
-        prepare = functools.partial(self.governor.prepare, prompt, params or SamplingParams(), who, record_hit=False,
-                                    request_id=request_id)
-        # a budget store across the network (PostgreSQL) is waited on in a worker thread, never on the loop
-        prepared = await asyncio.to_thread(prepare) if self.governor.budgets.waits_on_network else prepare()
-        if isinstance(prepared, GenerationResult):
-            await self.governor.arecord_hit(prepared, who)
-            yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
-            return
-        flow = RequestFlow(self.governor, prepared, server_stream=server_stream,
-                           deadline_s=deadline_s or self.setup.deadline_s)
-        if on_admitted is not None:
-            on_admitted()
-        try:
-            # aclosing: when this stream is closed early, the request is stopped now, not by a finaliser
-            async with contextlib.aclosing(self._deltas(prepared, flow.use_stream, flow.deadline, flow.acc)) as deltas:
-                async for delta in deltas:
-                    chunk, over = flow.take(delta)
-                    if chunk is not None:
-                        yield chunk
-                    if over:
-                        break
-        except BaseException as exc:  # cancelled task, a consumer that stopped reading, or a failure
-            outcome = flow.ended_by(exc)
-            if outcome is None:  # refused, or never reached the server
-                self.governor.release(prepared)
-            else:  # never blocks the loop on the ledger's fsync (a cancelled task must end now)
-                self.governor.complete_detached(prepared, outcome)
-            raise
-        result = await self.governor.acomplete(prepared, flow.outcome())
-        yield flow.last_chunk(result)
+    def _chunks(self, prompt: str, params: SamplingParams | None, caller: Caller | None,
+                deadline_s: float | None, *, server_stream: bool | None, request_id: str | None = None,
+                on_admitted: Callable[[], None] | None = None) -> AsyncGenerator[StreamChunk, None]:
+        return arun_governed(self.governor, self, prompt, params or SamplingParams(), caller or self.setup.caller,
+                             deadline_s or self.setup.deadline_s, server_stream=server_stream,
+                             request_id=request_id, on_admitted=on_admitted)
 
-    async def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
-                      acc: StreamAccumulator) -> AsyncGenerator[Delta | str, None]:
-        attempt = 0
-        while True:
-            reader = None
-            try:
-                reader, decoder = await self._open(request, stream)
-                async for item in self._receive(reader, decoder, deadline):
-                    yield item
-                    if isinstance(item, str) or item.is_final:
-                        return
-                return
-            except (ClientError, asyncio.CancelledError, GeneratorExit):
-                raise
-            except Exception as exc:
-                await asyncio.sleep(retry_delay_s(self.setup, self.url, request.request_id, exc,
-                                                  has_output=acc.has_output, attempt=attempt))
-                attempt += 1
-            finally:
-                if reader is not None:
-                    await self._end(reader, request.request_id)
+    # -- the upstream of the governed flow: every request on the kept call ---------------------------------------
+    def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float,
+               has_output: Callable[[], bool]) -> AsyncGenerator[Delta | str, None]:
+        """The request's responses (exchange.py decides; _MuxCall carries). Closing it early (or cancelling the
+        task reading it) stops the request with the engine's ``stop`` and waits for its stream to end; a request
+        the stop does not end in time is let go: the shared call is never cancelled for one request."""
+        return adrive(exchange(self.setup, self.url, request.request_id, deadline, has_output, "let_go"),
+                      _MuxCall(self, request, stream))
 
-    async def _end(self, reader: RequestInbox, request_id: str) -> None:
-        """Done with a request: at once when it finished; otherwise stop it with the engine's `stop` input and
-        wait for its stream to end. It is let go (its later responses dropped) when that takes over
-        STOP_GRACE_S, or when this task is cancelled meanwhile: the shared call is never cancelled for one
-        request (trtkit/transport/stream_mux.py)."""
-        try:
-            if not reader.final_seen and not reader.done:
-                stopped = await self._stop_early(reader, request_id)
-                self.governor.metrics.early_ends.labels(self.governor.model, "stop" if stopped else "let_go").inc()
-        finally:
-            if not reader.done:
-                reader.let_go()
-
-    async def _stop_early(self, reader: RequestInbox, request_id: str) -> bool:
-        until = time.monotonic() + STOP_GRACE_S
-        while True:
-            said = await self._send_stop(request_id, until)
-            if said == "failed":
-                return False
-            wait = until if said == "stopped" else min(until, time.monotonic() + STOP_RETRY_S)
-            if await reader.ended(wait - time.monotonic()):
-                return True
-            if time.monotonic() >= until:
-                return False
+    def is_server_failure(self, error: BaseException) -> bool:
+        return is_server_failure(error)
 
     async def _send_stop(self, request_id: str, until: float) -> str:
         """One stop request on its own call; "stopped", "not running" or "failed" (see protocol.stop_outcome)."""
@@ -271,25 +199,38 @@ class AsyncTritonLLMClient:
                 self._wire = wire_for(metadata, self.governor.counter, self._tokens_per_block)
             return self._wire
 
-    async def _receive(self, reader: RequestInbox, decoder: TextReader | TokenReader,
-                       deadline: float) -> AsyncIterator[Delta | str]:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                yield FINISH_DEADLINE
-                return
-            try:
-                item = await reader.next(remaining)
-            except asyncio.TimeoutError:
-                yield FINISH_DEADLINE
-                return
-            if item is END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            result, error = item
-            if error is not None:  # an error ends the request: its inbox is done already
-                raise error
-            delta = decoder.read(result)
-            reader.final_seen = delta.is_final and not delta.engine_running
-            yield delta
+
+class _MuxCall:
+    """One request's call as the asyncio client carries it (exchange.AsyncCallIO): its inbox on the kept call."""
+
+    def __init__(self, owner: AsyncTritonLLMClient, request: PreparedRequest, stream: bool) -> None:
+        self.owner, self.request, self.stream = owner, request, stream
+        self.inbox: RequestInbox | None = None
+
+    async def open(self) -> TextReader | TokenReader:
+        self.inbox, reader = await self.owner._open(self.request, self.stream)
+        return reader
+
+    async def next(self, timeout: float) -> object:
+        assert self.inbox is not None, "opened first"
+        try:
+            item = await self.inbox.next(timeout)
+        except asyncio.TimeoutError:
+            return None
+        return EXCHANGE_END if item is END else item
+
+    async def send_stop(self, until: float) -> str:
+        return await self.owner._send_stop(self.request.request_id, until)
+
+    async def wait_ended(self, until: float) -> bool:
+        assert self.inbox is not None, "opened first"
+        return self.inbox.done or await self.inbox.ended(until - time.monotonic())
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def release(self, ended: bool, broken: bool) -> None:
+        """A request whose stream has not ended is let go: its later responses are dropped."""
+        inbox, self.inbox = self.inbox, None
+        if inbox is not None and not inbox.done:
+            inbox.let_go()

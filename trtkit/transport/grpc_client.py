@@ -11,32 +11,23 @@ import contextvars
 import queue
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
 
 import tritonclient.grpc as grpcclient
 
 from trtkit.config.schema import ModelConfig
-from trtkit.errors import ClientError
-from trtkit.governance.accumulate import StreamAccumulator
-from trtkit.governance.caller import Caller
-from trtkit.governance.flow import RequestFlow
-from trtkit.governance.governor import PreparedRequest
+from trtkit.governance.flow import run_governed
+from trtkit.governance.governor import LedgerChoice, PreparedRequest
 from trtkit.governance.metrics import ClientMetrics
-from trtkit.governance.params import SamplingParams
-from trtkit.governance.results import GenerationResult, StreamChunk
 from trtkit.governance.tokens import TokenCounter
-from trtkit.store.ledger import Ledger
+from trtkit.governance.upstream import Delta
+from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
+from trtkit.transport.exchange import CANCELLED, drive, exchange
 from trtkit.transport.model_wire import TextReader, TokenReader, Wire, wire_for
-from trtkit.transport.protocol import Delta, is_final_response, stop_inputs, stop_outcome
-from trtkit.transport.setup import (
-    FINISH_CANCELLED,
-    FINISH_DEADLINE,
-    make_setup,
-    retry_delay_s,
-)
-from trtkit.wire.stop_request import ENGINE_MODEL, STOP_GRACE_S, STOP_RETRY_S
+from trtkit.transport.protocol import is_final_response, stop_inputs, stop_outcome
+from trtkit.transport.setup import is_server_failure, make_setup
+from trtkit.wire.stop_request import ENGINE_MODEL, STOP_GRACE_S
 
 _CANCEL = object()
 _POLL_S = 0.05
@@ -44,7 +35,7 @@ _POLL_S = 0.05
 
 class TritonLLMClient:
     def __init__(self, grpc_url: str, *, config: ModelConfig, caller: Caller | None = None,
-                 ledger: Ledger | None | bool = True, counter: TokenCounter | None = None,
+                 ledger: LedgerChoice = True, counter: TokenCounter | None = None,
                  metrics: ClientMetrics | None = None, model_name: str | None = None) -> None:
         self.url = grpc_url
         self.setup = make_setup(config, caller=caller, ledger=ledger, counter=counter, metrics=metrics,
@@ -104,88 +95,28 @@ class TritonLLMClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- one request ------------------------------------------------------------------------------
     def _chunks(self, prompt: str, params: SamplingParams | None, caller: Caller | None, deadline_s: float | None,
                 *, server_stream: bool | None) -> Generator[StreamChunk, None, None]:
-        prepared = self.governor.prepare(prompt, params or SamplingParams(), caller or self.setup.caller)
-        if isinstance(prepared, GenerationResult):
-            yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
-            return
-        flow = RequestFlow(self.governor, prepared, server_stream=server_stream,
-                           deadline_s=deadline_s or self.setup.deadline_s)
-        settled = False
-        try:
-            with closing(self._deltas(prepared, flow.use_stream, flow.deadline, flow.acc)) as deltas:
-                for delta in deltas:
-                    chunk, over = flow.take(delta)
-                    if chunk is not None:
-                        yield chunk
-                    if over:
-                        break
-                result, committed = self.governor.submit(prepared, flow.outcome())
-                settled = True
-            # leaving the block closed the stream (or cancelled the request) while the row was committing
-        except BaseException as exc:  # a consumer that stopped reading (GeneratorExit), or a failure
-            if settled:
-                raise
-            outcome = flow.ended_by(exc)
-            if outcome is None:  # refused, or never reached the server
-                self.governor.release(prepared)
-            else:
-                self.governor.complete(prepared, outcome)
-            raise
-        self.governor.wait_committed(prepared, committed)
-        yield flow.last_chunk(result)
+        return run_governed(self.governor, self, prompt, params or SamplingParams(), caller or self.setup.caller,
+                            deadline_s or self.setup.deadline_s, server_stream=server_stream)
 
-    def _deltas(self, request: PreparedRequest, stream: bool, deadline: float,
-                acc: StreamAccumulator) -> Generator[Delta | str, None, None]:
-        """Responses of one request; retries UNAVAILABLE only while nothing has arrived."""
-        inbox: queue.SimpleQueue = queue.SimpleQueue()
-        with self._lock:
-            self._active[request.request_id] = inbox
-        client: grpcclient.InferenceServerClient | None = None
-        attempt, done, broken = 0, False, False
+    # -- the upstream of the governed flow: one gRPC stream per request -----------------------------------------
+    def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float,
+               has_output: Callable[[], bool]) -> Generator[Delta | str, None, None]:
+        """The request's responses (exchange.py decides; _StreamCall carries). Closing it early stops the
+        request with the engine's ``stop``, and cancels its call only if that does not end it in time."""
+        call = _StreamCall(self, request, stream, deadline)
         try:
-            while True:
-                client = self._idle.get() if not self._idle.empty() else grpcclient.InferenceServerClient(self.url)
-                try:
-                    decoder = self._send(client, request, stream, inbox, deadline)
-                    for item in self._receive(inbox, decoder, deadline):
-                        done = isinstance(item, Delta) and item.is_final and not item.engine_running
-                        yield item
-                        if done or isinstance(item, str):
-                            return
-                    return
-                except ClientError:
-                    raise
-                except Exception as raised:  # tritonclient raises InferenceServerException
-                    delay = retry_delay_s(self.setup, self.url, request.request_id, _reported_error(inbox, raised),
-                                          has_output=acc.has_output, attempt=attempt)
-                    client.stop_stream(cancel_requests=True)
-                    client.close()  # a channel that failed is not reused
-                    client = None
-                    time.sleep(delay)
-                    attempt += 1
-        except GeneratorExit:  # the caller stopped reading (done, cancelled, or a guard stop): still usable
-            raise
-        except BaseException:
-            broken = True
-            raise
+            yield from drive(exchange(self.setup, self.url, request.request_id, deadline, has_output, "call_cancel"),
+                             call)
         finally:
-            with self._lock:
-                self._active.pop(request.request_id, None)
-            if client is not None:
-                if not done and not broken:  # ended early (unless it just ended on its own)
-                    done = _read_to_final(inbox, time.monotonic())
-                    if not done:  # stop it server-side and read its stream to the end
-                        done = self._stop_early(request.request_id, inbox)
-                        self.governor.metrics.early_ends.labels(self.governor.model,
-                                                                "stop" if done else "call_cancel").inc()
-                client.stop_stream(cancel_requests=not done)  # cancelling the call is the last resort
-                if broken:  # a stream that failed leaves its client unusable: never hand it out again
-                    client.close()
-                else:
-                    self._idle.put(client)
+            call.forget()
+
+    def is_server_failure(self, error: BaseException) -> bool:
+        return is_server_failure(error)
+
+    def _client(self) -> grpcclient.InferenceServerClient:
+        return self._idle.get() if not self._idle.empty() else grpcclient.InferenceServerClient(self.url)
 
     def _send(self, client: grpcclient.InferenceServerClient, request: PreparedRequest, stream: bool,
               inbox: queue.SimpleQueue, deadline: float) -> TextReader | TokenReader:
@@ -201,23 +132,9 @@ class TritonLLMClient:
                                   enable_empty_final_response=True)
         return self._wire.reader(request)
 
-    def _stop_early(self, request_id: str, inbox: queue.SimpleQueue) -> bool:
-        """Stop a request the caller left (cancel, deadline, guard) with the engine's `stop` input, and read its
-        stream until it ends. True when it ended; False when it did not within STOP_GRACE_S (the caller then
-        cancels the gRPC call, which tritonserver may not survive: trtkit/wire/stop_request.py)."""
-        until = time.monotonic() + STOP_GRACE_S
-        while True:
-            said = self._send_stop(request_id, until)
-            if said == "failed":
-                return False
-            if _read_to_final(inbox, until if said == "stopped" else min(until, time.monotonic() + STOP_RETRY_S)):
-                return True
-            if time.monotonic() >= until:
-                return False
-
     def _send_stop(self, request_id: str, until: float) -> str:
         """One stop request on its own stream (this client's streams carry one request each)."""
-        client = self._idle.get() if not self._idle.empty() else grpcclient.InferenceServerClient(self.url)
+        client = self._client()
         answers: queue.SimpleQueue = queue.SimpleQueue()
         answered = False
         try:
@@ -237,24 +154,59 @@ class TritonLLMClient:
             else:
                 client.close()
 
-    def _receive(self, inbox: queue.SimpleQueue, decoder: TextReader | TokenReader,
-                 deadline: float) -> Iterator[Delta | str]:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                yield FINISH_DEADLINE
-                return
-            try:
-                item = inbox.get(timeout=min(remaining, _POLL_S * 20))
-            except queue.Empty:
-                continue
-            if item is _CANCEL:
-                yield FINISH_CANCELLED
-                return
-            result, error = item
-            if error is not None:
-                raise error
-            yield decoder.read(result)
+
+class _StreamCall:
+    """One request's call as the sync client carries it (exchange.CallIO): a pooled tritonclient client holding
+    the request's own stream, its responses queued in an inbox that ``cancel`` can also reach."""
+
+    def __init__(self, owner: TritonLLMClient, request: PreparedRequest, stream: bool, deadline: float) -> None:
+        self.owner, self.request, self.stream, self.deadline = owner, request, stream, deadline
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.client: grpcclient.InferenceServerClient | None = None
+        with owner._lock:
+            owner._active[request.request_id] = self.inbox
+
+    def open(self) -> TextReader | TokenReader:
+        self.client = self.owner._client()
+        try:
+            return self.owner._send(self.client, self.request, self.stream, self.inbox, self.deadline)
+        except Exception as raised:  # tritonclient raises InferenceServerException
+            reported = _reported_error(self.inbox, raised)
+            if reported is raised:
+                raise
+            raise reported from raised
+
+    def next(self, timeout: float) -> object:
+        try:
+            item = self.inbox.get(timeout=min(timeout, _POLL_S * 20))
+        except queue.Empty:
+            return None
+        return CANCELLED if item is _CANCEL else item
+
+    def send_stop(self, until: float) -> str:
+        return self.owner._send_stop(self.request.request_id, until)
+
+    def wait_ended(self, until: float) -> bool:
+        return _read_to_final(self.inbox, until)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def release(self, ended: bool, broken: bool) -> None:
+        """Cancelling the call is the last resort (a stop that did not end it); a stream that failed leaves
+        its client unusable, so it is closed, never handed out again."""
+        client, self.client = self.client, None
+        if client is None:
+            return
+        client.stop_stream(cancel_requests=not ended)
+        if broken:
+            client.close()
+        else:
+            self.owner._idle.put(client)
+
+    def forget(self) -> None:
+        with self.owner._lock:
+            self.owner._active.pop(self.request.request_id, None)
 
 
 def _read_to_final(inbox: queue.SimpleQueue, until: float) -> bool:

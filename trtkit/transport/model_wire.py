@@ -11,8 +11,8 @@ import tritonclient.grpc as grpcclient
 from trtkit.errors import ClientError
 from trtkit.governance.governor import PreparedRequest
 from trtkit.governance.tokens import TokenCounter, TokenIdsPrompt
+from trtkit.governance.upstream import Delta
 from trtkit.transport.protocol import (
-    Delta,
     is_final_response,
     parse_response,
     request_inputs,

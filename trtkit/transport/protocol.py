@@ -8,15 +8,15 @@ a request naming an undeclared input fails as a whole.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
 
 from trtkit.errors import ClientError
-from trtkit.governance.params import SamplingParams
 from trtkit.governance.tokens import prompt_form
+from trtkit.governance.upstream import Delta
+from trtkit.governance.vocabulary import SamplingParams
 from trtkit.tokenizer.prompt_forms import PLAIN
 from trtkit.wire.names import GUIDE_INPUTS, ID_INPUTS, SAMPLING_INPUTS
 from trtkit.wire.stop_request import STOP_DATATYPES, STOP_TENSORS, is_not_running
@@ -24,27 +24,6 @@ from trtkit.wire.tensors import NUMPY_OF
 
 # SamplingParams fields sent as the ensemble's inputs of the same name (TensorRT-LLM 1.2 template names)
 _OPTIONAL_INPUTS = SAMPLING_INPUTS + ID_INPUTS + GUIDE_INPUTS
-
-
-@dataclass(slots=True, frozen=True)
-class Delta:
-    """One response of a stream (or the only one of a non-streamed call)."""
-
-    text: str
-    num_input_tokens: int | None
-    num_output_tokens: int | None
-    num_cached_tokens: int | None
-    finish_reason: str
-    is_final: bool
-    # the C++ backend (GPU ensemble) counts each response's own tokens and sends no finish_reason tensor;
-    # trtkit's models (the CPU engine, tensorrt_llm_bls) send running totals and a finish_reason tensor
-    counts_per_response: bool = False
-    # the client ended the request (a stop string, on the token path) while the engine still generates:
-    # the transport stops it with the engine's `stop` request instead of waiting for its stream to end
-    engine_running: bool = False
-    # (token id, log-probability) of this response's tokens of the answer, when asked; None where the wire
-    # carries none (the text path: the ensemble and the BLS answer text)
-    log_probs: tuple[tuple[int, float], ...] | None = None
 
 
 def request_inputs(prompt: str, params: SamplingParams, *, stream: bool,

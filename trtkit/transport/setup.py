@@ -1,4 +1,5 @@
-"""What the sync and asyncio clients share: setup from a config, retry policy, model metadata."""
+"""What the sync and asyncio clients share besides their exchange (exchange.py): setup from a config, the retry
+policy, how a failure is told apart, model metadata."""
 
 from __future__ import annotations
 
@@ -8,16 +9,13 @@ from dataclasses import dataclass
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ClientError
 from trtkit.governance.budgets import BudgetGuard
-from trtkit.governance.caller import Caller
-from trtkit.governance.governor import Governor
+from trtkit.governance.governor import Governor, LedgerChoice, open_governor
 from trtkit.governance.metrics import ClientMetrics
 from trtkit.governance.tokens import TokenCounter
-from trtkit.store.ledger import Ledger, open_ledger
+from trtkit.governance.vocabulary import Caller
 
 RETRY_BASE_S = 0.1
 RETRY_MAX_S = 2.0
-FINISH_CANCELLED = "cancelled"
-FINISH_DEADLINE = "deadline"
 
 
 class ServerUnavailableError(ClientError):
@@ -33,15 +31,11 @@ class ClientSetup:
     deadline_s: float
 
 
-def make_setup(config: ModelConfig, *, caller: Caller | None, ledger: Ledger | None | bool,
-               counter: TokenCounter | None, metrics: ClientMetrics | None, model_name: str | None,
-               budgets: BudgetGuard | None = None) -> ClientSetup:
-    """``ledger=True`` opens the ledger at ``client.store`` (default: TRTKIT_HOME/usage.db); ``False``/``None``
-    records nothing."""
-    store = open_ledger(config.client.store) if ledger is True else (ledger or None)
-    governor = Governor(config, counter or TokenCounter.from_config(config), store, metrics, budgets)
-    if config.client.metrics_port is not None and metrics is None:
-        governor.metrics.serve(config.client.metrics_port)
+def make_setup(config: ModelConfig, *, caller: Caller | None, ledger: LedgerChoice, counter: TokenCounter | None,
+               metrics: ClientMetrics | None, model_name: str | None, budgets: BudgetGuard | None = None) -> ClientSetup:
+    """The client's governor (``governance.governor.open_governor``: ``ledger=True`` opens the ledger at
+    ``client.store``) and its transport settings."""
+    governor = open_governor(config, ledger=ledger, counter=counter, metrics=metrics, budgets=budgets)
     c = config.client
     return ClientSetup(model_name or c.model_name, governor, caller or Caller(), c.max_retries, c.deadline_seconds)
 

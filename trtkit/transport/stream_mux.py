@@ -61,7 +61,6 @@ class RequestInbox(ResponseQueue):
     def __init__(self, mux: StreamMux, request_id: str) -> None:
         super().__init__()
         self.mux, self.request_id = mux, request_id
-        self.final_seen = False  # set by the consumer when the request's last response has been read
         self._ended = asyncio.Event()
 
     @property

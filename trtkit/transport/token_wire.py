@@ -18,11 +18,12 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from trtkit.errors import ClientError
-from trtkit.governance.params import SamplingParams
 from trtkit.governance.tokens import TokenCounter
+from trtkit.governance.upstream import Delta
+from trtkit.governance.vocabulary import SamplingParams
 from trtkit.tokenizer.detokenizer import IncrementalDetokenizer
 from trtkit.tokenizer.stopping import StopFilter
-from trtkit.transport.protocol import Delta, is_final_response, make_input, response_arrays
+from trtkit.transport.protocol import is_final_response, make_input, response_arrays
 from trtkit.transport.setup import declared_inputs
 from trtkit.wire.engine_run import EngineRun
 from trtkit.wire.names import COUNT_FLAGS, ENGINE_NAMES, ENGINE_OUTPUTS_READ, GUIDE_INPUTS, SAMPLING_INPUTS

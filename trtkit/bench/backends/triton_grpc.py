@@ -16,7 +16,7 @@ import tritonclient.grpc.aio as aiogrpc
 from trtkit.bench.backends.base import StreamResult
 from trtkit.bench.workloads import BenchRequest
 from trtkit.errors import BenchError
-from trtkit.governance.params import SamplingParams
+from trtkit.governance.vocabulary import SamplingParams
 from trtkit.transport.protocol import is_final_response, parse_response, request_inputs
 from trtkit.transport.setup import declared_inputs
 
