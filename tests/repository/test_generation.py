@@ -147,8 +147,8 @@ def test_ensemble_wiring_is_consistent(tmp_path: Path, tiny_llama_dir: Path) -> 
 
 
 def test_profile_override_changes_the_configs(tmp_path: Path, tiny_llama_dir: Path) -> None:
-    config = load_config(CONFIGS / "tiny-llama.yaml")
-    result = deploy_repository(config, tiny_llama_dir, tmp_path / "repo", profile="throughput")
+    config = load_config(CONFIGS / "tiny-llama.yaml", profile="throughput")
+    result = deploy_repository(config, tiny_llama_dir, tmp_path / "repo")
     engine = read(tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt")
     assert engine.dynamic_batching.max_queue_delay_microseconds == 50_000
     assert _params(engine)["batch_scheduler_policy"] == "max_utilization"
@@ -166,7 +166,8 @@ def test_cpu_engine_has_a_triton_batcher_only_for_a_gathering_window(tmp_path: P
     assert not latency.HasField("dynamic_batching")
     assert _params(latency)["cpu_max_queue_size"] == "1024"  # the engine's own bound stays
     assert read(tmp_path / "latency" / "preprocessing" / "config.pbtxt").HasField("dynamic_batching")
-    deploy_repository(config, tiny_llama_dir, tmp_path / "throughput", target="cpu", profile="throughput")
+    throughput_config = load_config(CONFIGS / "tiny-llama.yaml", profile="throughput")
+    deploy_repository(throughput_config, tiny_llama_dir, tmp_path / "throughput", target="cpu")
     throughput = read(tmp_path / "throughput" / "tensorrt_llm" / "config.pbtxt")
     assert throughput.dynamic_batching.max_queue_delay_microseconds == 50_000
     assert throughput.dynamic_batching.default_queue_policy.max_queue_size == 1024

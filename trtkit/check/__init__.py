@@ -26,7 +26,7 @@ from trtkit.check.rules_guided import guided_decoding
 from trtkit.check.rules_runtime import end_and_pad_ids, engine_host, tokenizer_paths, world_size
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import RepositoryError
-from trtkit.trtllm_build.preflight import HostFacts
+from trtkit.trtllm_build.host_facts import HostFacts
 
 RULES: tuple[Rule, ...] = (placeholders, engine_path, max_batch_size, sequence_lengths, beam_width,
                            paged_context_fmha, decoupled, tokenizer_paths, end_and_pad_ids, guided_decoding, world_size,

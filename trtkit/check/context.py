@@ -8,7 +8,7 @@ from pathlib import Path
 from trtkit.check.repository import EngineInfo, RepoModel
 from trtkit.check.tokenizers import TokenizerInfo, load_tokenizer_info
 from trtkit.config.schema import ModelConfig
-from trtkit.trtllm_build.preflight import HostFacts
+from trtkit.trtllm_build.host_facts import HostFacts
 
 TOKENIZER_PARAM = "tokenizer_dir"
 ENGINE_PARAM = "gpt_model_path"

@@ -19,7 +19,7 @@ from trtkit.errors import RepositoryError, ServerError
 if TYPE_CHECKING:  # the CLI imports the heavy packages only when a command runs
     from trtkit.config.schema import ModelConfig
     from trtkit.serve import TritonServer
-    from trtkit.trtllm_build.preflight import HostFacts
+    from trtkit.trtllm_build.host_facts import HostFacts
 
 RepoArg = Annotated[Path | None, typer.Argument(help="Triton model repository, e.g. triton_repo/smollm2-135m",
                                                 show_default=False)]
