@@ -32,7 +32,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "refengine": {"config", "tokenizer", "wire"},
     "checkpoint": {"config", "sources", "trtllm_build"},
     "repository": {"config", "sources", "tokenizer", "trtllm_build", "wire"},
-    "check": {"config", "tokenizer", "trtllm_build"},
+    "consistency": {"config", "tokenizer", "trtllm_build"},
     "serve": {"config"},
     "triton_models": {"refengine", "tokenizer", "wire"},
     "governance": {"config", "sources", "store", "tokenizer"},  # no transport, no wire: any upstream carries it
@@ -41,8 +41,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gateway": {"config", "governance", "store", "transport", "wire"},
     "bench": {"governance", "transport", "wire"},
     "k8s": {"config", "serve", "trtllm_build"},
-    "pipeline": {"check", "checkpoint", "config", "governance", "repository", "serve", "transport", "trtllm_build"},
-    "cli": {"bench", "check", "checkpoint", "config", "conversation", "gateway", "governance", "k8s", "pipeline",
+    "pipeline": {"checkpoint", "consistency", "config", "governance", "repository", "serve", "transport", "trtllm_build"},
+    "cli": {"bench", "checkpoint", "config", "consistency", "conversation", "gateway", "governance", "k8s", "pipeline",
             "repository", "serve", "store", "transport", "trtllm_build", "wire"},
 }
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from trtkit.gateway.error_responses import validation_error
 from trtkit.gateway.errors import RequestValidationError
-from trtkit.gateway.http_errors import validation_error
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.sampling import UNSUPPORTED, sampling_params
 
@@ -88,8 +88,8 @@ def test_a_backend_failure_mid_stream_ends_the_stream_with_an_error_event(tiny_c
     from prometheus_client import CollectorRegistry
 
     from trtkit.errors import ClientError
+    from trtkit.gateway.generation import Generation, ServingContext
     from trtkit.gateway.metrics import GatewayMetrics
-    from trtkit.gateway.serving import Generation, ServingContext
     from trtkit.gateway.serving_completions import ServingCompletions
     from trtkit.governance.vocabulary import StreamChunk, Usage
 

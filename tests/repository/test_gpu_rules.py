@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trtkit.check import check_repository
 from trtkit.cli.serve_cmd import run_check
 from trtkit.config import load_config
+from trtkit.consistency import check_repository
 from trtkit.errors import RepositoryError
 from trtkit.repository import deploy_repository
 from trtkit.repository.pbtxt import read

@@ -1,4 +1,4 @@
-"""`trtkit serve`, `trtkit check` and `trtkit quickstart`: thin wrappers over trtkit.serve, trtkit.check
+"""`trtkit serve`, `trtkit check` and `trtkit quickstart`: thin wrappers over trtkit.serve, trtkit.consistency
 and trtkit.pipeline.quickstart."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def run_check(repo_dir: Path, config: ModelConfig | None = None, *, echo: bool =
               host: HostFacts | None = None) -> None:
     """Run the consistency check (``serve`` runs it first); warnings go to stderr, errors raise with every
     finding listed. ``host``: GPU/TensorRT facts for the engine manifest check (probed when None)."""
-    from trtkit.check import check_repository
+    from trtkit.consistency import check_repository
 
     findings = check_repository(repo_dir, config=config, host=host)
     errors = [f for f in findings if f.severity == "error"]
@@ -54,7 +54,7 @@ def run_check(repo_dir: Path, config: ModelConfig | None = None, *, echo: bool =
 def check(repo_dir: Annotated[Path, typer.Argument(help="Triton model repository to check")],
           config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Check a Triton repository for consistency with its engine, tokenizer, config and the GPUs here."""
-    from trtkit.check import check_repository
+    from trtkit.consistency import check_repository
 
     findings = check_repository(repo_dir, config=_load(config))
     if as_json:
@@ -99,8 +99,8 @@ def serve(repo_dir: RepoArg = None, config: ConfigOpt = None,
     model_config = _load(config)
     if not skip_check:
         run_check(repo_dir, model_config)
-    from trtkit.check import engine_world_size
     from trtkit.config.schema import ServeSection
+    from trtkit.consistency import engine_world_size
 
     s = model_config.serve if model_config is not None else ServeSection()  # defaults: 127.0.0.1:8000-8002
     server = TritonServer(repo_dir, http_port=_pick(http_port, s.http_port),

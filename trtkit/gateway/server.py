@@ -16,8 +16,8 @@ from trtkit.config.schema import ModelConfig
 from trtkit.errors import ConfigError
 from trtkit.gateway.admission import StoreRuleBook, waits_on_network
 from trtkit.gateway.app import Door, create_app
+from trtkit.gateway.generation import ServingContext
 from trtkit.gateway.metrics import GatewayMetrics
-from trtkit.gateway.serving import ServingContext
 from trtkit.governance.budgets import BudgetGuard
 from trtkit.governance.metrics import ClientMetrics
 from trtkit.heap import freeze_startup_heap

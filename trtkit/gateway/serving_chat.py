@@ -11,9 +11,9 @@ from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall, ChoiceD
 
 from trtkit.gateway import responses
 from trtkit.gateway.errors import RequestValidationError
+from trtkit.gateway.generation import ServingContext
 from trtkit.gateway.log_probs import TokenLogProb
 from trtkit.gateway.protocol import ChatCompletionRequest, ChatMessage
-from trtkit.gateway.serving import ServingContext
 from trtkit.gateway.serving_endpoint import ServingEndpoint
 from trtkit.gateway.tool_calls import ToolPlan, new_call_id, tool_plan
 from trtkit.governance.tokens import RawPrompt

@@ -42,7 +42,7 @@ class QuickstartResult:
 
 def can_build_engines() -> bool:
     """A GPU host with TensorRT-LLM installed builds real engines; anything else serves the checkpoint."""
-    from trtkit.check.hardware import visible_gpu_count
+    from trtkit.consistency.hardware import visible_gpu_count
 
     return importlib.util.find_spec("tensorrt_llm") is not None and visible_gpu_count() > 0
 
@@ -64,7 +64,7 @@ def prepare_engine(config: ModelConfig, progress: Sink) -> tuple[Path, bool]:
 
 
 def deploy_and_check(config: ModelConfig, engine_dir: Path, out_root: Path, progress: Sink) -> Path:
-    from trtkit.check import check_repository
+    from trtkit.consistency import check_repository
     from trtkit.repository import deploy_repository
 
     progress(f"[3/5] writing the Triton model repository to {out_root / config.name}")
@@ -106,7 +106,7 @@ def run_quickstart(config_path: str | Path, *, prompt: str, max_tokens: int, kee
     config = load_config(config_path)
     engine_dir, built = prepare_engine(config, progress)
     repo_dir = deploy_and_check(config, engine_dir, out_root, progress)
-    from trtkit.check import engine_world_size
+    from trtkit.consistency import engine_world_size
 
     server = server_for(config, repo_dir, engine_world_size(repo_dir))
     progress(f"[4/5] starting tritonserver (log: {server.log_path})")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trtkit.check.context import CheckContext
-from trtkit.check.findings import Finding
-from trtkit.check.tokenizers import has_tokenizer_files
+from trtkit.consistency.context import CheckContext
+from trtkit.consistency.findings import Finding
+from trtkit.consistency.tokenizers import has_tokenizer_files
 from trtkit.errors import RepositoryError
 
 _REDEPLOY = "regenerate the repository with `trtkit deploy` (it writes the file from the served tokenizer)"

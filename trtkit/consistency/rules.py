@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trtkit.check.context import ENGINE_PARAM, CheckContext
-from trtkit.check.findings import Finding
-from trtkit.check.repository import RepoModel
+from trtkit.consistency.context import ENGINE_PARAM, CheckContext
+from trtkit.consistency.findings import Finding
+from trtkit.consistency.repository import RepoModel
 
 Rule = Callable[[CheckContext], list[Finding]]
 _REDEPLOY = "regenerate the repository with `trtkit deploy` from the same config and engine"

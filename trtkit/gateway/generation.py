@@ -231,7 +231,7 @@ def sse_error(exc: Exception) -> bytes:
     """An error after the stream began (headers sent): OpenAI's error body as the last event."""
     import json
 
-    from trtkit.gateway.http_errors import http_error
+    from trtkit.gateway.error_responses import http_error
 
     error = http_error(exc)
     body = {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trtkit.check.context import ENGINE_PARAM, CheckContext
-from trtkit.check.findings import Finding
-from trtkit.check.hardware import visible_gpu_count
-from trtkit.check.repository import RepoModel, load_engine, load_models
-from trtkit.check.rules import (
+from trtkit.config.schema import ModelConfig
+from trtkit.consistency.context import ENGINE_PARAM, CheckContext
+from trtkit.consistency.findings import Finding
+from trtkit.consistency.hardware import visible_gpu_count
+from trtkit.consistency.repository import RepoModel, load_engine, load_models
+from trtkit.consistency.rules import (
     Rule,
     beam_width,
     decoupled,
@@ -22,9 +23,8 @@ from trtkit.check.rules import (
     placeholders,
     sequence_lengths,
 )
-from trtkit.check.rules_guided import guided_decoding
-from trtkit.check.rules_runtime import end_and_pad_ids, engine_host, tokenizer_paths, world_size
-from trtkit.config.schema import ModelConfig
+from trtkit.consistency.rules_guided import guided_decoding
+from trtkit.consistency.rules_runtime import end_and_pad_ids, engine_host, tokenizer_paths, world_size
 from trtkit.errors import RepositoryError
 from trtkit.trtllm_build.host_facts import HostFacts
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtkit.check.repository import EngineInfo, RepoModel
-from trtkit.check.tokenizers import TokenizerInfo, load_tokenizer_info
 from trtkit.config.schema import ModelConfig
+from trtkit.consistency.repository import EngineInfo, RepoModel
+from trtkit.consistency.tokenizers import TokenizerInfo, load_tokenizer_info
 from trtkit.trtllm_build.host_facts import HostFacts
 
 TOKENIZER_PARAM = "tokenizer_dir"

@@ -10,8 +10,8 @@ import pytest
 from handmade_repo import handmade_repository, read_config, write_config, write_engine
 from transformers import AutoTokenizer
 
-from trtkit.check import check_repository, engine_world_size
-from trtkit.check.findings import Finding
+from trtkit.consistency import check_repository, engine_world_size
+from trtkit.consistency.findings import Finding
 from trtkit.errors import RepositoryError
 
 

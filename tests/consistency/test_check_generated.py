@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from handmade_repo import read_config, write_config
 
-from trtkit.check import check_repository
-from trtkit.check.findings import Finding
 from trtkit.cli.main import main
 from trtkit.config import load_config
 from trtkit.config.schema import ModelConfig
+from trtkit.consistency import check_repository
+from trtkit.consistency.findings import Finding
 
 CONFIG_PATH = Path(__file__).parents[2] / "model_configs" / "tiny-llama.yaml"
 

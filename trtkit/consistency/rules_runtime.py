@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from trtkit.check.context import CheckContext
-from trtkit.check.findings import Finding
-from trtkit.check.tokenizers import TokenizerInfo, has_tokenizer_files
+from trtkit.consistency.context import CheckContext
+from trtkit.consistency.findings import Finding
+from trtkit.consistency.tokenizers import TokenizerInfo, has_tokenizer_files
 
 _TOKENIZER_MODELS = ("preprocessing", "postprocessing")
 
