@@ -41,7 +41,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "gateway": {"config", "governance", "store", "transport", "wire"},
     "bench": {"governance", "transport", "wire"},
     "k8s": {"config", "serve", "trtllm_build"},
-    "pipeline": {"checkpoint", "consistency", "config", "governance", "repository", "serve", "transport", "trtllm_build"},
+    "pipeline": {"checkpoint", "consistency", "config", "governance", "repository", "serve", "sources", "transport",
+                 "trtllm_build"},
     "cli": {"bench", "checkpoint", "config", "consistency", "conversation", "gateway", "governance", "k8s", "pipeline",
             "repository", "serve", "store", "transport", "trtllm_build", "wire"},
 }

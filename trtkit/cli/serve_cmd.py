@@ -171,23 +171,28 @@ def quickstart(config: ConfigArg,
                                                    "OpenAI-compatible gateway (no keys, loopback)")] = False,
                prompt: Annotated[str, typer.Option("--prompt", help="What to ask")] = "What is the capital of France?",
                max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Answer length cap")] = 64) -> None:
-    """Bundled SmolLM2 to a streaming answer in one command: convert, deploy, check, serve, ask, stop."""
+    """Bundled SmolLM2 to a streaming answer in one command: convert, deploy, check, serve, ask, stop.
+    Other libraries' output (progress bars, warnings) goes to a log file whose path is printed first."""
+    from trtkit.config.paths import trtkit_home
+    from trtkit.pipeline.console import ConsoleReporter, ThirdPartyOutput, quickstart_log
     from trtkit.pipeline.quickstart import run_quickstart
 
-    def write_text(text: str) -> None:
-        typer.echo(text, nl=False)
-        sys.stdout.flush()
+    capture = ThirdPartyOutput(quickstart_log(trtkit_home()))
+    typer.echo(f"trtkit quickstart: {config} (other libraries' output: {capture.log_path})", err=True)
 
-    def progress(message: str) -> None:
-        typer.echo(message, err=True)
+    def write_text(text: str) -> None:
+        capture.out.write(text)
+        capture.out.flush()
 
     def keep_serving(server: TritonServer) -> None:  # --keep: Triton plus the gateway, keys off on loopback
         from trtkit.config import load_config
 
-        serve_until_interrupted(server, gateway_foreground(load_config(config), None, no_auth=True))
+        with capture.paused():
+            serve_until_interrupted(server, gateway_foreground(load_config(config), None, no_auth=True))
 
-    run_quickstart(config, prompt=prompt, max_tokens=max_tokens, keep=keep, on_text=write_text,
-                   progress=progress, serve_forever=keep_serving)
+    with capture:
+        run_quickstart(config, prompt=prompt, max_tokens=max_tokens, keep=keep, on_text=write_text,
+                       report=ConsoleReporter(capture.err), serve_forever=keep_serving)
 
 
 def register(app: typer.Typer) -> None:
