@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 GPU_HOST = ROOT / "requirements" / "gpu-host.txt"
 CONTAINER = ROOT / "tests" / "contracts" / "r26.04-requirements.txt"
 # the packages trtkit runs on a GPU host (the gateway and benchmarks bring their own requirements)
-GPU_HOST_PACKAGES = ("check", "cli", "client", "config", "checkpoint", "refengine", "repository", "serve",
-                     "sources", "tokenizer", "triton_models", "trtllm_build")
+GPU_HOST_PACKAGES = ("consistency", "cli", "transport", "governance", "conversation", "config", "checkpoint",
+                     "pipeline", "refengine", "repository", "serve", "sources", "tokenizer", "triton_models",
+                     "trtllm_build", "wire")
 # what the container's pinned packages pull in themselves (their own install requirements)
 TRANSITIVE = {"transformers": {"tokenizers", "safetensors", "huggingface-hub", "pyyaml", "requests", "tqdm",
                                "regex", "filelock", "packaging"},
@@ -42,6 +43,7 @@ def requirements(path: Path) -> dict[str, Requirement]:
 def third_party_imports() -> set[str]:
     names: set[str] = set()
     for package in GPU_HOST_PACKAGES:
+        assert (ROOT / "trtkit" / package).is_dir(), f"trtkit/{package} is gone: update GPU_HOST_PACKAGES"
         for path in (ROOT / "trtkit" / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):

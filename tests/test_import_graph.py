@@ -169,3 +169,12 @@ def test_no_arrow_outside_the_layers(package: str) -> None:
     wrong = sorted(f"{m} -> {t}" for m, targets in EDGES.items() if package_of(m) == package for t in targets
                    if package_of(t) not in MAY_IMPORT[package] | BASE | {package})
     assert wrong == []
+
+
+def test_the_architecture_table_lists_every_package() -> None:
+    table = (ROOT.parent / "ARCHITECTURE.md").read_text(encoding="utf-8").split("## Packages", 1)[1]
+    listed = {row.split("`")[1].removeprefix("trtkit/").strip("/").removesuffix(".py")
+              for row in table.splitlines() if row.startswith("| `trtkit/")}
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert packages - listed == set(), "add a row to ARCHITECTURE.md's package table"
+    assert listed - packages - {"data/calib", "errors", "heap"} == set(), "a row names a package that is gone"

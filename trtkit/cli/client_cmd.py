@@ -1,4 +1,5 @@
-"""`trtkit generate`, `trtkit chat`, `trtkit usage`, `trtkit tokens count`: thin wrappers over trtkit.client."""
+"""`trtkit generate`, `trtkit chat`, `trtkit usage`, `trtkit tokens count`: thin wrappers over trtkit.transport,
+trtkit.conversation and the usage ledger (trtkit.store)."""
 
 from __future__ import annotations
 
