@@ -111,7 +111,7 @@ def run_part(work: Path, name: str, *, pace_ms: float, concurrency: int, request
     from trtkit.bench.session import run_bench
     from trtkit.bench.spec import BenchSpec, parse_endpoint, parse_points
     from trtkit.bench.workloads import LengthDist, WorkloadSpec
-    from trtkit.client.tokens import TokenCounter
+    from trtkit.governance.tokens import TokenCounter
     from trtkit.serve import TritonServer
     from trtkit.sources.bundled import bundled_gguf_path
     from trtkit.sources.gguf import gguf_to_hf

@@ -46,7 +46,7 @@ TARGET_SHARE = 0.02
 
 
 def bench_ledger(work: Path, sequential: int, concurrent_rows: int, writers: int = 32) -> dict[str, float]:
-    from trtkit.client.ledger import Ledger, LedgerRow
+    from trtkit.store.ledger import Ledger, LedgerRow
 
     now = time.time()
     rows = [LedgerRow(now + i * 1e-6, "bench", f"user{i % 7}", "key", f"s{i % 13}", str(i), 100, 20, 32, 12.0, 80.0,
@@ -129,10 +129,12 @@ def raw_request(client: Any, prompt: str, max_tokens: int) -> float:
 def bench_client(url: str, config, requests: int, max_tokens: int, work: Path) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     import tritonclient.grpc as grpcclient
 
-    from trtkit.client import Ledger, SamplingParams, TritonLLMClient, budget_scope
-    from trtkit.client.accumulate import StreamAccumulator
-    from trtkit.client.governor import Governor
     from trtkit.config.schema import BudgetRule
+    from trtkit.governance import SamplingParams, budget_scope
+    from trtkit.governance.accumulate import StreamAccumulator
+    from trtkit.governance.governor import Governor
+    from trtkit.store.ledger import Ledger
+    from trtkit.transport import TritonLLMClient
 
     # the guard still inspects every delta, but cannot trip within a forced length: on the random tiny model a
     # guard stop (guard_repetition, guard_punctuation) would end a governed request short of the bare one's

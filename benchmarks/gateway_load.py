@@ -80,7 +80,7 @@ async def via_gateway_bare(client: BareStreamClient, n: int, concurrency: int,
 
 
 async def direct(client, n: int, concurrency: int, max_tokens: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    from trtkit.client import SamplingParams
+    from trtkit.governance import SamplingParams
 
     async def request(i: int) -> tuple[float, int]:
         start, first, tokens = time.perf_counter(), 0.0, 0
@@ -107,8 +107,8 @@ class BareGrpcStreams:
         self.wire = None
 
     async def stream(self, prompt: str, max_tokens: int) -> tuple[float, int]:
-        from trtkit.client import SamplingParams
-        from trtkit.client.token_wire import TokenWire
+        from trtkit.governance import SamplingParams
+        from trtkit.transport.token_wire import TokenWire
 
         if self.wire is None:
             metadata = await self.client.get_model_metadata(GATEWAY_TRITON_MODEL, as_json=True)
@@ -273,7 +273,8 @@ async def echo_rate(url: str, secret: str, n: int, gateway_pid: int, triton_pid:
 async def direct_echo_rate(config, url: str, n: int) -> float:  # type: ignore[no-untyped-def]
     """The same echo requests through the asyncio client alone (same governance, no HTTP): what Triton and
     the governance cost without the gateway, to show where the time goes."""
-    from trtkit.client import AsyncTritonLLMClient, SamplingParams
+    from trtkit.governance import SamplingParams
+    from trtkit.transport import AsyncTritonLLMClient
 
     async with AsyncTritonLLMClient(url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
         await _concurrently(64, 64, lambda i: client.generate("Hi", SamplingParams(max_tokens=1)))

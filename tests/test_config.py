@@ -79,6 +79,39 @@ def test_profile_fills_only_unset_fields() -> None:
     assert latency.max_queue_delay_microseconds == 0 and latency.batch_scheduler_policy == "guaranteed_no_evict"
 
 
+def test_the_profile_is_resolved_once_at_load_with_where_each_value_came_from() -> None:
+    data = with_section("serve", max_queue_delay_microseconds=1000)
+    config = parse_config(data, profile="throughput")
+    assert config.serve.profile == "throughput" and config.serve.batch_scheduler_policy == "max_utilization"
+    why = {i.field: i.reason for i in config.implied}
+    assert why["serve.max_queue_delay_microseconds"] == "set in the config"
+    assert why["serve.batch_scheduler_policy"].startswith("throughput:")
+    assert why["client.max_input_tokens"] == "from build.max_input_len"
+    with pytest.raises(ConfigError, match="profile 'fast' is unknown"):
+        parse_config(data, profile="fast")
+
+
+def test_a_value_changed_after_loading_is_no_longer_the_profiles() -> None:
+    from dataclasses import replace
+
+    from trtkit.config.profiles import from_profile, serve_provenance
+
+    config = parse_config(with_section("serve", profile="throughput"))
+    assert from_profile(config, "serve.max_queue_delay_microseconds")
+    changed = replace(config, serve=replace(config.serve, max_queue_delay_microseconds=2000))
+    assert not from_profile(changed, "serve.max_queue_delay_microseconds")
+    latency = replace(config, serve=replace(config.serve, profile="latency"))  # throughput's values, now set
+    assert not any(i.reason.startswith("throughput") for i in serve_provenance(latency))
+
+
+def test_the_provenance_is_not_a_yaml_key() -> None:
+    from trtkit.config import config_to_yaml
+
+    with pytest.raises(ConfigError, match="implied: unknown key"):
+        parse_config({**BASE, "implied": []})
+    assert "implied" not in yaml.safe_load(config_to_yaml(parse_config(BASE)))
+
+
 def test_relative_paths_are_anchored_to_the_config_file(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     path = tmp_path / "sub" / "m.yaml"

@@ -35,8 +35,9 @@ SOURCE = re.compile(r"(NVIDIA/TensorRT-LLM|triton-inference-server/tensorrtllm_b
 LOWER = (">=", ">")
 
 # the packages trtkit runs on a GPU host (the gateway and benchmarks bring their own requirements)
-GPU_HOST_PACKAGES = ("check", "cli", "client", "config", "checkpoint", "refengine", "repository", "serve",
-                     "sources", "tokenizer", "triton_models", "trtllm_build")
+GPU_HOST_PACKAGES = ("consistency", "cli", "transport", "governance", "conversation", "config", "checkpoint",
+                     "pipeline", "refengine", "repository", "serve", "sources", "tokenizer", "triton_models",
+                     "trtllm_build", "wire")
 # what the container's pinned packages pull in themselves (their own install requirements)
 TRANSITIVE = {"transformers": {"tokenizers", "safetensors", "huggingface-hub", "pyyaml", "requests", "tqdm",
                                "regex", "filelock", "packaging"},
@@ -103,6 +104,7 @@ def resolve_against_container(requirements: dict[str, Requirement],
 def third_party_imports() -> set[str]:
     names: set[str] = set()
     for package in GPU_HOST_PACKAGES:
+        assert (ROOT / "trtkit" / package).is_dir(), f"trtkit/{package} is gone: update GPU_HOST_PACKAGES"
         for path in (ROOT / "trtkit" / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import):

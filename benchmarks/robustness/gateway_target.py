@@ -42,10 +42,10 @@ class GatewayThread:
     def __init__(self, config, backend: str, folder: Path) -> None:  # type: ignore[no-untyped-def]
         import uvicorn
 
-        from trtkit.client.ledger import Ledger
         from trtkit.gateway import build_gateway
         from trtkit.gateway.server import free_port
-        from trtkit.gateway.store import open_gateway_store
+        from trtkit.store import open_gateway_store
+        from trtkit.store.ledger import Ledger
 
         folder.mkdir(parents=True, exist_ok=True)
         config = replace(config, client=replace(config.client, cache=replace(config.client.cache, enabled=False)))
@@ -82,7 +82,7 @@ class GatewayThread:
         return found[0].name, secret
 
     def ledger_rows(self, key_name: str) -> list[tuple]:
-        from trtkit.client.ledger import Ledger
+        from trtkit.store.ledger import Ledger
 
         ledger = Ledger(self.ledger_path)
         try:
@@ -110,7 +110,7 @@ class GatewayProcess:
         import yaml
 
         from trtkit.gateway.server import free_port
-        from trtkit.gateway.store import open_gateway_store
+        from trtkit.store import open_gateway_store
 
         folder.mkdir(parents=True, exist_ok=True)
         root = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import pytest
 from trtkit.bench.session import run_bench
 from trtkit.bench.spec import BenchSpec, parse_endpoint, parse_points, parse_slo
 from trtkit.bench.workloads import LengthDist, WorkloadSpec
-from trtkit.client.tokens import TokenCounter
+from trtkit.governance.tokens import TokenCounter
 
 
 def bench_once(server, out: Path, counter: TokenCounter, *, model: str = "ensemble", concurrency: str | None = "1,3",  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from tests.repository.echo_model import CYCLE_TEXT
 from trtkit.bench.outputs.files import read_run
 from trtkit.bench.workloads import LengthDist, WorkloadSpec
 from trtkit.cli.main import main
-from trtkit.client.tokens import TokenCounter
+from trtkit.governance.tokens import TokenCounter
 
 from .conftest import bench_once
 

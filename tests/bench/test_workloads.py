@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from trtkit.bench.workloads import LengthDist, PromptCutter, WorkloadSpec, build_workload
-from trtkit.client.tokens import prompt_form
 from trtkit.errors import BenchError
+from trtkit.governance.tokens import prompt_form
 
 
 def test_synthetic_prompts_have_the_asked_token_lengths(tiny_bench_counter) -> None:

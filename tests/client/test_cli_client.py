@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trtkit.cli.main import main
-from trtkit.client.ledger import Ledger, LedgerRow
+from trtkit.store.ledger import Ledger, LedgerRow
 
 TINY_CONFIG = Path(__file__).resolve().parents[2] / "model_configs" / "tiny-llama.yaml"
 

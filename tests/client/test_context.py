@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trtkit.client.context import RetrievalStrategy, SummaryStrategy, TailStrategy, fit_prompt
-from trtkit.client.sessions import SessionStore
-from trtkit.client.tokens import RawPrompt, TokenCounter, prompt_form
+from trtkit.conversation.context import RetrievalStrategy, SummaryStrategy, TailStrategy, fit_prompt
+from trtkit.conversation.sessions import SessionStore
+from trtkit.governance.tokens import RawPrompt, TokenCounter, prompt_form
 
 LIMIT = 120
 TOPICS = ["the red bicycle in the garage", "our trip to Lisbon in May", "the invoice number 4471",

@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from trtkit.client import ClientMetrics, Ledger, SamplingParams, TritonLLMClient, budget_scope
-from trtkit.client.transport import ServerUnavailableError
 from trtkit.errors import ClientError
+from trtkit.governance import ClientMetrics, SamplingParams, budget_scope
+from trtkit.store.ledger import Ledger
+from trtkit.transport import TritonLLMClient
+from trtkit.transport.setup import ServerUnavailableError
 
 from .conftest import TINY_CONFIG, client_config
 
@@ -201,14 +203,14 @@ def test_a_killed_server_fails_streams_without_retry_and_new_requests_after_retr
 
 def test_the_async_client_on_a_killed_server_fails_its_stream_and_renews_its_call(fault_server, config,
                                                                                  caplog) -> None:
-    """The asyncio client keeps one call for all its requests (trtkit/client/stream_mux.py): a killed server
+    """The asyncio client keeps one call for all its requests (trtkit/transport/stream_mux.py): a killed server
     fails the request in flight on it at once, the next request opens a new call (retried, then reported),
     and the broken call leaves no task behind (asyncio logs one it had to destroy)."""
     import asyncio
     import gc
     import logging
 
-    from trtkit.client import AsyncTritonLLMClient
+    from trtkit.transport import AsyncTritonLLMClient
 
     fault_server.stop()  # the test before killed it
     fault_server.start()

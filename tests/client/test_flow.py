@@ -1,4 +1,4 @@
-"""The request flow both clients share (trtkit/client/flow.py), without a server: what each response becomes
+"""The request flow both clients share (trtkit/governance/flow.py), without a server: what each response becomes
 and what an early end is billed as. The transports' own paths are covered live (test_live.py, test_faults.py)."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ import dataclasses
 
 import pytest
 
-from trtkit.client import Caller, SamplingParams
-from trtkit.client.flow import RequestFlow
-from trtkit.client.governor import Governor, PreparedRequest
-from trtkit.client.protocol import Delta
 from trtkit.errors import ClientError
+from trtkit.governance import Caller, SamplingParams
+from trtkit.governance.flow import RequestFlow
+from trtkit.governance.governor import Governor, PreparedRequest
+from trtkit.governance.upstream import Delta
+from trtkit.transport.setup import is_server_failure
 
 
 def _delta(text: str, output: int, *, final: bool = False) -> Delta:
@@ -66,14 +67,14 @@ def test_a_runaway_stream_is_stopped_by_the_guard(tiny_config, tiny_counter) -> 
 @pytest.mark.parametrize("left", [GeneratorExit(), asyncio.CancelledError()])
 def test_an_early_end_bills_what_arrived_or_only_releases(tiny_config, tiny_counter, left: BaseException) -> None:
     untouched = _flow(tiny_config, tiny_counter, server_stream=True)
-    assert untouched.ended_by(left) is None  # nothing reached the caller: release the reservation
-    assert untouched.ended_by(ClientError("refused: bad input")) is None
-    failed = untouched.ended_by(ClientError("internal error: the engine died"))  # the server worked on it
+    assert untouched.ended_by(left, is_server_failure) is None  # nothing reached the caller: release the reservation
+    assert untouched.ended_by(ClientError("refused: bad input"), is_server_failure) is None
+    failed = untouched.ended_by(ClientError("internal error: the engine died"), is_server_failure)  # the server worked on it
     assert failed is not None and failed.finish_reason == "error"
     flow = _flow(tiny_config, tiny_counter, server_stream=True)
     flow.take(_delta(" a", 1))
     flow.take(_delta(" b", 2))
-    cancelled = flow.ended_by(left)
+    cancelled = flow.ended_by(left, is_server_failure)
     assert cancelled is not None and (cancelled.finish_reason, cancelled.num_output_tokens) == ("cancelled", 2)
-    errored = flow.ended_by(RuntimeError("stream broke"))
+    errored = flow.ended_by(RuntimeError("stream broke"), is_server_failure)
     assert errored is not None and (errored.finish_reason, errored.text) == ("error", " a b")

@@ -11,18 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trtkit.client.budgets import BudgetGuard, budget_scope, period_start
-from trtkit.client.budgets import _current_scope as _scope_var
-from trtkit.client.cache import ResponseCache, cache_key
-from trtkit.client.caller import Caller
-from trtkit.client.guard import FINISH_PUNCTUATION, FINISH_REPETITION, FINISH_WHITESPACE, RunawayGuard
-from trtkit.client.ledger import Ledger, LedgerRow
-from trtkit.client.limits import clamp_max_tokens, enforce_input_limit
-from trtkit.client.params import SamplingParams
-from trtkit.client.sessions import SessionExpiredError, SessionStore
-from trtkit.client.usage import Usage, usage_cost
 from trtkit.config.schema import BudgetRule
+from trtkit.conversation.sessions import SessionExpiredError, SessionStore
 from trtkit.errors import BudgetExceededError, ClientError, InputTooLongError
+from trtkit.governance.budgets import BudgetGuard, budget_scope, period_start
+from trtkit.governance.budgets import _current_scope as _scope_var
+from trtkit.governance.cache import ResponseCache, cache_key
+from trtkit.governance.guard import FINISH_PUNCTUATION, FINISH_REPETITION, FINISH_WHITESPACE, RunawayGuard
+from trtkit.governance.limits import clamp_max_tokens, enforce_input_limit
+from trtkit.governance.vocabulary import Caller, SamplingParams, Usage, usage_cost
+from trtkit.store.ledger import Ledger, LedgerRow
 
 
 def test_input_limit_rejects_or_truncates() -> None:

@@ -13,14 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-from trtkit.client.ledger import (
-    MIGRATIONS,
-    Ledger,
-    LedgerRow,
-    default_ledger_path,
-    format_report,
-    usage_report,
-)
+from trtkit.store.ledger import Ledger, LedgerRow, default_ledger_path
+from trtkit.store.migrations import MIGRATIONS
+from trtkit.store.usage_reports import format_report, usage_report
 
 # Declared types portable to PostgreSQL (SQLite reads BIGINT as INTEGER and DOUBLE PRECISION as REAL affinity).
 EXPECTED_COLUMNS = [
@@ -89,7 +84,7 @@ def test_concurrent_records_all_land(isolated_home: Path) -> None:
 
 _WRITER = """
 import sys, time
-from trtkit.client.ledger import Ledger, LedgerRow
+from trtkit.store.ledger import Ledger, LedgerRow
 ledger = Ledger()
 i = 0
 while True:

@@ -14,20 +14,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from server_gauges import settled_engine
 
-from trtkit.client import (
-    AsyncTritonLLMClient,
-    Caller,
-    ClientMetrics,
-    Conversation,
-    Ledger,
-    SamplingParams,
-    SessionExpiredError,
-    SessionStore,
-    TritonLLMClient,
-    budget_scope,
-)
-from trtkit.client.guard import FINISH_REPETITION
+from trtkit.conversation import Conversation, SessionExpiredError, SessionStore
 from trtkit.errors import BudgetExceededError, InputTooLongError
+from trtkit.governance import Caller, ClientMetrics, SamplingParams, budget_scope
+from trtkit.governance.guard import FINISH_REPETITION
+from trtkit.store.ledger import Ledger
+from trtkit.transport import AsyncTritonLLMClient, TritonLLMClient
 
 from .conftest import client_config
 

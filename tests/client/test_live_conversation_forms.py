@@ -11,10 +11,11 @@ from dataclasses import replace
 import pytest
 
 from tests.repository.live_client import Live, inputs
-from trtkit.client import SamplingParams, TritonLLMClient
-from trtkit.client.context import fit_prompt
-from trtkit.client.tokens import prompt_form
-from trtkit.stop_request import ENGINE_MODEL
+from trtkit.conversation.context import fit_prompt
+from trtkit.governance import SamplingParams
+from trtkit.governance.tokens import prompt_form
+from trtkit.transport import TritonLLMClient
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
 

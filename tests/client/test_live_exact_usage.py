@@ -14,8 +14,9 @@ from dataclasses import replace
 import pytest
 
 from tests.repository.echo_model import CYCLE_TEXT
-from trtkit.client import SamplingParams, TritonLLMClient
-from trtkit.client.guard import FINISH_REPETITION
+from trtkit.governance import SamplingParams
+from trtkit.governance.guard import FINISH_REPETITION
+from trtkit.transport import TritonLLMClient
 
 from .conftest import client_config
 

@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from trtkit.client import SamplingParams, TritonLLMClient
 from trtkit.errors import ClientError
-from trtkit.stop_request import ENGINE_MODEL
+from trtkit.governance import SamplingParams
+from trtkit.transport import TritonLLMClient
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
 

@@ -14,9 +14,10 @@ import pytest
 from server_gauges import settled_engine
 
 from tests.repository.echo_model import CYCLE_TEXT
-from trtkit.client import AsyncTritonLLMClient, SamplingParams, TritonLLMClient
-from trtkit.client.results import GenerationResult
-from trtkit.stop_request import ENGINE_MODEL
+from trtkit.governance import SamplingParams
+from trtkit.governance.vocabulary import GenerationResult
+from trtkit.transport import AsyncTritonLLMClient, TritonLLMClient
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
 

@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models
 
-from trtkit.client import Caller, SamplingParams, TokenCounter
-from trtkit.client.governor import Governor, PreparedRequest
-from trtkit.engine_wire import EngineRun
 from trtkit.gateway.log_probs import LogProbReader
+from trtkit.governance import Caller, SamplingParams, TokenCounter
+from trtkit.governance.governor import Governor, PreparedRequest
 from trtkit.tokenizer.detokenizer import IncrementalDetokenizer, find_anchor
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.tokenizer.stopping import StopFilter
 from trtkit.tokenizer.token_bytes import token_bytes_reader
+from trtkit.wire.engine_run import EngineRun
+from trtkit.wire.responses import EngineResponse
 
 TEXT = "Hello 你好 🎉 <|im_start|>user\n\ttabs é"
 
@@ -57,8 +58,8 @@ def test_engine_responses_give_pairs_up_to_the_stop_string(tiny_llama_dir) -> No
     values = [-0.1 * (k + 1) for k in range(len(ids))]
     first = {"output_ids": np.array([[ids[:2]]]), "output_log_probs": np.array([[values[:2]]], dtype=np.float32)}
     rest = {"output_ids": np.array([[ids[2:]]]), "output_log_probs": np.array([[values[2:]]], dtype=np.float32)}
-    run.absorb(first)
-    _, final = run.absorb(rest)
+    run.absorb(EngineResponse.from_tensors(first))
+    _, final = run.absorb(EngineResponse.from_tensors(rest))
     assert final and run.stops.stopped and run.text == " one two"
     kept = len(tokenizer.encode(" one two three", add_special_tokens=False))
     assert [t for t, _ in run.log_probs or []] == ids[:kept]  # the tokens billed: through the stop, no further
@@ -74,8 +75,8 @@ def test_a_stream_sending_every_value_so_far_reads_alike(tiny_llama_dir) -> None
     run = EngineRun(IncrementalDetokenizer(tokenizer, find_anchor(tokenizer)), StopFilter([]), 3, 16, 32, echo="",
                     keep_text=False, log_probs=[])
     for end in range(1, len(ids) + 1):  # one token a response, with every value so far
-        run.absorb({"output_ids": np.array([[ids[end - 1:end]]]),
-                    "output_log_probs": np.array([[values[:end]]], dtype=np.float32)})
+        run.absorb(EngineResponse.from_tensors({"output_ids": np.array([[ids[end - 1:end]]]),
+                                                "output_log_probs": np.array([[values[:end]]], dtype=np.float32)}))
     assert [t for t, _ in run.log_probs or []] == ids
     assert [lp for _, lp in run.log_probs or []] == pytest.approx(values)
 

@@ -1,4 +1,4 @@
-"""Prompt forms (trtkit/client/tokens.py): a plain prompt is wrapped in the chat template as the server's
+"""Prompt forms (trtkit/governance/tokens.py): a plain prompt is wrapped in the chat template as the server's
 preprocessing wraps ``text_input``; a ``RawPrompt`` is sent as written (the gateway's completions, and a
 conversation the template already rendered). No server here: the live side is tests/gateway/test_live_prompts.py
 and tests/client/test_live_conversation_forms.py."""
@@ -11,11 +11,11 @@ import shutil
 
 import pytest
 
-from trtkit.client import Caller, RawPrompt, SamplingParams, TokenIdsPrompt
-from trtkit.client.governor import Governor, PreparedRequest
-from trtkit.client.tokens import TokenCounter, prompt_form, same_form
-from trtkit.client.wire import TextWire
 from trtkit.errors import ClientError
+from trtkit.governance import Caller, RawPrompt, SamplingParams, TokenIdsPrompt
+from trtkit.governance.governor import Governor, PreparedRequest
+from trtkit.governance.tokens import TokenCounter, prompt_form, same_form
+from trtkit.transport.model_wire import TextWire
 
 CONVERSATION = [{"role": "system", "content": "You answer in one word."},
                 {"role": "user", "content": "Capital of France?"},

@@ -6,7 +6,8 @@ import socket
 
 import pytest
 
-from trtkit.client import ClientMetrics, ServerUnavailableError, TritonLLMClient, budget_scope
+from trtkit.governance import ClientMetrics, budget_scope
+from trtkit.transport import ServerUnavailableError, TritonLLMClient
 
 from .conftest import client_config
 

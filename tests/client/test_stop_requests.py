@@ -1,7 +1,7 @@
 """Requests end early with the engine's ``stop`` input, never by cancelling the gRPC call.
 
 tritonserver's gRPC stream handler can deadlock when a client cancels a stream while a response of it
-is being written (trtkit/stop_request.py has the evidence); a loaded suite run hung on it. So the
+is being written (trtkit/wire/stop_request.py has the evidence); a loaded suite run hung on it. So the
 clients and the gateway stop a request with a stop request to the engine that carries the request's
 id, read its stream to its own end, and cancel the call only when that fails.
 """
@@ -18,9 +18,10 @@ import pytest
 import tritonclient.grpc as grpcclient
 from server_gauges import settled_engine
 
-from trtkit.client import AsyncTritonLLMClient, ClientMetrics, SamplingParams, TritonLLMClient
-from trtkit.client.protocol import stop_inputs
-from trtkit.stop_request import ENGINE_MODEL
+from trtkit.governance import ClientMetrics, SamplingParams
+from trtkit.transport import AsyncTritonLLMClient, TritonLLMClient
+from trtkit.transport.protocol import stop_inputs
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
 
@@ -38,8 +39,8 @@ def config(tiny_config):
 
 
 def _inputs(model_metadata: dict, prompt: str) -> list[grpcclient.InferInput]:
-    from trtkit.client.protocol import request_inputs
-    from trtkit.client.transport import declared_inputs
+    from trtkit.transport.protocol import request_inputs
+    from trtkit.transport.setup import declared_inputs
 
     return request_inputs(prompt, LONG_PARAMS, stream=True, declared=declared_inputs(model_metadata))
 

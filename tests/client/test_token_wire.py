@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from trtkit.client.params import SamplingParams
-from trtkit.client.token_wire import TokenWire, is_engine_model
-from trtkit.engine_wire import list_to_words
+from trtkit.governance.vocabulary import SamplingParams
+from trtkit.transport.token_wire import TokenWire, is_engine_model
+from trtkit.wire.tensors import list_to_words
 
 TEXT = "The answer is forty-two. STOP and then the engine would go on and on and on."
 INPUTS = {"input_ids": "INT32", "input_lengths": "INT32", "request_output_len": "INT32", "end_id": "INT32",

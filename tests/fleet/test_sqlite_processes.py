@@ -14,8 +14,8 @@ from trtkit.store import open_database, open_gateway_store, parse_store_url
 
 GATEWAY_LIKE = """
 import sys, time
-from trtkit.client.ledger import open_ledger
-from trtkit.client.ledger.store import LedgerRow
+from trtkit.store.ledger import open_ledger
+from trtkit.store.ledger import LedgerRow
 from trtkit.store import open_gateway_store
 store = open_gateway_store(sys.argv[1], lease_seconds=2)   # what `trtkit gateway` opens, in this order
 ledger = open_ledger(sys.argv[1])

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from trtkit.client.ledger import Ledger
 from trtkit.config.schema import ModelConfig
 from trtkit.gateway import build_gateway
 from trtkit.gateway.keys import ApiKey, hash_secret, new_secret
 from trtkit.gateway.server import free_port, run_in_loop, uvicorn_config
-from trtkit.gateway.store import open_gateway_store
+from trtkit.store import open_gateway_store
+from trtkit.store.ledger import Ledger
 
 
 class RunningGateway:

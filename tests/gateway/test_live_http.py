@@ -177,7 +177,7 @@ def test_fifty_concurrent_requests_never_overshoot_a_budget(gateway) -> None:
     spent = sum(r[0] + r[1] for r in rows)
     assert spent <= 10 * need
     assert sum(r[3] == "refused:budget" for r in rows) == statuses.count(429)
-    period = gateway.store.account(f"key:{key.name}", __import__("trtkit.client.budgets", fromlist=["x"])
+    period = gateway.store.account(f"key:{key.name}", __import__("trtkit.governance.budgets", fromlist=["x"])
                                    .period_start("month", time.time()))
     assert period is not None and period[0] == spent and period[1] == 0  # used == billed, nothing left held
 
@@ -253,7 +253,7 @@ def test_bad_bodies_get_400_naming_the_field_and_big_ones_413_fast(gateway) -> N
 
 
 def test_nested_calls_draw_on_the_parents_reservation(gateway) -> None:
-    from trtkit.client.caller import Caller
+    from trtkit.governance.vocabulary import Caller
 
     key, secret = gateway.key()
     budgets = gateway.gateway.client.governor.budgets

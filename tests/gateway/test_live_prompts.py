@@ -12,8 +12,9 @@ import openai
 import pytest
 
 from tests.gateway.conftest import RunningGateway
-from trtkit.client import RawPrompt, SamplingParams, TritonLLMClient
 from trtkit.gateway.server import GATEWAY_TRITON_MODEL
+from trtkit.governance import RawPrompt, SamplingParams
+from trtkit.transport import TritonLLMClient
 
 pytestmark = pytest.mark.slow
 

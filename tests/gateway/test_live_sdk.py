@@ -7,7 +7,8 @@ import asyncio
 import openai
 import pytest
 
-from trtkit.client import SamplingParams, TokenIdsPrompt, TritonLLMClient
+from trtkit.governance import SamplingParams, TokenIdsPrompt
+from trtkit.transport import TritonLLMClient
 
 pytestmark = pytest.mark.slow
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from trtkit.gateway.error_responses import validation_error
 from trtkit.gateway.errors import RequestValidationError
-from trtkit.gateway.http_errors import validation_error
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.sampling import UNSUPPORTED, sampling_params
 
@@ -66,9 +66,9 @@ def test_type_errors_and_unknown_fields_name_the_field() -> None:
 
 
 def test_governor_rejects_max_tokens_beyond_the_context_when_configured(tiny_config, tiny_counter) -> None:
-    from trtkit.client import Caller, SamplingParams
-    from trtkit.client.governor import Governor
     from trtkit.errors import InputTooLongError
+    from trtkit.governance import Caller, SamplingParams
+    from trtkit.governance.governor import Governor
 
     governor = Governor(tiny_config, tiny_counter, None)
     clamped = governor.prepare("Hello", SamplingParams(max_tokens=100_000), Caller())
@@ -87,12 +87,11 @@ def test_a_backend_failure_mid_stream_ends_the_stream_with_an_error_event(tiny_c
 
     from prometheus_client import CollectorRegistry
 
-    from trtkit.client.results import StreamChunk
-    from trtkit.client.usage import Usage
     from trtkit.errors import ClientError
+    from trtkit.gateway.generation import Generation, ServingContext
     from trtkit.gateway.metrics import GatewayMetrics
-    from trtkit.gateway.serving import Generation, ServingContext
     from trtkit.gateway.serving_completions import ServingCompletions
+    from trtkit.governance.vocabulary import StreamChunk, Usage
 
     async def failing():  # what the asyncio client raises when Triton fails after the first token
         raise ClientError("request r1 failed: engine gone")
@@ -110,10 +109,10 @@ def test_a_backend_failure_mid_stream_ends_the_stream_with_an_error_event(tiny_c
 
 
 def test_ranges_are_the_ones_the_engine_model_and_bls_enforce() -> None:
-    """One table (trtkit.sampling_ranges) for the gateway, the engine model and the BLS: a top_p of 0 that the
+    """One table (trtkit.wire.sampling_ranges) for the gateway, the engine model and the BLS: a top_p of 0 that the
     engine would refuse is refused at the door with the same message; OpenAI's narrower temperature bound on top."""
     from trtkit.errors import InvalidInputError
-    from trtkit.sampling_ranges import check_sampling_value
+    from trtkit.wire.sampling_ranges import check_sampling_value
 
     with pytest.raises(InvalidInputError) as engine_says:
         check_sampling_value("top_p", 0.0)

@@ -7,9 +7,9 @@ import time
 from typer.testing import CliRunner
 
 from trtkit.cli.main import app
-from trtkit.client.ledger import Ledger, LedgerRow
 from trtkit.gateway.keys import key_id_of, secret_matches
-from trtkit.gateway.store import open_gateway_store
+from trtkit.store import open_gateway_store
+from trtkit.store.ledger import Ledger, LedgerRow
 
 
 def test_keys_cli_prints_the_secret_once_and_stores_only_its_hash(tmp_path) -> None:

@@ -43,6 +43,6 @@ def test_store_down_answers_503_and_recovers_by_itself(live_server, tiny_config,
 def _period(key) -> float:  # type: ignore[no-untyped-def]
     import time
 
-    from trtkit.client.budgets import period_start
+    from trtkit.governance.budgets import period_start
 
     return period_start(key.period, time.time())

@@ -112,8 +112,8 @@ def test_one_failing_element_fails_the_request_once_and_silences_the_rest() -> N
 
 
 def test_preprocessing_batch_tensors_pad_each_prompt_with_its_pad_id() -> None:
-    from trtkit.engine_wire import words_to_list
     from trtkit.triton_models.preprocessing import Preprocessed, batch_tensors
+    from trtkit.wire.tensors import words_to_list
 
     done = [Preprocessed([1, 2, 3], 5, words_to_list([[9, 8]]), words_to_list([]), 2, 0),
             Preprocessed([4], 6, words_to_list([]), words_to_list([[7]]), 2, 3, min_tokens=1)]

@@ -147,8 +147,8 @@ def test_ensemble_wiring_is_consistent(tmp_path: Path, tiny_llama_dir: Path) -> 
 
 
 def test_profile_override_changes_the_configs(tmp_path: Path, tiny_llama_dir: Path) -> None:
-    config = load_config(CONFIGS / "tiny-llama.yaml")
-    result = deploy_repository(config, tiny_llama_dir, tmp_path / "repo", profile="throughput")
+    config = load_config(CONFIGS / "tiny-llama.yaml", profile="throughput")
+    result = deploy_repository(config, tiny_llama_dir, tmp_path / "repo")
     engine = read(tmp_path / "repo" / "tensorrt_llm" / "config.pbtxt")
     assert engine.dynamic_batching.max_queue_delay_microseconds == 50_000
     assert _params(engine)["batch_scheduler_policy"] == "max_utilization"
@@ -166,7 +166,8 @@ def test_cpu_engine_has_a_triton_batcher_only_for_a_gathering_window(tmp_path: P
     assert not latency.HasField("dynamic_batching")
     assert _params(latency)["cpu_max_queue_size"] == "1024"  # the engine's own bound stays
     assert read(tmp_path / "latency" / "preprocessing" / "config.pbtxt").HasField("dynamic_batching")
-    deploy_repository(config, tiny_llama_dir, tmp_path / "throughput", target="cpu", profile="throughput")
+    throughput_config = load_config(CONFIGS / "tiny-llama.yaml", profile="throughput")
+    deploy_repository(throughput_config, tiny_llama_dir, tmp_path / "throughput", target="cpu")
     throughput = read(tmp_path / "throughput" / "tensorrt_llm" / "config.pbtxt")
     assert throughput.dynamic_batching.max_queue_delay_microseconds == 50_000
     assert throughput.dynamic_batching.default_queue_policy.max_queue_size == 1024
@@ -223,13 +224,13 @@ def test_gpu_repository_serves_on_a_gpu_host(tmp_path: Path) -> None:
 
 def test_token_path_sends_only_what_the_engine_model_declares_on_both_targets(tmp_path: Path, gpu_engine_dir: Path,
                                                                               tiny_llama_dir: Path, tiny_counter) -> None:
-    """The gateway's token path (client/token_wire.py) on the generated tensorrt_llm of either target: every input
+    """The gateway's token path (transport/token_wire.py) on the generated tensorrt_llm of either target: every input
     it may send is declared with the datatype it sends, and every output it asks for is declared (a request
     naming an undeclared tensor fails as a whole in Triton)."""
     from tritonclient.grpc import model_config_pb2
 
-    from trtkit.client.params import SamplingParams
-    from trtkit.client.token_wire import TokenWire, is_engine_model
+    from trtkit.governance.vocabulary import SamplingParams
+    from trtkit.transport.token_wire import TokenWire, is_engine_model
 
     config = load_config(CONFIGS / "tiny-llama.yaml")
     deploy_repository(config, gpu_engine_dir, tmp_path / "gpu", target="gpu")

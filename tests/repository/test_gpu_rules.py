@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from trtkit.check import check_repository
 from trtkit.cli.serve_cmd import run_check
 from trtkit.config import load_config
+from trtkit.consistency import check_repository
 from trtkit.errors import RepositoryError
 from trtkit.repository import deploy_repository
 from trtkit.repository.pbtxt import read
+from trtkit.trtllm_build.host_facts import GpuFact, HostFacts
 from trtkit.trtllm_build.manifest import BuildIdentity, write_manifest
-from trtkit.trtllm_build.preflight import GpuFact, HostFacts
 
 CONFIGS = Path(__file__).resolve().parents[2] / "model_configs"
 H100 = HostFacts(gpus=(GpuFact(0, "NVIDIA H100 80GB HBM3", 80 << 30, (9, 0)),), tensorrt_llm_version="1.2.1",
@@ -56,9 +56,8 @@ def engine_dir(tmp_path: Path, *, paged: bool = True, logits_dtype: str | None =
 
 def deploy(tmp_path: Path, engine: Path, *, profile: str | None = None, host: HostFacts = H100,
            tokenizer: Path | None = None):  # type: ignore[no-untyped-def]
-    config = load_config(CONFIGS / "tiny-llama.yaml")
-    return deploy_repository(config, engine, tmp_path / "repo", profile=profile, target="gpu", host=host,
-                             tokenizer_dir=tokenizer)
+    config = load_config(CONFIGS / "tiny-llama.yaml", profile=profile)
+    return deploy_repository(config, engine, tmp_path / "repo", target="gpu", host=host, tokenizer_dir=tokenizer)
 
 
 def dtype_of(config, name: str) -> str:  # type: ignore[no-untyped-def]
@@ -184,8 +183,8 @@ def test_throughput_queue_delay_is_zero_on_gpu_unless_set(tmp_path: Path, tiny_l
     assert engine.dynamic_batching.max_queue_delay_microseconds == 0
     reason = next(i.reason for i in result.implied if i.field == "serve.max_queue_delay_microseconds")
     assert reason.startswith("gpu:") and "time-to-first-token" in reason
-    cpu = deploy_repository(load_config(CONFIGS / "tiny-llama.yaml"), tiny_llama_dir, tmp_path / "cpu",
-                            profile="throughput", target="cpu")
+    cpu = deploy_repository(load_config(CONFIGS / "tiny-llama.yaml", profile="throughput"), tiny_llama_dir,
+                            tmp_path / "cpu", target="cpu")
     assert cpu.settings.max_queue_delay_us == 50_000
     base = load_config(CONFIGS / "tiny-llama.yaml")
     explicit = replace(base, serve=replace(base.serve, profile="throughput", max_queue_delay_microseconds=2000))

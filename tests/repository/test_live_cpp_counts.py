@@ -16,7 +16,8 @@ import pytest
 from echo_model import CYCLE_TEXT
 from live_client import Live, inputs, tensor
 
-from trtkit.client import Caller, SamplingParams, TritonLLMClient
+from trtkit.governance import Caller, SamplingParams
+from trtkit.transport import TritonLLMClient
 
 pytestmark = pytest.mark.slow
 CONFIG = Path(__file__).resolve().parents[2] / "model_configs" / "tiny-llama.yaml"

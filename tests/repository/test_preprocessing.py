@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trtkit.engine_wire import list_to_words, words_to_list
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.triton_models.preprocessing import Limits, Preprocessor
 from trtkit.triton_models.requests import InvalidRequest, min_tokens_of, sampling_from
+from trtkit.wire.tensors import list_to_words, words_to_list
 
 
 def _req(text: str = "hello there", max_tokens: int = 8, **extra: object) -> dict[str, np.ndarray]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trtkit.engine_wire import words_to_list
 from trtkit.tokenizer.detokenizer import find_anchor
 from trtkit.triton_models.postprocessing import Postprocessor
 from trtkit.triton_models.requests import InvalidRequest
 from trtkit.triton_models.stream_gate import GateCalls, StreamGate
+from trtkit.wire.tensors import words_to_list
 
 TEXT = "你好，世界！🎉 日本語の answer. STOP here"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import leftovers
 
-from trtkit.check import check_repository
 from trtkit.cli.main import main
+from trtkit.consistency import check_repository
 from trtkit.serve.state import read_records
 
 pytestmark = pytest.mark.slow

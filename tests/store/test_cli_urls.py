@@ -8,9 +8,9 @@ import time
 from typer.testing import CliRunner
 
 from trtkit.cli.main import app
-from trtkit.client.ledger import LedgerRow, open_ledger
 from trtkit.gateway.keys import key_id_of, secret_matches
 from trtkit.store import open_gateway_store
+from trtkit.store.ledger import LedgerRow, open_ledger
 
 
 def test_keys_and_usage_commands_work_on_the_url(store_url: str) -> None:

@@ -7,7 +7,8 @@ import asyncio
 import threading
 import time
 
-from trtkit.client.ledger import LedgerRow, open_ledger, usage_report
+from trtkit.store.ledger import LedgerRow, open_ledger
+from trtkit.store.usage_reports import usage_report
 
 
 def _row(i: int, user: str = "ann", ts: float | None = None) -> LedgerRow:

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from tests.store.legacy_schemas import old_gateway, old_ledger
-from trtkit.client.ledger import LedgerRow, open_ledger
 from trtkit.store import (
     MIGRATIONS,
     BudgetLimit,
@@ -18,6 +17,7 @@ from trtkit.store import (
     parse_store_url,
     schema_version,
 )
+from trtkit.store.ledger import LedgerRow, open_ledger
 
 
 @pytest.mark.parametrize("steps", [1, 2, 3])

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from trtkit.client.ledger import LedgerRow, open_ledger
 from trtkit.errors import StoreUnavailable
 from trtkit.store import BudgetLimit, open_gateway_store
+from trtkit.store.ledger import LedgerRow, open_ledger
 
 BUDGET = [BudgetLimit("key:outage", 0.0, 1000, None)]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from trtkit.config import load_config
 from trtkit.config.schema import ModelConfig
 from trtkit.trtllm_build.gpus import lookup_gpu
-from trtkit.trtllm_build.preflight import GIB, GpuFact, HostFacts
+from trtkit.trtllm_build.host_facts import GpuFact, HostFacts
+from trtkit.trtllm_build.preflight import GIB
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ["smollm2-135m", "tiny-llama", "llama3-8b-fp8-h100"]

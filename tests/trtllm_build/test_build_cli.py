@@ -9,7 +9,7 @@ from build_helpers import ROOT
 
 from trtkit.cli.main import main
 from trtkit.trtllm_build.contract import load_contract
-from trtkit.trtllm_build.runner import probe_tensorrt_llm
+from trtkit.trtllm_build.host_facts import probe_tensorrt_llm
 
 LLAMA = str(ROOT / "model_configs" / "llama3-8b-fp8-h100.yaml")
 TINY = str(ROOT / "model_configs" / "tiny-llama.yaml")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from build_helpers import shipped, with_quant, write_checkpoint
 
-from trtkit import paths
+from trtkit.config import paths
 from trtkit.trtllm_build import plan_build
 from trtkit.trtllm_build.builder import BuildPlan
 from trtkit.trtllm_build.checkpoint_info import find_checkpoint

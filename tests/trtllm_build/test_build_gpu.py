@@ -13,7 +13,7 @@ import pytest
 
 from trtkit.config import load_config
 from trtkit.trtllm_build import build_engines, verify_engine_for_host
-from trtkit.trtllm_build.runner import collect_host_facts, probe_gpus, probe_tensorrt_llm
+from trtkit.trtllm_build.host_facts import collect_host_facts, probe_gpus, probe_tensorrt_llm
 
 ROOT = Path(__file__).resolve().parents[2]
 

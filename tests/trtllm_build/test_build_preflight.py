@@ -11,8 +11,8 @@ from build_helpers import gpu_fact, gpu_host, shipped, with_quant
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.checkpoint_info import CheckpointInfo, info_from_config
-from trtkit.trtllm_build.preflight import GIB, RULES, BuildTarget, HostFacts, check_preflight, run_preflight
-from trtkit.trtllm_build.runner import collect_host_facts
+from trtkit.trtllm_build.host_facts import HostFacts, collect_host_facts
+from trtkit.trtllm_build.preflight import GIB, RULES, BuildTarget, check_preflight, run_preflight
 
 OUT = Path("/engines/out")
 CONTAINER_HINT = "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3 (TensorRT-LLM 1.2.1)"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from trtkit.bench.engine_metrics import EngineSample
 from trtkit.bench.records import RequestRecord
 from trtkit.bench.workloads import BenchRequest
-from trtkit.client.tokens import TokenCounter
+from trtkit.governance.tokens import TokenCounter
 
 
 def sent_prompt(request: BenchRequest, endpoint_kind: str, counter: TokenCounter) -> str:

@@ -18,8 +18,8 @@ from trtkit.bench.reconcile import count_locally
 from trtkit.bench.runner import Progress, SweepRun, run_sweep_blocking
 from trtkit.bench.spec import BenchSpec
 from trtkit.bench.workloads import LengthDist, WorkloadSpec, build_workload
-from trtkit.client.tokens import TokenCounter
-from trtkit.stop_request import ENGINE_MODEL  # the model the gateway calls
+from trtkit.governance.tokens import TokenCounter
+from trtkit.wire.stop_request import ENGINE_MODEL  # the model the gateway calls
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from trtkit.client.tokens import TokenCounter
 from trtkit.errors import BenchError
+from trtkit.governance.tokens import TokenCounter
 
 _DIST = re.compile(r"^(fixed|uniform|normal):([0-9.]+)(?:[-,]([0-9.]+))?$")
 KINDS = ("default", "synthetic", "shared-prefix", "multi-turn")

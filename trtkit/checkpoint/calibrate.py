@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtkit import paths
 from trtkit.checkpoint import preflight
 from trtkit.checkpoint.datasets import TokenBlocks, build_blocks, dataset_hash, load_documents
 from trtkit.checkpoint.formats import (
@@ -41,6 +40,7 @@ from trtkit.checkpoint.quality import (
     top1_agreement,
 )
 from trtkit.checkpoint.report import QualityReport, load_report
+from trtkit.config import paths
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import CalibrationError
 from trtkit.sources import resolve_model_dir, resolve_tokenizer_dir

@@ -9,10 +9,10 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from trtkit import paths
 from trtkit.checkpoint import preflight
 from trtkit.checkpoint.manifest import Manifest, atomic_output, is_up_to_date, library_versions, model_hash
 from trtkit.checkpoint.modelio import export_checkpoint, load_model, pick_device, work_dtype
+from trtkit.config import paths
 from trtkit.config.schema import ModelConfig
 from trtkit.sources import resolve_model_dir
 

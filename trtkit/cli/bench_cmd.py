@@ -76,8 +76,8 @@ def _run(o: dict) -> None:
     from trtkit.bench.session import default_metrics_url, run_bench
     from trtkit.bench.spec import BenchSpec, parse_endpoint, parse_points, parse_slo
     from trtkit.bench.workloads import LengthDist, WorkloadSpec
-    from trtkit.client.tokens import TokenCounter
     from trtkit.config import load_config
+    from trtkit.governance.tokens import TokenCounter
 
     model_config = load_config(o["config"])
     target = parse_endpoint(o["endpoint"], allow_remote=o["allow_remote"])

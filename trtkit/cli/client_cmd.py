@@ -1,4 +1,5 @@
-"""`trtkit generate`, `trtkit chat`, `trtkit usage`, `trtkit tokens count`: thin wrappers over trtkit.client."""
+"""`trtkit generate`, `trtkit chat`, `trtkit usage`, `trtkit tokens count`: thin wrappers over trtkit.transport,
+trtkit.conversation and the usage ledger (trtkit.store)."""
 
 from __future__ import annotations
 
@@ -42,8 +43,9 @@ def _server_url(config, url: str | None) -> str:  # type: ignore[no-untyped-def]
 
 
 def _client(config_path: Path, url: str | None, user: str, key_id: str):  # type: ignore[no-untyped-def]
-    from trtkit.client import Caller, TritonLLMClient
     from trtkit.config import load_config
+    from trtkit.governance import Caller
+    from trtkit.transport import TritonLLMClient
 
     config = load_config(config_path)
     return config, TritonLLMClient(_server_url(config, url), config=config, caller=Caller(user=user, key_id=key_id))
@@ -64,7 +66,7 @@ def generate(config_path: ConfigArg, prompt: Annotated[str, typer.Argument(help=
              user: UserOpt = "", key_id: KeyOpt = "", as_json: JsonOpt = False, guide_type: GuideTypeOpt = None,
              guide: GuideOpt = None) -> None:
     """One-shot generation with exact token usage (text to stdout, usage to stderr)."""
-    from trtkit.client import SamplingParams
+    from trtkit.governance import SamplingParams
 
     text = sys.stdin.read() if prompt == "-" else prompt
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed,
@@ -98,7 +100,8 @@ def chat(config_path: ConfigArg, url: UrlOpt = None,
          key_id: KeyOpt = "", session: Annotated[str | None, typer.Option("--session", help="Session id")] = None
          ) -> None:
     """Interactive streaming chat; usage after each turn. An empty line or Ctrl-D ends it."""
-    from trtkit.client import Conversation, SamplingParams
+    from trtkit.conversation import Conversation
+    from trtkit.governance import SamplingParams
 
     config, client = _client(config_path, url, user, key_id)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
@@ -127,7 +130,8 @@ def usage(by: Annotated[str, typer.Option("--by", help="day | model | user | key
                                                          "postgresql://...; default $TRTKIT_HOME/usage.db")] = None
           ) -> None:
     """Report the usage ledger by day, model, user, API key (the gateway's key names) or session."""
-    from trtkit.client.ledger import format_report, open_ledger, usage_report
+    from trtkit.store.ledger import open_ledger
+    from trtkit.store.usage_reports import format_report, usage_report
     if by not in ("day", "model", "user", "key", "session"):
         raise ClientError(f"--by {by!r} is unknown; use day, model, user, key or session")
     if fmt not in ("table", "csv", "json"):
@@ -144,8 +148,8 @@ def tokens_count(text: Annotated[str, typer.Argument(help="Text to count, or a p
                  config: Annotated[Path, typer.Option("--config", "-c", help="Model config YAML (its tokenizer)")],
                  as_json: JsonOpt = False) -> None:
     """Characters against tokens for this model. Non-English text often costs several times more tokens."""
-    from trtkit.client.tokens import TokenCounter
     from trtkit.config import load_config
+    from trtkit.governance.tokens import TokenCounter
 
     path = Path(text)
     body = path.read_text(encoding="utf-8") if len(text) < 4096 and path.is_file() else text

@@ -37,13 +37,13 @@ TargetOpt = Annotated[str, typer.Option("--target", help="auto (engines -> gpu, 
 def deploy(config: ConfigArg, engine: EngineOpt, out: OutOpt, profile: ProfileOpt = None,
            target: TargetOpt = "auto") -> None:
     """Generate the Triton model repository (preprocessing, tensorrt_llm, postprocessing, ensemble, BLS)."""
-    from trtkit.config import load_config
+    from trtkit.config import PROFILES, load_config
     from trtkit.errors import ConfigError
     from trtkit.repository import deploy_repository
 
-    if profile not in (None, "latency", "throughput"):
+    if profile not in (None, *PROFILES):
         raise ConfigError(f"--profile {profile!r} is unknown; use latency or throughput")
-    result = deploy_repository(load_config(config), engine, out, profile=profile, target=target)
+    result = deploy_repository(load_config(config, profile=profile), engine, out, target=target)
     typer.echo(f"repository: {result.out_dir}")
     typer.echo(f"target: {result.target} ({'C++ tensorrtllm backend' if result.target == 'gpu' else 'CPU reference engine'})")
     typer.echo(f"models: {', '.join(result.models)}")

@@ -20,11 +20,11 @@ GuideOpt = Annotated[str | None, typer.Option(
 
 def read_guide(guide_type: str | None, guide: str | None) -> str | None:
     """``--guide`` (``@FILE`` reads a file), checked by the rules every engine input meets
-    (trtkit.sampling_ranges.check_guide), so a bad one is refused before anything is sent."""
+    (trtkit.wire.sampling_ranges.check_guide), so a bad one is refused before anything is sent."""
     import json
 
     from trtkit.errors import InvalidInputError
-    from trtkit.sampling_ranges import check_guide
+    from trtkit.wire.sampling_ranges import check_guide
 
     if guide is not None and guide.startswith("@"):
         if not Path(guide[1:]).is_file():

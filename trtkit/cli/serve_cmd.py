@@ -1,5 +1,5 @@
-"""`trtkit serve`, `trtkit check` and `trtkit quickstart`: thin wrappers over trtkit.serve, trtkit.check
-and trtkit.quickstart."""
+"""`trtkit serve`, `trtkit check` and `trtkit quickstart`: thin wrappers over trtkit.serve, trtkit.consistency
+and trtkit.pipeline.quickstart."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from trtkit.errors import RepositoryError, ServerError
 if TYPE_CHECKING:  # the CLI imports the heavy packages only when a command runs
     from trtkit.config.schema import ModelConfig
     from trtkit.serve import TritonServer
-    from trtkit.trtllm_build.preflight import HostFacts
+    from trtkit.trtllm_build.host_facts import HostFacts
 
 RepoArg = Annotated[Path | None, typer.Argument(help="Triton model repository, e.g. triton_repo/smollm2-135m",
                                                 show_default=False)]
@@ -39,7 +39,7 @@ def run_check(repo_dir: Path, config: ModelConfig | None = None, *, echo: bool =
               host: HostFacts | None = None) -> None:
     """Run the consistency check (``serve`` runs it first); warnings go to stderr, errors raise with every
     finding listed. ``host``: GPU/TensorRT facts for the engine manifest check (probed when None)."""
-    from trtkit.check import check_repository
+    from trtkit.consistency import check_repository
 
     findings = check_repository(repo_dir, config=config, host=host)
     errors = [f for f in findings if f.severity == "error"]
@@ -54,7 +54,7 @@ def run_check(repo_dir: Path, config: ModelConfig | None = None, *, echo: bool =
 def check(repo_dir: Annotated[Path, typer.Argument(help="Triton model repository to check")],
           config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Check a Triton repository for consistency with its engine, tokenizer, config and the GPUs here."""
-    from trtkit.check import check_repository
+    from trtkit.consistency import check_repository
 
     findings = check_repository(repo_dir, config=_load(config))
     if as_json:
@@ -99,8 +99,8 @@ def serve(repo_dir: RepoArg = None, config: ConfigOpt = None,
     model_config = _load(config)
     if not skip_check:
         run_check(repo_dir, model_config)
-    from trtkit.check import engine_world_size
     from trtkit.config.schema import ServeSection
+    from trtkit.consistency import engine_world_size
 
     s = model_config.serve if model_config is not None else ServeSection()  # defaults: 127.0.0.1:8000-8002
     server = TritonServer(repo_dir, http_port=_pick(http_port, s.http_port),
@@ -171,23 +171,28 @@ def quickstart(config: ConfigArg,
                                                    "OpenAI-compatible gateway (no keys, loopback)")] = False,
                prompt: Annotated[str, typer.Option("--prompt", help="What to ask")] = "What is the capital of France?",
                max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Answer length cap")] = 64) -> None:
-    """Bundled SmolLM2 to a streaming answer in one command: convert, deploy, check, serve, ask, stop."""
-    from trtkit.quickstart import run_quickstart
+    """Bundled SmolLM2 to a streaming answer in one command: convert, deploy, check, serve, ask, stop.
+    Other libraries' output (progress bars, warnings) goes to a log file whose path is printed first."""
+    from trtkit.config.paths import trtkit_home
+    from trtkit.pipeline.console import ConsoleReporter, ThirdPartyOutput, quickstart_log
+    from trtkit.pipeline.quickstart import run_quickstart
+
+    capture = ThirdPartyOutput(quickstart_log(trtkit_home()))
+    typer.echo(f"trtkit quickstart: {config} (other libraries' output: {capture.log_path})", err=True)
 
     def write_text(text: str) -> None:
-        typer.echo(text, nl=False)
-        sys.stdout.flush()
-
-    def progress(message: str) -> None:
-        typer.echo(message, err=True)
+        capture.out.write(text)
+        capture.out.flush()
 
     def keep_serving(server: TritonServer) -> None:  # --keep: Triton plus the gateway, keys off on loopback
         from trtkit.config import load_config
 
-        serve_until_interrupted(server, gateway_foreground(load_config(config), None, no_auth=True))
+        with capture.paused():
+            serve_until_interrupted(server, gateway_foreground(load_config(config), None, no_auth=True))
 
-    run_quickstart(config, prompt=prompt, max_tokens=max_tokens, keep=keep, on_text=write_text,
-                   progress=progress, serve_forever=keep_serving)
+    with capture:
+        run_quickstart(config, prompt=prompt, max_tokens=max_tokens, keep=keep, on_text=write_text,
+                       report=ConsoleReporter(capture.err), serve_forever=keep_serving)
 
 
 def register(app: typer.Typer) -> None:

@@ -3,31 +3,38 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import yaml
 
 from trtkit.config.loader import load_dataclass, to_plain
-from trtkit.config.profiles import ImpliedSetting, apply_profile, resolve
+from trtkit.config.profiles import resolve
 from trtkit.config.rules import check_rules
-from trtkit.config.schema import ModelConfig
+from trtkit.config.schema import ImpliedSetting, ModelConfig, Profile
 from trtkit.errors import ConfigError
 
-__all__ = ["ModelConfig", "ImpliedSetting", "load_config", "parse_config", "to_plain", "apply_profile", "resolve",
-           "config_to_yaml"]
+__all__ = ["ModelConfig", "ImpliedSetting", "load_config", "parse_config", "to_plain", "resolve", "config_to_yaml",
+           "PROFILES"]
+
+PROFILES = ("latency", "throughput")
 
 
-def parse_config(data: object, *, base_dir: Path | None = None) -> ModelConfig:
-    """Validate plain data (as read from YAML) and return the resolved config."""
+def parse_config(data: object, *, base_dir: Path | None = None, profile: str | None = None) -> ModelConfig:
+    """Validate plain data (as read from YAML) and return the resolved config: the one place a serving profile
+    is applied (``profile`` overrides ``serve.profile``)."""
+    if profile not in (None, *PROFILES):
+        raise ConfigError(f"profile {profile!r} is unknown; use latency or throughput")
     config = load_dataclass(ModelConfig, data)
     if base_dir is not None:
         config = _anchor_paths(config, base_dir)
-    resolved, _ = resolve(config)
+    resolved = resolve(config, cast("Profile | None", profile))
     check_rules(resolved)
     return resolved
 
 
-def load_config(path: str | Path) -> ModelConfig:
-    """Read, validate and resolve a model config file. Relative paths in it are taken from its folder."""
+def load_config(path: str | Path, *, profile: str | None = None) -> ModelConfig:
+    """Read, validate and resolve a model config file. Relative paths in it are taken from its folder.
+    ``profile`` (latency or throughput) overrides the file's ``serve.profile``."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file; pass a YAML file such as model_configs/smollm2-135m.yaml")
@@ -38,7 +45,7 @@ def load_config(path: str | Path) -> ModelConfig:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{path}: not valid YAML{where}; fix the syntax") from exc
     try:
-        return parse_config(data, base_dir=path.resolve().parent)
+        return parse_config(data, base_dir=path.resolve().parent, profile=profile)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
 

@@ -1,19 +1,17 @@
 """The ``k8s`` config section: what `trtkit deploy k8s` needs beyond the model itself.
 
-Kept in its own module (schema.py imports it) with its own rules, which rules.py runs with the others.
+Kept in its own module (schema.py imports it) with its own rules, which rules.py runs with the others. The
+rules read this section only, so nothing here imports the whole config back.
 Object names and the namespace become Kubernetes names, so they must be DNS-1123 labels.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from trtkit.config.loader import bounded, described
-
-if TYPE_CHECKING:
-    from trtkit.config.schema import ModelConfig
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
@@ -51,8 +49,7 @@ def is_dns_label(value: str) -> bool:
     return len(value) <= 63 and bool(_DNS_LABEL.match(value))
 
 
-def _names_are_dns_labels(c: ModelConfig) -> str | None:
-    k = c.k8s
+def _names_are_dns_labels(k: K8sSection) -> str | None:
     fields = {"k8s.namespace": k.namespace, "k8s.store_secret": k.store_secret,
               "k8s.model_volume_claim": k.model_volume_claim, "k8s.adapter_namespace": k.adapter_namespace}
     for path, value in fields.items():
@@ -62,27 +59,25 @@ def _names_are_dns_labels(c: ModelConfig) -> str | None:
     return None
 
 
-def _secret_key_is_valid(c: ModelConfig) -> str | None:
-    key = c.k8s.store_secret_key
+def _secret_key_is_valid(k: K8sSection) -> str | None:
+    key = k.store_secret_key
     if not _SECRET_KEY.match(key):
         return f"k8s.store_secret_key ({key!r}) must be a Secret key: letters, digits, '-', '_' and '.' only"
     return None
 
 
-def _paths_are_absolute(c: ModelConfig) -> str | None:
-    k = c.k8s
+def _paths_are_absolute(k: K8sSection) -> str | None:
     for path, value in (("k8s.model_mount_path", k.model_mount_path), ("k8s.repository_path", k.repository_path)):
         if value is not None and not value.startswith("/"):
             return f"{path} ({value!r}) must be an absolute path inside the pod, e.g. /models"
     return None
 
 
-def _hpa_range(c: ModelConfig) -> str | None:
-    k = c.k8s
+def _hpa_range(k: K8sSection) -> str | None:
     if k.hpa_min_replicas > k.hpa_max_replicas:
         return (f"k8s.hpa_min_replicas ({k.hpa_min_replicas}) must not exceed k8s.hpa_max_replicas "
                 f"({k.hpa_max_replicas}); raise the maximum or lower the minimum")
     return None
 
 
-K8S_RULES = [_names_are_dns_labels, _secret_key_is_valid, _paths_are_absolute, _hpa_range]
+K8S_RULES: list[Callable[[K8sSection], str | None]] = [_names_are_dns_labels, _secret_key_is_valid, _paths_are_absolute, _hpa_range]

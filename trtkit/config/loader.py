@@ -27,6 +27,16 @@ def described(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.
     return dataclasses.field(default=default, metadata={"doc": doc})
 
 
+def derived(default: Any, *, doc: str = "") -> Any:
+    """A field that resolution fills in, never the YAML: the loader refuses it as a key, to_plain leaves it out."""
+    return dataclasses.field(default=default, compare=False, repr=False, metadata={"doc": doc, "derived": True})
+
+
+def yaml_fields(cls: Any) -> list[dataclasses.Field]:
+    """The fields a YAML file may set (all but the ``derived`` ones)."""
+    return [f for f in dataclasses.fields(cls) if not f.metadata.get("derived")]
+
+
 def _type_name(tp: Any) -> str:
     if get_origin(tp) is Literal:
         return " | ".join(repr(a) for a in get_args(tp))
@@ -104,7 +114,7 @@ def load_dataclass(cls: Any, data: Any, path: str = "") -> Any:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: must be a mapping of keys to values, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in yaml_fields(cls)}
     for key in data:
         if key not in fields:
             hint = _suggest(str(key), list(fields))
@@ -125,7 +135,7 @@ def load_dataclass(cls: Any, data: Any, path: str = "") -> Any:
 def to_plain(obj: Any) -> Any:
     """The inverse of load_dataclass: plain dicts and lists, ready for YAML or JSON."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_plain(getattr(obj, f.name)) for f in yaml_fields(obj)}
     if isinstance(obj, list):
         return [to_plain(v) for v in obj]
     if isinstance(obj, dict):

@@ -7,25 +7,21 @@ The queue delay is a trade-off: on the CPU engine it gathers fuller batches, at 
 delay would only cost latency: deploy sets it to 0 for GPU engines unless the YAML sets it.
 On GPU the latency profile's batch cap is built into the engine (``--max_batch_size``), because the
 C++ backend's in-flight concurrency follows the engine, not Triton's max_batch_size.
-Explicit values in the YAML always win; ``implied_settings`` says which values came from where.
+Explicit values in the YAML always win. ``resolve`` runs once, in ``load_config`` (which takes the profile
+that overrides the YAML's, as `trtkit deploy --profile` does), and records in ``ModelConfig.implied`` which
+values came from where; every stage reads the resolved config and never applies a profile again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from trtkit.config.schema import ModelConfig, Profile, ServeSection
+from trtkit.config.schema import ImpliedSetting, ModelConfig, Profile, ServeSection
 
 LATENCY_MAX_BATCH = 4
 THROUGHPUT_QUEUE_DELAY_US = 50_000
-
-
-@dataclass(slots=True, frozen=True)
-class ImpliedSetting:
-    field: str
-    value: object
-    reason: str
+SET_IN_CONFIG = "set in the config"
 
 
 def _profile_defaults(profile: Profile, build_max_batch: int) -> dict[str, tuple[object, str]]:
@@ -45,7 +41,7 @@ def _profile_defaults(profile: Profile, build_max_batch: int) -> dict[str, tuple
     }
 
 
-def apply_profile(config: ModelConfig, profile: Profile | None = None) -> tuple[ModelConfig, list[ImpliedSetting]]:
+def _apply_profile(config: ModelConfig, profile: Profile | None) -> tuple[ModelConfig, list[ImpliedSetting]]:
     """Fill the serve fields left as None from the profile (``profile`` overrides the YAML's)."""
     serve: ServeSection = config.serve
     chosen = profile or serve.profile
@@ -57,13 +53,14 @@ def apply_profile(config: ModelConfig, profile: Profile | None = None) -> tuple[
             updates[name] = value
             implied.append(ImpliedSetting(f"serve.{name}", value, reason))
         else:
-            implied.append(ImpliedSetting(f"serve.{name}", current, "set in the config"))
+            implied.append(ImpliedSetting(f"serve.{name}", current, SET_IN_CONFIG))
     return replace(config, serve=replace(serve, **updates)), implied
 
 
-def resolve(config: ModelConfig, profile: Profile | None = None) -> tuple[ModelConfig, list[ImpliedSetting]]:
-    """Every derived field filled in: the profile's serve settings and the client's input limit."""
-    resolved, implied = apply_profile(config, profile)
+def resolve(config: ModelConfig, profile: Profile | None = None) -> ModelConfig:
+    """Every derived field of a config as loaded filled in: the profile's serve settings (``profile`` overrides
+    the YAML's), the client's input limit, reduce fusion; ``implied`` says where each came from."""
+    resolved, implied = _apply_profile(config, profile)
     client = resolved.client
     if client.max_input_tokens is None:
         client = replace(client, max_input_tokens=resolved.build.max_input_len)
@@ -72,4 +69,24 @@ def resolve(config: ModelConfig, profile: Profile | None = None) -> tuple[ModelC
         fusion = resolved.convert.tp_size > 1
         resolved = replace(resolved, build=replace(resolved.build, reduce_fusion=fusion))
         implied.append(ImpliedSetting("build.reduce_fusion", fusion, "on only when tp_size > 1"))
-    return replace(resolved, client=client), implied
+    return replace(resolved, client=client, implied=tuple(implied))
+
+
+def from_profile(config: ModelConfig, field: str) -> bool:
+    """True when ``field`` (``serve.max_queue_delay_microseconds``) still holds the value the config's profile
+    gave it: not set in the YAML, nor changed on the loaded config since (a value or the profile replaced)."""
+    value = _value(config, field)
+    return any(i.field == field and i.value == value and i.reason.startswith(f"{config.serve.profile}:")
+               for i in config.implied)
+
+
+def serve_provenance(config: ModelConfig) -> list[ImpliedSetting]:
+    """Where each profile-derived serve setting of ``config`` came from, as it stands now: a value changed after
+    loading counts as set in the config."""
+    return [i if from_profile(config, i.field) else ImpliedSetting(i.field, _value(config, i.field), SET_IN_CONFIG)
+            for i in config.implied if i.field.startswith("serve.")]
+
+
+def _value(config: ModelConfig, field: str) -> object:
+    section, _, name = field.partition(".")
+    return getattr(getattr(config, section), name)

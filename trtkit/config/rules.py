@@ -5,6 +5,7 @@ Each rule returns a message naming both fields, both values and the fix, or None
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 from trtkit.config.k8s_schema import K8S_RULES
@@ -130,13 +131,13 @@ RULES: list[Rule] = [
     _input_below_seq, _num_tokens_cover_input, _opt_tokens_within_max, _tokens_per_block_power_of_two,
     _serve_batch_within_build, _distinct_ports, _client_input_within_engine, _client_max_tokens_fit,
     _summary_fits_context, _budget_has_limit, _kv_quant_needs_quantization_backend, _beam_search_no_streaming_reuse,
-    _store_urls_parse, *K8S_RULES,
+    _store_urls_parse,
 ]
 
 
 def check_rules(config: ModelConfig) -> None:
     """Raise ConfigError for the first broken rule (rules run on the resolved config)."""
-    for rule in RULES:
-        message = rule(config)
+    messages = itertools.chain((rule(config) for rule in RULES), (rule(config.k8s) for rule in K8S_RULES))
+    for message in messages:
         if message:
             raise ConfigError(message)

@@ -1,9 +1,10 @@
 """The model config: one YAML file per model drives convert, calibrate, build, deploy, serve and client.
 
 Each section is a slots dataclass. Types, allowed values and numeric bounds are checked by
-loader.py; rules that relate several fields are in rules.py. ``None`` means "derive it": the
-serving profile or the engine fills it in (see profiles.py), and ``trtkit config show`` prints the
-resolved value.
+loader.py; rules that relate several fields are in rules.py. ``None`` in the YAML means "derive it":
+``load_config`` resolves every such field once (the serving profile, see profiles.py), records where each
+value came from in ``ModelConfig.implied``, and every stage reads the resolved config. The engine may still
+narrow a value at deploy (``repository/settings.py``); ``trtkit config show`` prints the resolved config.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trtkit.config.k8s_schema import K8sSection
-from trtkit.config.loader import bounded, described
+from trtkit.config.loader import bounded, derived, described
 
 Dtype = Literal["float16", "bfloat16", "float32"]
 QuantFormat = Literal["none", "int8_sq", "int8_wo", "int4_wo", "int4_awq", "w4a8_awq", "fp8", "nvfp4"]
@@ -196,6 +197,15 @@ class GatewaySection:
                     "event loop (a local one), or auto: threads for a PostgreSQL host other than loopback")
 
 
+@dataclass(slots=True, frozen=True)
+class ImpliedSetting:
+    """A field that resolution filled in (or found set in the YAML), its value and why."""
+
+    field: str
+    value: object
+    reason: str
+
+
 @dataclass(slots=True)
 class ModelConfig:
     name: str = described(doc="short model name used for work folders and the ledger")
@@ -208,3 +218,4 @@ class ModelConfig:
     k8s: K8sSection = described(factory=K8sSection, doc="Kubernetes manifests of `trtkit deploy k8s`")
     client: ClientSection = described(factory=ClientSection)
     gateway: GatewaySection = described(factory=GatewaySection)
+    implied: tuple[ImpliedSetting, ...] = derived((), doc="where each derived value came from (load_config)")

@@ -14,13 +14,13 @@ import math
 import time
 from urllib.parse import urlsplit
 
-from trtkit.client.budgets import period_start
-from trtkit.client.caller import Caller
 from trtkit.config.schema import BudgetRule
 from trtkit.errors import BudgetExceededError
 from trtkit.gateway.errors import RateLimitedError
 from trtkit.gateway.keys import ApiKey
-from trtkit.gateway.store import BudgetLimit, GatewayStore, Hold, RateLimit, Refused
+from trtkit.governance.budgets import period_start
+from trtkit.governance.vocabulary import Caller
+from trtkit.store import BudgetLimit, GatewayStore, Hold, RateLimit, Refused
 
 # The key of the request being admitted (set by the serving layer; asyncio tasks copy it).
 current_key: contextvars.ContextVar[ApiKey | None] = contextvars.ContextVar("trtkit_gateway_key", default=None)

@@ -19,14 +19,14 @@ from openai.types import Model
 from prometheus_client import generate_latest
 from pydantic import BaseModel, ValidationError
 
+from trtkit.gateway.error_responses import HttpError, body_too_large, http_error, validation_error
 from trtkit.gateway.errors import AuthenticationError, RequestValidationError
-from trtkit.gateway.http_errors import HttpError, body_too_large, http_error, validation_error
+from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingContext
 from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
-from trtkit.gateway.serving import PARENT_HEADER, CallInfo, ServingContext
 from trtkit.gateway.serving_chat import ServingChat
 from trtkit.gateway.serving_completions import ServingCompletions
-from trtkit.gateway.store import GatewayStore
+from trtkit.store import GatewayStore
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from trtkit.gateway.errors import RequestValidationError
 
 PARAM = "response_format"
 # the engine input every refusal of a guide names (trtkit's engine says "guided_decoding_guide does not compile as
-# ..."): only the engine can compile a guide, so its refusal comes back as this request's 400 (http_errors)
+# ..."): only the engine can compile a guide, so its refusal comes back as this request's 400 (error_responses)
 ENGINE_GUIDE_INPUT = "guided_decoding_guide"
 # type -> (guided_decoding_guide_type, the field that holds its guide)
 _GUIDED = {"json_object": ("json", None), "json_schema": ("json_schema", "json_schema"),

@@ -26,9 +26,8 @@ from openai.types.chat.chat_completion_message_function_tool_call import ChatCom
 from openai.types.completion_choice import Logprobs
 from openai.types.completion_usage import PromptTokensDetails
 
-from trtkit.client.results import GenerationResult
-from trtkit.client.usage import Usage
 from trtkit.gateway.log_probs import TokenLogProb
+from trtkit.governance.vocabulary import GenerationResult, Usage
 
 _OPENAI_FINISH = {"end_id": "stop", "stop": "stop", "length": "length", "tool_calls": "tool_calls"}
 

@@ -1,6 +1,6 @@
 """The one place request fields are checked and turned into SamplingParams.
 
-Ranges are the served model's own (trtkit.sampling_ranges, shared with the engine model and the BLS),
+Ranges are the served model's own (trtkit.wire.sampling_ranges, shared with the engine model and the BLS),
 narrowed where OpenAI's API is narrower; a value out of range is a 400 naming the field. Fields the gateway does not
 support yet are refused by name. ``response_format`` becomes the engine's guided decoding (gateway.response_format).
 """
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from trtkit.client.params import SamplingParams
 from trtkit.errors import InvalidInputError
 from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.response_format import guide_of
-from trtkit.sampling_ranges import check_sampling_value
+from trtkit.governance.vocabulary import SamplingParams
+from trtkit.wire.sampling_ranges import check_sampling_value
 
 MAX_STOP_STRINGS = 4
 MAX_LOGIT_BIAS = 100  # OpenAI's range for a logit_bias value
@@ -28,7 +28,7 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "functions": ([], "send tools and tool_choice instead (the legacy functions field is not supported)"),
     "function_call": ("none", "send tool_choice instead (the legacy function_call field is not supported)"),
 }
-# OpenAI's API narrows the model's own range (trtkit.sampling_ranges) for these fields
+# OpenAI's API narrows the model's own range (trtkit.wire.sampling_ranges) for these fields
 API_MAXIMUM: dict[str, float] = {"temperature": 2.0}
 
 

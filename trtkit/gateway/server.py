@@ -12,20 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
-from trtkit.client.aio_client import AsyncTritonLLMClient
-from trtkit.client.budgets import BudgetGuard
-from trtkit.client.ledger import Ledger, open_ledger
-from trtkit.client.metrics import ClientMetrics
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ConfigError
 from trtkit.gateway.admission import StoreRuleBook, waits_on_network
 from trtkit.gateway.app import Door, create_app
+from trtkit.gateway.generation import ServingContext
 from trtkit.gateway.metrics import GatewayMetrics
-from trtkit.gateway.serving import ServingContext
-from trtkit.gateway.store import GatewayStore, open_gateway_store
+from trtkit.governance.budgets import BudgetGuard
+from trtkit.governance.metrics import ClientMetrics
 from trtkit.heap import freeze_startup_heap
-from trtkit.stop_request import ENGINE_MODEL
-from trtkit.store import StoreUrl, gateway_store_url, ledger_url
+from trtkit.store import GatewayStore, StoreUrl, gateway_store_url, ledger_url, open_gateway_store
+from trtkit.store.ledger import Ledger, open_ledger
+from trtkit.transport.aio_client import AsyncTritonLLMClient
+from trtkit.wire.stop_request import ENGINE_MODEL
 
 if TYPE_CHECKING:
     import uvicorn
@@ -51,7 +50,7 @@ def is_loopback(bind: str) -> bool:
         return bind == "localhost"
 
 
-# The gateway calls the engine model with the prompt ids it counted (trtkit/client/token_wire.py): no
+# The gateway calls the engine model with the prompt ids it counted (trtkit/transport/token_wire.py): no
 # tensorrt_llm_bls and preprocessing hops, and it stops requests with the engine's own `stop` request.
 GATEWAY_TRITON_MODEL = ENGINE_MODEL
 

@@ -9,15 +9,15 @@ from typing import Any
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall, ChoiceDeltaToolCallFunction
 
-from trtkit.client.results import GenerationResult
-from trtkit.client.tokens import RawPrompt
 from trtkit.gateway import responses
 from trtkit.gateway.errors import RequestValidationError
+from trtkit.gateway.generation import ServingContext
 from trtkit.gateway.log_probs import TokenLogProb
 from trtkit.gateway.protocol import ChatCompletionRequest, ChatMessage
-from trtkit.gateway.serving import ServingContext
 from trtkit.gateway.serving_endpoint import ServingEndpoint
 from trtkit.gateway.tool_calls import ToolPlan, new_call_id, tool_plan
+from trtkit.governance.tokens import RawPrompt
+from trtkit.governance.vocabulary import GenerationResult
 
 
 class ServingChat(ServingEndpoint[ChatCompletionRequest]):

@@ -7,14 +7,14 @@ from typing import Any
 
 from openai.types import Completion
 
-from trtkit.client.results import GenerationResult
-from trtkit.client.tokens import RawPrompt, TokenCounter, TokenIdsPrompt
 from trtkit.gateway import responses
 from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.log_probs import TokenLogProb
 from trtkit.gateway.protocol import CompletionRequest
 from trtkit.gateway.serving_endpoint import ServingEndpoint
 from trtkit.gateway.tool_calls import ToolPlan
+from trtkit.governance.tokens import RawPrompt, TokenCounter, TokenIdsPrompt
+from trtkit.governance.vocabulary import GenerationResult
 
 
 class ServingCompletions(ServingEndpoint[CompletionRequest]):

@@ -13,12 +13,8 @@ from typing import Any, Generic, TypeVar
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from trtkit.client.results import GenerationResult
 from trtkit.gateway import responses
-from trtkit.gateway.log_probs import LogProbReader, TokenLogProb
-from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
-from trtkit.gateway.sampling import sampling_params
-from trtkit.gateway.serving import (
+from trtkit.gateway.generation import (
     CallInfo,
     CancellingStreamResponse,
     Generation,
@@ -30,7 +26,11 @@ from trtkit.gateway.serving import (
     sse_error,
     start_generation,
 )
+from trtkit.gateway.log_probs import LogProbReader, TokenLogProb
+from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
+from trtkit.gateway.sampling import sampling_params
 from trtkit.gateway.tool_calls import ToolPlan
+from trtkit.governance.vocabulary import GenerationResult
 
 RequestT = TypeVar("RequestT", ChatCompletionRequest, CompletionRequest)
 

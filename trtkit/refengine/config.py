@@ -63,11 +63,9 @@ class EngineConfig:
 
     @classmethod
     def from_model_config(cls, config: ModelConfig) -> EngineConfig:
-        """Engine limits from build.*, executor options from serve.* (profile-derived values resolved)."""
-        from trtkit.config.profiles import apply_profile
-
-        resolved, _ = apply_profile(config)
-        build, serve = resolved.build, resolved.serve
+        """Engine limits from build.*, executor options from serve.*, of a config as ``load_config`` resolved it
+        (its serving profile applied there)."""
+        build, serve = config.build, config.serve
         return cls(
             max_batch_size=min(serve.max_batch_size or build.max_batch_size, build.max_batch_size),
             max_num_tokens=build.max_num_tokens,

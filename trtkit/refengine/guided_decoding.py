@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtkit.errors import EngineError, InvalidInputError
-from trtkit.sampling_ranges import check_guide as check_request_guide
+from trtkit.wire.sampling_ranges import check_guide as check_request_guide
 
 if TYPE_CHECKING:
     import torch
 
 def check_guide(guide_type: str | None, guide: str | None) -> None:
-    """The request-side rules (trtkit.sampling_ranges.check_guide), as the engine's own error."""
+    """The request-side rules (trtkit.wire.sampling_ranges.check_guide), as the engine's own error."""
     try:
         check_request_guide(guide_type, guide)
     except InvalidInputError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from trtkit.errors import EngineError, InvalidInputError
 from trtkit.refengine.config import EngineConfig
 from trtkit.refengine.outputs import SamplingParams
-from trtkit.sampling_ranges import check_token_id
+from trtkit.wire.sampling_ranges import check_token_id
 
 
 def check_request(prompt_ids: list[int], params: SamplingParams, config: EngineConfig, vocab: int) -> None:

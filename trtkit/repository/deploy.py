@@ -36,7 +36,7 @@ from trtkit.errors import RepositoryError
 from trtkit.repository import ensemble, models, pbtxt
 from trtkit.repository.settings import RepoSettings, resolve_settings
 from trtkit.tokenizer import grammar_vocab
-from trtkit.trtllm_build.preflight import HostFacts
+from trtkit.trtllm_build.host_facts import HostFacts
 
 log = logging.getLogger(__name__)
 PYTHON_MODELS = ("preprocessing", "postprocessing", "tensorrt_llm_bls")
@@ -52,13 +52,12 @@ class DeployResult:
     models: list[str]
 
 
-def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, profile: str | None = None,
-                      target: str = "auto", tokenizer_dir: Path | None = None,
+def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, target: str = "auto",
+                      tokenizer_dir: Path | None = None,
                       host: HostFacts | None = None, emulate_cpp_backend: bool = False) -> DeployResult:
     """``host``: this host's GPU and TensorRT facts (probed when None), to refuse engines built elsewhere.
     ``emulate_cpp_backend`` (tests): the CPU engine answers exactly as the C++ backend does."""
-    settings, implied = resolve_settings(config, Path(engine_dir), profile=profile, target=target,
-                                         tokenizer_dir=tokenizer_dir)
+    settings, implied = resolve_settings(config, Path(engine_dir), target=target, tokenizer_dir=tokenizer_dir)
     if emulate_cpp_backend:
         if settings.target != "cpu":
             raise RepositoryError("emulate_cpp_backend is a CPU test switch; the GPU target runs the C++ backend itself")

@@ -7,14 +7,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 from trtkit.repository import pbtxt
 from trtkit.repository.models import ENGINE, EXTRA_FRONT_INPUTS, EXTRA_OUTPUTS, STREAM_GATE
 from trtkit.repository.settings import RepoSettings
+from trtkit.wire.names import PREPROCESSING_NAMES
 
-PRE_INPUTS = {"QUERY": "text_input", "DECODER_QUERY": "decoder_text_input", "REQUEST_OUTPUT_LEN": "max_tokens",
-              "BAD_WORDS_DICT": "bad_words", "STOP_WORDS_DICT": "stop_words",
-              "EMBEDDING_BIAS_WORDS": "embedding_bias_words", "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights",
-              "END_ID": "end_id", "PAD_ID": "pad_id", "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id",
-              "MIN_TOKENS": "min_tokens", "MIN_LENGTH": "min_length", "PROMPT_FORM": "prompt_form",
-              # refused there unless 1: trtkit answers one sequence per request (requests.refuse_many_sequences)
-              "BEAM_WIDTH": "beam_width", "NUM_RETURN_SEQUENCES": "num_return_sequences"}
+PRE_INPUTS = PREPROCESSING_NAMES
 PRE_OUTPUTS = {"REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN", "INPUT_ID": "_INPUT_ID",
                "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
                "BAD_WORDS_IDS": "_BAD_WORDS_IDS", "OUT_END_ID": "_PREPROCESSOR_END_ID",

@@ -1,4 +1,5 @@
-"""Everything the generated configs need, resolved once from the model config, profile and engine."""
+"""Everything the generated configs need, from the resolved model config (``load_config`` applied its serving
+profile) and what the engine itself holds (its build config narrows batch, lengths and paged-FMHA users)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from trtkit.config import ImpliedSetting, ModelConfig, apply_profile
+from trtkit.config import ImpliedSetting, ModelConfig
+from trtkit.config.profiles import from_profile, serve_provenance
 from trtkit.errors import RepositoryError
 from trtkit.trtllm_build.upstream_rules import engine_logits_dtype
 
@@ -92,14 +94,16 @@ def engine_build_config(engine_dir: Path) -> dict:
     return built if isinstance(built, dict) else {}
 
 
-def resolve_settings(config: ModelConfig, engine_dir: Path, *, profile: str | None, target: str,
+def resolve_settings(config: ModelConfig, engine_dir: Path, *, target: str,
                      tokenizer_dir: Path | None = None) -> tuple[RepoSettings, list[ImpliedSetting]]:
+    """``config`` as ``load_config`` resolved it (its profile applied once, there); the implied settings are the
+    config's serve ones plus what the target and the engine changed."""
     engine_dir = engine_dir.resolve()
     if not engine_dir.is_dir():
         raise RepositoryError(f"--engine {engine_dir} does not exist; pass the engine, checkpoint or HF folder")
     chosen = pick_target(engine_dir, target)
-    resolved, implied = apply_profile(_unresolve(config, profile), profile)  # type: ignore[arg-type]
-    s, b = resolved.serve, resolved.build
+    implied = serve_provenance(config)
+    s, b = config.serve, config.build
     built = engine_build_config(engine_dir) if chosen == "gpu" else {}
     engine_batch = int(built.get("max_batch_size", b.max_batch_size))
     max_batch = min(int(s.max_batch_size or b.max_batch_size), engine_batch)
@@ -111,8 +115,8 @@ def resolve_settings(config: ModelConfig, engine_dir: Path, *, profile: str | No
         implied.append(ImpliedSetting("serve.max_queue_size", queue, "CPU engine: 0 means 1024"))
     else:
         reuse, chunked = _paged_fmha_users(built, reuse, chunked, implied)
-        queue_delay = _gpu_queue_delay(queue_delay, implied)
-        _check_gpu_engine(_engine_config(engine_dir), built, s, b, chunked, resolved.serve.profile)
+        queue_delay = _gpu_queue_delay(config, queue_delay, implied)
+        _check_gpu_engine(_engine_config(engine_dir), built, s, b, chunked, config.serve.profile)
     settings = RepoSettings(
         target=chosen, engine_dir=engine_dir, tokenizer_dir=(tokenizer_dir or _tokenizer_dir(config, engine_dir)),
         max_batch_size=max_batch, max_input_len=int(built.get("max_input_len", b.max_input_len)),
@@ -127,7 +131,7 @@ def resolve_settings(config: ModelConfig, engine_dir: Path, *, profile: str | No
         cpu_attention=s.cpu_attention,
         enable_kv_cache_reuse=reuse, enable_chunked_context=chunked,
         exclude_input_in_output=s.exclude_input_in_output, decoupled=s.streaming,
-        chat_template=resolved.model.chat_template, instances_pre=s.instances.preprocessing,
+        chat_template=config.model.chat_template, instances_pre=s.instances.preprocessing,
         instances_post=s.instances.postprocessing, instances_bls=s.instances.bls,
         logits_dtype=engine_logits_dtype(_engine_config(engine_dir)) if chosen == "gpu" else "float32",
         guided_decoding=s.guided_decoding == "xgrammar")
@@ -166,15 +170,17 @@ def _check_gpu_engine(engine_config: dict, built: dict, s, b, chunked: bool, pro
         log.warning("%s", warning)
 
 
-def _gpu_queue_delay(delay_us: int, implied: list[ImpliedSetting]) -> int:
+def _gpu_queue_delay(config: ModelConfig, delay_us: int, implied: list[ImpliedSetting]) -> int:
     """The throughput profile's queue delay helps the CPU engine gather batches; the C++ backend batches
-    in flight, so on GPU a queue delay would only add up to that much to every time-to-first-token."""
-    for index, item in enumerate(implied):
-        if item.field == "serve.max_queue_delay_microseconds" and item.reason != "set in the config" and delay_us:
-            implied[index] = ImpliedSetting(item.field, 0, "gpu: the C++ backend batches in flight; a Triton queue "
-                                                           f"delay ({delay_us} us) would only add to time-to-first-token")
-            return 0
-    return delay_us
+    in flight, so on GPU a queue delay would only add up to that much to every time-to-first-token. A delay
+    set in the YAML stays."""
+    field = "serve.max_queue_delay_microseconds"
+    if not delay_us or not from_profile(config, field):
+        return delay_us
+    reason = f"gpu: the C++ backend batches in flight; a Triton queue delay ({delay_us} us) would only add to " \
+             "time-to-first-token"
+    implied[:] = [ImpliedSetting(field, 0, reason) if i.field == field else i for i in implied]
+    return 0
 
 
 def _engine_config(engine_dir: Path) -> dict:
@@ -184,21 +190,6 @@ def _engine_config(engine_dir: Path) -> dict:
     except json.JSONDecodeError as exc:
         raise RepositoryError(f"{path} is not valid JSON ({exc}); rebuild the engine") from exc
     return data if isinstance(data, dict) else {}
-
-
-def _unresolve(config: ModelConfig, profile: str | None) -> ModelConfig:
-    """A loaded config has its profile's values filled in. Switching profile re-derives each field that
-    still holds the old profile's value; a field set to anything else in the YAML stays as set."""
-    from dataclasses import replace
-
-    from trtkit.config.profiles import _profile_defaults
-
-    old = config.serve.profile
-    if profile is None or profile == old:
-        return config
-    defaults = _profile_defaults(old, config.build.max_batch_size)
-    cleared: dict[str, Any] = {name: None for name, (value, _) in defaults.items() if getattr(config.serve, name) == value}
-    return replace(config, serve=replace(config.serve, **cleared))
 
 
 def _tokenizer_dir(config: ModelConfig, engine_dir: Path) -> Path:

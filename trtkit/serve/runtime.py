@@ -18,8 +18,8 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from trtkit.config.paths import trtkit_home
 from trtkit.errors import ServerError
-from trtkit.paths import trtkit_home
 
 CONTAINER_TRITONSERVER = Path("/opt/tritonserver/bin/tritonserver")
 BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")

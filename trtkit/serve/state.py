@@ -7,7 +7,7 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trtkit.paths import trtkit_home
+from trtkit.config.paths import trtkit_home
 from trtkit.serve.processes import is_alive, process_cmdline
 
 logger = logging.getLogger(__name__)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trtkit.config.paths import cache_dir
 from trtkit.errors import ModelSourceError
-from trtkit.paths import cache_dir
 from trtkit.sources.bundled import bundled_gguf_path
 from trtkit.sources.gguf import gguf_to_hf
 from trtkit.sources.portable import FOLDER_FORMAT

@@ -6,20 +6,27 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from trtkit.errors import StoreUnavailable
 
-if TYPE_CHECKING:
-    from trtkit.store.gateway_state import SqlGatewayStore
-
 log = logging.getLogger(__name__)
+
+
+class KeptStore(Protocol):
+    """What the keeper runs on its store (``gateway_state.SqlGatewayStore``), named here so that this module
+    imports nothing of the store that starts it."""
+
+    def renew(self) -> int: ...
+    def retry_settles(self) -> int: ...
+    def release_expired(self) -> int: ...
+    def prune_rate_windows(self) -> int: ...
 
 
 class LeaseKeeper:
     """Wakes three times a lease: a hold survives two missed renewals before any sweeper may free it."""
 
-    def __init__(self, store: SqlGatewayStore, lease_seconds: float) -> None:
+    def __init__(self, store: KeptStore, lease_seconds: float) -> None:
         self.store = store
         self.interval_s = lease_seconds / 3.0
         self._stop = threading.Event()

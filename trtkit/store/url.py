@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
+from trtkit.config.paths import trtkit_home
 from trtkit.config.store_url import GATEWAY_STORE_ENV, StoreUrl, parse_store_url
-from trtkit.paths import trtkit_home
 
 GATEWAY_DB_FILENAME = "gateway.db"
 LEDGER_DB_FILENAME = "usage.db"

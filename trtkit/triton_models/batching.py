@@ -10,7 +10,7 @@ An input with one row applies to every element (broadcast), as the BLS sends its
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -18,9 +18,9 @@ import numpy as np
 
 from trtkit.errors import InvalidInputError
 from trtkit.triton_models.requests import InvalidRequest
+from trtkit.wire.tensors import Tensors
 
 T = TypeVar("T")
-Tensors = Mapping[str, np.ndarray]
 
 
 def batch_size(inputs: Tensors, name_of: Callable[[str], str] = lambda name: name) -> int:

@@ -5,8 +5,16 @@ from one :class:`IncrementalDetokenizer` per request and pass through a :class:`
 are right for every language and stop strings that span tokens never leak, whatever engine answers
 (the C++ backend on GPU hands over one token at a time).
 
-The reading of engine responses (text, counts, the stop-string filter) is ``trtkit.engine_wire.EngineRun``,
+The reading of engine responses (text, counts, the stop-string filter) is ``trtkit.wire.engine_run.EngineRun``,
 shared with the clients' token path. When the stop-string filter fires, the BLS cancels the engine request.
+
+A batched request (``[B, 1]`` tensors, ``run_batch``) gets one preprocessing call and one engine call for all
+B prompts, as TensorRT-LLM 1.2's BLS makes them; the engine's responses are told apart by ``batch_index``. Each
+element gets its own detokenizer and stop filter. Every response to the client carries
+``batch_index``: streamed, one per delta; not streamed, one with the whole text per element (the C++
+backend's and upstream BLS's way). Only the last element's last response carries the final flag.
+When an element's stop string fires, its later engine responses are dropped (the engine request is
+shared by the batch, so it is cancelled only once every element has its answer).
 """
 
 from __future__ import annotations
@@ -16,14 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trtkit.engine_wire import EngineRun, Outputs
 from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions, IncrementalDetokenizer, Tokenizer
 from trtkit.tokenizer.stopping import StopFilter
-from trtkit.triton_models.batching import batch_size
+from trtkit.triton_models.batching import batch_size, element, per_element, same_for_all, with_batch_index
 from trtkit.triton_models.outputs import text_outputs
 from trtkit.triton_models.requests import (
     InvalidRequest,
-    Tensors,
     max_tokens_of,
     min_tokens_of,
     refuse_many_sequences,
@@ -32,15 +38,10 @@ from trtkit.triton_models.requests import (
     text,
     word_list,
 )
-
-# ensemble input -> tensorrt_llm input, as the template's ensemble maps them
-ENGINE_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_penalty": "len_penalty",
-                "stream": "streaming"}
-PASS_THROUGH = ("temperature", "repetition_penalty", "presence_penalty", "frequency_penalty", "seed",
-                "return_log_probs", "return_context_logits", "return_generation_logits", "return_perf_metrics",
-                "prompt_embedding_table", "prompt_vocab_size",
-                "lora_task_id", "lora_weights", "lora_config", "guided_decoding_guide_type", "guided_decoding_guide",
-                "top_k", "top_p", "length_penalty", "stream")
+from trtkit.wire.engine_run import EngineRun
+from trtkit.wire.names import COUNT_FLAGS, ENGINE_NAMES, PASS_THROUGH, PREPROCESSING_NAMES
+from trtkit.wire.responses import EngineResponse, PreprocResponse
+from trtkit.wire.tensors import Outputs, Tensors
 
 
 @dataclass(slots=True)
@@ -64,7 +65,7 @@ class Bls:
         self.decoupled = decoupled
         self.options = options
 
-    def engine_inputs(self, inputs: Tensors, pre: Outputs, stream: bool) -> Outputs:
+    def engine_inputs(self, inputs: Tensors, pre: PreprocResponse, stream: bool) -> Outputs:
         sampling_from(inputs)  # refuse bad values before any work
         refuse_many_sequences(inputs)  # beams and n > 1 are never passed to the engine
         request = self.engine_request(inputs, pre, stream)
@@ -72,17 +73,15 @@ class Bls:
             request["min_tokens"] = np.array([[m]], dtype=np.int32)
         return request
 
-    def engine_request(self, inputs: Tensors, pre: Outputs, stream: bool) -> Outputs:
+    def engine_request(self, inputs: Tensors, pre: PreprocResponse, stream: bool) -> Outputs:
         """The engine's inputs from preprocessing's outputs and the client's pass-through inputs (any batch)."""
         request: Outputs = {
-            "input_ids": pre["INPUT_ID"], "input_lengths": pre["REQUEST_INPUT_LEN"],
-            "request_output_len": pre["REQUEST_OUTPUT_LEN"], "end_id": pre["OUT_END_ID"],
-            "pad_id": pre["OUT_PAD_ID"], "stop_words_list": pre["STOP_WORDS_IDS"],
-            "bad_words_list": pre["BAD_WORDS_IDS"],
+            "input_ids": pre.input_ids, "input_lengths": pre.input_lengths,
+            "request_output_len": pre.request_output_len, "end_id": pre.end_id, "pad_id": pre.pad_id,
+            "stop_words_list": pre.stop_words_list, "bad_words_list": pre.bad_words_list,
             "exclude_input_in_output": np.array([[True]]), "streaming": np.array([[stream]]),
-            "return_num_input_tokens": np.array([[True]]), "return_num_output_tokens": np.array([[True]]),
-            # the C++ backend answers kv_cache_reused_blocks only with perf metrics on: num_cached_tokens needs it
-            "return_perf_metrics": np.array([[True]]),
+            # the engine's counts; the C++ backend answers kv_cache_reused_blocks only with perf metrics on
+            **{flag: np.array([[True]]) for flag in COUNT_FLAGS},
         }
         for name in PASS_THROUGH:
             if name in inputs and inputs[name].size:
@@ -93,8 +92,6 @@ class Bls:
     def run(self, inputs: Tensors, calls: BlsCalls) -> None:
         size = batch_size(inputs)
         if size > 1:
-            from trtkit.triton_models.bls_batch import run_batch
-
             run_batch(self, inputs, calls, size)
             return
         prompt = text(inputs, "text_input")
@@ -104,16 +101,15 @@ class Bls:
         if stream and not self.decoupled:
             raise InvalidRequest("stream=true needs a decoupled model; deploy with serve.streaming: true")
         max_tokens = max_tokens_of(inputs, "max_tokens")
-        pre = calls.preprocess(preprocessing_inputs(inputs))
+        pre = PreprocResponse.from_tensors(calls.preprocess(preprocessing_inputs(inputs)))
         request = self.engine_inputs(inputs, pre, stream)
         echo = "" if bool(scalar(inputs, "exclude_input_in_output", True)) else prompt
-        run = self.new_run(inputs, int(np.asarray(pre["REQUEST_INPUT_LEN"]).reshape(-1)[0]), max_tokens, echo,
-                           stream)
+        run = self.new_run(inputs, pre.prompt_lengths()[0], max_tokens, echo, stream)
         for response in calls.engine(request, stream):
             if calls.is_cancelled():
                 calls.cancel_engine()  # the engine's blocks go back now, not when max_tokens runs out
                 return
-            delta, final = run.absorb(response)
+            delta, final = run.absorb(EngineResponse.from_tensors(response))
             if run.stops.stopped:
                 calls.cancel_engine()  # our stop string, not the engine's: it would generate to max_tokens
             if stream and (delta or final):
@@ -128,7 +124,6 @@ class Bls:
         delta = run.finish()
         calls.send(run.outputs(delta if stream else run.text, True), True)
 
-
     def new_run(self, inputs: Tensors, num_input: int, max_tokens: int, echo: str, stream: bool) -> _Run:
         return _Run(IncrementalDetokenizer(self.tokenizer, self.anchor, self.options),
                     StopFilter(word_list(inputs, "stop_words")), num_input, max_tokens, self.tokens_per_block, echo,
@@ -138,8 +133,8 @@ class Bls:
 def preprocessing_inputs(inputs: Tensors) -> Outputs:
     """The preprocessing model's inputs under its names (any batch: it answers one row per element)."""
     pre_inputs = {"QUERY": inputs["text_input"], "REQUEST_OUTPUT_LEN": inputs["max_tokens"]}
-    for src, dst in (("stop_words", "STOP_WORDS_DICT"), ("bad_words", "BAD_WORDS_DICT"), ("end_id", "END_ID"),
-                     ("pad_id", "PAD_ID"), ("prompt_form", "PROMPT_FORM")):
+    for dst in ("STOP_WORDS_DICT", "BAD_WORDS_DICT", "END_ID", "PAD_ID", "PROMPT_FORM"):
+        src = PREPROCESSING_NAMES[dst]
         if src in inputs and inputs[src].size:
             pre_inputs[dst] = inputs[src]
     return pre_inputs
@@ -151,5 +146,77 @@ class _Run(EngineRun):
     __slots__ = ()
 
     def outputs(self, delta: str, final: bool) -> Outputs:
-        return text_outputs(delta, self.last, self.reason() if final else None,
+        return text_outputs(delta, None if self.last is None else self.last.tensors, self.reason() if final else None,
                             (self.num_input, self.num_output, self.num_cached))
+
+
+# -- batched requests ----------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Element:
+    prompt: str
+    stream: bool
+    max_tokens: int
+    echo: str
+
+
+def _check(inputs: Tensors) -> _Element:
+    prompt = text(inputs, "text_input")
+    if prompt is None:
+        raise InvalidRequest("text_input is required")
+    sampling_from(inputs)
+    echo = "" if bool(scalar(inputs, "exclude_input_in_output", True)) else prompt
+    return _Element(prompt, bool(scalar(inputs, "stream", False)), max_tokens_of(inputs, "max_tokens"), echo)
+
+
+def run_batch(bls: Bls, inputs: Tensors, calls: BlsCalls, size: int) -> None:
+    if not bls.decoupled:
+        raise InvalidRequest(f"a batch of {size} is answered with one response per element, which needs a "
+                             f"decoupled model; deploy with serve.streaming: true or send one prompt per request")
+    elements = per_element(inputs, size, _check)  # a bad element refuses the request before any work
+    stream = same_for_all([e.stream for e in elements], "stream")
+    pre = PreprocResponse.from_tensors(calls.preprocess(preprocessing_inputs(inputs)))
+    request = bls.engine_request(inputs, pre, stream)
+    for name in ("min_tokens", "min_length"):  # per element; the engine checks and names them
+        if name in inputs and inputs[name].size:
+            request[name] = inputs[name]
+    # Triton wants every input of a BLS call to have the same batch size: shared values get B rows
+    request = {name: np.repeat(value, size, axis=0) if value.shape[0] == 1 else value
+               for name, value in request.items()}
+    lengths = pre.prompt_lengths()
+    runs = [bls.new_run(element(inputs, i, size), lengths[i], e.max_tokens, e.echo, stream)
+            for i, e in enumerate(elements)]
+    _drive(runs, calls, request, stream)
+
+
+def _drive(runs: list[_Run], calls: BlsCalls, request: Outputs, stream: bool) -> None:
+    done = [False] * len(runs)
+
+    def send(index: int, outputs: Outputs) -> None:
+        done[index] = True
+        calls.send(with_batch_index(outputs, index), all(done))
+
+    for tensors in calls.engine(request, stream):
+        if calls.is_cancelled():
+            calls.cancel_engine()
+            return
+        response = EngineResponse.from_tensors(tensors)
+        index = response.batch_index
+        if not 0 <= index < len(runs) or done[index]:
+            continue
+        run = runs[index]
+        delta, final = run.absorb(response)
+        if final:
+            send(index, run.outputs(delta if stream else run.text, True))
+        elif stream and delta:
+            calls.send(with_batch_index(run.outputs(delta, False), index), False)
+        if all(done):
+            if any(run.stops.stopped for run in runs):
+                calls.cancel_engine()  # an element our stop filter ended may still be generating in the engine
+            return
+    for index, run in enumerate(runs):  # the engine's stream ended: elements without a final answer end now
+        if done[index]:
+            continue
+        if run.last is None:
+            raise RuntimeError(f"batch element {index}: the engine ended it without an answer; retry the request")
+        delta = run.finish()
+        send(index, run.outputs(delta if stream else run.text, True))

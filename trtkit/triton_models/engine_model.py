@@ -23,8 +23,6 @@ from typing import Protocol
 
 import numpy as np
 
-from trtkit.engine_wire import list_to_words
-from trtkit.stop_request import NOT_RUNNING
 from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions
 from trtkit.triton_models.batching import ElementSink, FinalCounter, batch_size, per_element, same_for_all
 from trtkit.triton_models.outputs import engine_outputs
@@ -40,9 +38,11 @@ from trtkit.triton_models.requests import (
     scalar,
 )
 from trtkit.triton_models.token_gate import TokenGate
+from trtkit.wire.names import ENGINE_NAMES
+from trtkit.wire.stop_request import NOT_RUNNING
+from trtkit.wire.tensors import list_to_words
 
 log = logging.getLogger(__name__)
-TRT_NAMES = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "length_penalty": "len_penalty"}
 
 
 class ResponseSink(Protocol):
@@ -115,7 +115,7 @@ class EngineModel:
         length = scalar(inputs, "input_lengths")
         if length is not None and 0 < int(length) < len(prompt):
             prompt = prompt[:int(length)]
-        sampling = sampling_from(inputs, TRT_NAMES)  # beam_width > 1 was refused with the unsupported inputs
+        sampling = sampling_from(inputs, ENGINE_NAMES)  # beam_width > 1 was refused with the unsupported inputs
         stream = bool(scalar(inputs, "streaming", False))
         if stream and not self.decoupled:
             raise InvalidRequest("streaming needs a decoupled model; deploy with serve.streaming: true")

@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from trtkit.wire.tensors import Tensors
+
 
 def _i32(value: int) -> np.ndarray:
     return np.array([[value]], dtype=np.int32)
@@ -56,7 +58,7 @@ def engine_outputs(out, chunk: list[int], log_probs: list[float], generated: int
     }
 
 
-def text_outputs(text: str, engine: dict[str, np.ndarray] | None, finish_reason: str | None,
+def text_outputs(text: str, engine: Tensors | None, finish_reason: str | None,
                  counts: tuple[int, int, int] | None = None) -> dict[str, np.ndarray]:
     """An ensemble/BLS response: the text plus the engine's outputs that the front models also declare."""
     result: dict[str, np.ndarray] = {}

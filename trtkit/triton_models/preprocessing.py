@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from trtkit.engine_wire import words_to_list
 from trtkit.tokenizer.prompt_forms import PLAIN, is_prompt_form, prompt_ids, unknown_form_message
 from trtkit.triton_models.batching import batch_size, pad_rows, per_element
 from trtkit.triton_models.requests import (
@@ -26,14 +25,11 @@ from trtkit.triton_models.requests import (
     text,
     word_list,
 )
+from trtkit.wire.names import PREPROCESSING_NAMES
+from trtkit.wire.tensors import words_to_list
 
 log = logging.getLogger(__name__)
-# preprocessing tensor -> the ensemble / BLS input it comes from: what error messages name
-CLIENT_NAMES = {"QUERY": "text_input", "DECODER_QUERY": "decoder_text_input", "REQUEST_OUTPUT_LEN": "max_tokens",
-                "STOP_WORDS_DICT": "stop_words", "BAD_WORDS_DICT": "bad_words", "END_ID": "end_id", "PAD_ID": "pad_id",
-                "MIN_TOKENS": "min_tokens", "MIN_LENGTH": "min_length", "EMBEDDING_BIAS_WORDS": "embedding_bias_words",
-                "EMBEDDING_BIAS_WEIGHTS": "embedding_bias_weights", "PROMPT_TABLE_EXTRA_ID": "prompt_table_extra_id",
-                "PROMPT_FORM": "prompt_form"}
+CLIENT_NAMES = PREPROCESSING_NAMES  # preprocessing tensor -> the ensemble / BLS input: what refusals name
 UNSUPPORTED = ("decoder_text_input", "embedding_bias_words", "embedding_bias_weights", "prompt_table_extra_id")
 # a prompt this many times longer in bytes than max_input_len tokens could hold is refused before it is
 # tokenized (a 1 MB prompt costs the tokenizer seconds); the factor covers normalizers that shrink text

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from trtkit.errors import InvalidInputError
-from trtkit.sampling_ranges import SAMPLING_RANGES, check_guide, check_sampling_value
-
-Tensors = Mapping[str, np.ndarray]
+from trtkit.wire.sampling_ranges import SAMPLING_RANGES, check_guide, check_sampling_value
+from trtkit.wire.tensors import Tensors
 
 
 class InvalidRequest(InvalidInputError):
@@ -79,7 +78,7 @@ class Sampling:
 
 
 def _checked(name: str, value: object, label: str | None = None):  # type: ignore[no-untyped-def]
-    """The one range check (trtkit.sampling_ranges), raised as this layer's InvalidRequest."""
+    """The one range check (trtkit.wire.sampling_ranges), raised as this layer's InvalidRequest."""
     try:
         return check_sampling_value(name, value, label)
     except InvalidInputError as exc:
@@ -96,7 +95,7 @@ def min_tokens_of(inputs: Tensors, min_name: str = "min_tokens", old_name: str =
 
 
 def sampling_from(inputs: Tensors, names: Mapping[str, str] | None = None) -> Sampling:
-    """Check the sampling inputs against trtkit.sampling_ranges. ``names`` maps our field to the tensor name
+    """Check the sampling inputs against trtkit.wire.sampling_ranges. ``names`` maps our field to the tensor name
     when a model renames it (the tensorrt_llm model says ``runtime_top_k`` where the ensemble says ``top_k``)."""
     n = {"top_k": "top_k", "top_p": "top_p", "length_penalty": "length_penalty", **(names or {})}
     s = Sampling()

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trtkit.engine_wire import list_to_words
 from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions, Tokenizer
 from trtkit.triton_models.batching import batch_size, per_element, same_for_all, with_batch_index
 from trtkit.triton_models.requests import (
@@ -31,6 +30,7 @@ from trtkit.triton_models.requests import (
     scalar,
 )
 from trtkit.triton_models.token_gate import TokenGate
+from trtkit.wire.tensors import list_to_words
 
 Outputs = dict[str, np.ndarray]
 # asked of the engine on every call: the counts and the reused blocks this step turns into exact figures

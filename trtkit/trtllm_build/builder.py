@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtkit import paths
+from trtkit.config import paths
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.checkpoint_info import (
@@ -18,11 +18,11 @@ from trtkit.trtllm_build.checkpoint_info import (
 )
 from trtkit.trtllm_build.contract import load_contract
 from trtkit.trtllm_build.flags import DerivedSwitch, command_line, derive_build_flags, paged_fmha_users
+from trtkit.trtllm_build.host_facts import HostFacts
 from trtkit.trtllm_build.manifest import decide_cache, hash_checkpoint, identity_for, write_manifest
 from trtkit.trtllm_build.preflight import (
     GIB,
     BuildTarget,
-    HostFacts,
     PreflightReport,
     check_preflight,
     run_preflight,
@@ -119,7 +119,7 @@ def build_engines(config: ModelConfig, *, facts: HostFacts | None = None, checkp
                   out_dir: Path | None = None, force: bool = False, dry_run: bool = False) -> BuildResult:
     """Build (or skip, when identical) the engines for ``config``. ``facts`` defaults to probing this host."""
     if facts is None:
-        from trtkit.trtllm_build.runner import collect_host_facts
+        from trtkit.trtllm_build.host_facts import collect_host_facts
 
         facts = collect_host_facts(out_dir or paths.workdir(config))
     plan = plan_build(config, checkpoint_dir=checkpoint_dir, out_dir=out_dir, facts=facts)

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from trtkit import paths
+from trtkit.config import paths
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 

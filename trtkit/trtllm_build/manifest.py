@@ -18,7 +18,7 @@ from pathlib import Path
 from trtkit import __version__
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.contract import load_contract
-from trtkit.trtllm_build.preflight import GpuFact, HostFacts
+from trtkit.trtllm_build.host_facts import GpuFact, HostFacts
 
 MANIFEST_NAME = "trtkit-manifest.json"
 MANIFEST_FORMAT = 1
@@ -192,6 +192,6 @@ def guard_engine_for_host(engine_dir: Path, facts: HostFacts) -> str | None:
 
 def host_facts_for_engines(engine_dir: Path) -> HostFacts:
     """This host's GPUs and TensorRT(-LLM) versions, probed (the build module's probes)."""
-    from trtkit.trtllm_build.runner import collect_host_facts
+    from trtkit.trtllm_build.host_facts import collect_host_facts
 
     return collect_host_facts(engine_dir)

@@ -132,7 +132,7 @@ def kv_plan_for_config(config: ModelConfig, gpu: str | None = None, *, shape: st
     The GPU is ``gpu``, else build.target_gpu, else the first local GPU NVML reports (GPU hosts).
     """
     if gpu is None and config.build.target_gpu is None:
-        from trtkit.trtllm_build.runner import probe_gpus
+        from trtkit.trtllm_build.host_facts import probe_gpus
 
         gpus, _ = probe_gpus()
         spec = match_nvml_name(gpus[0].name) if gpus else None

@@ -1,7 +1,7 @@
 """Preflight: every reason a trtllm-build would fail, checked before anything heavy runs.
 
-Rules are pure functions of the config, the checkpoint and a ``HostFacts`` record. The probes that
-fill HostFacts (NVML, importlib, disk usage) live in runner.py; tests build HostFacts by hand, so
+Rules are pure functions of the config, the checkpoint and a ``HostFacts`` record (host_facts.py, with the
+probes that fill it: NVML, importlib, disk usage); tests build HostFacts by hand, so
 every rule and its exact message is checked on a CPU machine without mocking anything.
 """
 
@@ -15,30 +15,13 @@ from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.checkpoint_info import CheckpointInfo
 from trtkit.trtllm_build.gpu_support import refusals
+from trtkit.trtllm_build.host_facts import GpuFact, HostFacts
 from trtkit.trtllm_build.upstream_rules import paged_context_fmha_off_reason
 
 CONTAINER = "nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3"
 CONTAINER_TRTLLM = "1.2.1"
 SUPPORTED_SERIES = "1.2."
 GIB = 1 << 30
-
-
-@dataclass(slots=True, frozen=True)
-class GpuFact:
-    index: int
-    name: str
-    memory_bytes: int
-    compute_capability: tuple[int, int]
-
-
-@dataclass(slots=True, frozen=True)
-class HostFacts:
-    gpus: tuple[GpuFact, ...] = ()
-    nvml_error: str | None = None
-    tensorrt_llm_version: str | None = None
-    tensorrt_llm_error: str | None = None
-    tensorrt_version: str | None = None
-    free_disk_bytes: int = 0
 
 
 @dataclass(slots=True, frozen=True)

@@ -15,10 +15,10 @@ import tritonclient.grpc.aio as aiogrpc
 
 from trtkit.bench.backends.base import StreamResult
 from trtkit.bench.workloads import BenchRequest
-from trtkit.client.params import SamplingParams
-from trtkit.client.protocol import is_final_response, parse_response, request_inputs
-from trtkit.client.transport import declared_inputs
 from trtkit.errors import BenchError
+from trtkit.governance.vocabulary import SamplingParams
+from trtkit.transport.protocol import is_final_response, parse_response, request_inputs
+from trtkit.transport.setup import declared_inputs
 
 
 class TritonGrpcBackend:

@@ -11,11 +11,11 @@ final flag included, and keep the ensemble request in flight forever (fixed upst
 import triton_python_backend_utils as pb_utils
 
 from trtkit.heap import freeze_startup_heap
-from trtkit.stop_request import STOP_TENSORS
 from trtkit.tokenizer.detokenizer import DecodeOptions, find_anchor
 from trtkit.triton_models import triton_io
 from trtkit.triton_models.postprocessing import Postprocessor
 from trtkit.triton_models.preprocessing import load_tokenizer
+from trtkit.wire.stop_request import STOP_TENSORS
 
 
 class TritonPythonModel:

@@ -12,12 +12,12 @@ import uuid
 import triton_python_backend_utils as pb_utils
 
 from trtkit.heap import freeze_startup_heap
-from trtkit.stop_request import STOP_TENSORS
 from trtkit.tokenizer.detokenizer import DecodeOptions, find_anchor
 from trtkit.triton_models import triton_io
 from trtkit.triton_models.bls import Bls, BlsCalls
 from trtkit.triton_models.preprocessing import load_tokenizer
 from trtkit.triton_models.stream_threads import StreamThreads
+from trtkit.wire.stop_request import STOP_TENSORS
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 PRE_OUTPUTS = ["INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS", "BAD_WORDS_IDS",
@@ -140,7 +140,7 @@ class TritonPythonModel:
         """The engine call of one client request, how to stop it, and the id it carries.
 
         The engine request carries the client's request id, so a client's `stop` to the engine with that id
-        ends this request as it ends an ensemble request (trtkit/stop_request.py). Our own stops (client gone,
+        ends this request as it ends an ensemble request (trtkit/wire/stop_request.py). Our own stops (client gone,
         stop string) use the engine's key for the request where the CPU engine sends one, so a request that
         shares its id with another never stops that other."""
         engine_id = request_id or uuid.uuid4().hex

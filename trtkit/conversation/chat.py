@@ -1,0 +1,114 @@
+"""Multi-turn chat over a client: sessions, a context strategy, and usage per turn.
+
+Each turn builds the prompt with the session's strategy, guaranteed to fit the input limit,
+sends it with the session id on the ledger row, and appends the question and the answer to the
+session. Works with the sync client; the summary strategy's summarizing calls go through the
+same client, so they are budgeted and recorded too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from trtkit.config.schema import ModelConfig
+from trtkit.conversation.context import (
+    STRATEGIES,
+    BuiltPrompt,
+    ContextStrategy,
+    RetrievalStrategy,
+    SummaryStrategy,
+    TailStrategy,
+    fit_prompt,
+)
+from trtkit.conversation.context.base import MESSAGE_OVERHEAD_TOKENS
+from trtkit.conversation.sessions import SessionStore
+from trtkit.errors import ClientError
+from trtkit.governance.tokens import TokenCounter
+from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
+
+QUESTION_MARGIN_TOKENS = 16  # role markers and the answer cue around the question
+
+
+class ChatBackend(Protocol):
+    def generate(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
+                 deadline_s: float | None = None) -> GenerationResult: ...
+
+    def stream(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
+               deadline_s: float | None = None) -> Iterator[StreamChunk]: ...
+
+
+@dataclass(slots=True, frozen=True)
+class ChatTurn:
+    prompt: BuiltPrompt
+    result: GenerationResult
+
+
+class Conversation:
+    """One Conversation may serve many sessions, one turn at a time (not thread-safe per instance)."""
+
+    def __init__(self, client: ChatBackend, config: ModelConfig, counter: TokenCounter, *,
+                 strategy: str | None = None, caller: Caller | None = None, store: SessionStore | None = None,
+                 documents: Sequence[str] = ()) -> None:
+        self.client = client
+        self.config = config
+        self.counter = counter
+        self.caller = caller or Caller()
+        self.store = store if store is not None else SessionStore(config.client.session_ttl_seconds)
+        self.max_input_tokens = config.client.max_input_tokens or config.build.max_input_len
+        self._summary_caller = self.caller
+        self.strategy = self._make_strategy(strategy or config.client.context.strategy, list(documents))
+
+    def start(self, session_id: str | None = None) -> str:
+        return self.store.create(session_id).session_id
+
+    def prepare(self, session_id: str, question: str) -> BuiltPrompt:
+        session = self.store.get(session_id)
+        self._summary_caller = self._caller(session_id)  # summarizing is part of this session's cost
+        room = self._history_room(question)
+        history = self.strategy.select(session, question, room) if room > 0 else []
+        return fit_prompt(self.counter, history, question, self.max_input_tokens)
+
+    def ask(self, session_id: str, question: str, params: SamplingParams | None = None) -> ChatTurn:
+        prompt = self.prepare(session_id, question)
+        result = self.client.generate(prompt.text, params, caller=self._caller(session_id))
+        self._remember(session_id, question, result.text)
+        return ChatTurn(prompt, result)
+
+    def ask_stream(self, session_id: str, question: str, params: SamplingParams | None = None
+                   ) -> Iterator[StreamChunk]:
+        prompt = self.prepare(session_id, question)
+        for chunk in self.client.stream(prompt.text, params, caller=self._caller(session_id)):
+            if chunk.result is not None:
+                self._remember(session_id, question, chunk.result.text or "")
+            yield chunk
+
+    def _remember(self, session_id: str, question: str, answer: str) -> None:
+        session = self.store.get(session_id)
+        session.add("user", question)
+        session.add("assistant", answer)
+
+    def _caller(self, session_id: str) -> Caller:
+        return replace(self.caller, session=session_id)
+
+    def _history_room(self, question: str) -> int:
+        configured = self.config.client.context.max_context_tokens or self.max_input_tokens
+        free = self.max_input_tokens - self.counter.count(question) - QUESTION_MARGIN_TOKENS
+        return min(configured, free)
+
+    def _summarize(self, prompt: str, max_tokens: int) -> str:
+        return self.client.generate(prompt, SamplingParams(max_tokens=max_tokens), caller=self._summary_caller).text
+
+    def _make_strategy(self, name: str, documents: list[str]) -> ContextStrategy:
+        ctx = self.config.client.context
+        if name == "tail":
+            return TailStrategy(self.counter)
+        if name == "summary":
+            return SummaryStrategy(self.counter, ctx.summary_max_tokens, self.max_input_tokens, self._summarize)
+        if name == "retrieval":
+            return RetrievalStrategy(self.counter, ctx.retrieval_top_k, documents)
+        raise ClientError(f"unknown context strategy {name!r}; use one of {', '.join(STRATEGIES)}")
+
+
+__all__ = ["ChatBackend", "ChatTurn", "Conversation", "MESSAGE_OVERHEAD_TOKENS"]

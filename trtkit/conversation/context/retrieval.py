@@ -1,0 +1,52 @@
+"""``retrieval``: the latest exchange, plus the earlier turns or documents most relevant to the question.
+
+Relevance is BM25 (rank_bm25) over the model's own tokens, which works for any language the
+tokenizer covers (whitespace splitting fails on Chinese).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rank_bm25 import BM25Okapi
+
+from trtkit.conversation.context.base import MESSAGE_OVERHEAD_TOKENS, as_messages
+from trtkit.conversation.sessions import ChatSession
+from trtkit.governance.tokens import TokenCounter
+
+RECENT_TURNS = 2  # the last user/assistant exchange stays verbatim: follow-up questions refer to it
+
+
+@dataclass(slots=True)
+class RetrievalStrategy:
+    counter: TokenCounter
+    top_k: int
+    documents: list[str] = field(default_factory=list)
+    name: str = "retrieval"
+
+    def select(self, session: ChatSession, question: str, room: int) -> list[dict[str, str]]:
+        recent = session.turns[-RECENT_TURNS:]
+        used = sum(self.counter.count(t.content) + MESSAGE_OVERHEAD_TOKENS for t in recent)
+        earlier = [f"{t.role}: {t.content}" for t in session.turns[:-RECENT_TURNS]] if len(session.turns) > \
+            RECENT_TURNS else []
+        passages = [*self.documents, *earlier]
+        chosen = self._relevant(passages, question, room - used)
+        history = as_messages(recent)
+        if chosen:
+            notes = "\n".join(f"- {p}" for p in chosen)
+            history.insert(0, {"role": "system", "content": f"Relevant earlier context:\n{notes}"})
+        return history
+
+    def _relevant(self, passages: list[str], question: str, room: int) -> list[str]:
+        if not passages or room <= MESSAGE_OVERHEAD_TOKENS:
+            return []
+        corpus = [[str(i) for i in self.counter.encode(p)] or ["<empty>"] for p in passages]
+        scores = BM25Okapi(corpus).get_scores([str(i) for i in self.counter.encode(question)])
+        ranked = sorted(range(len(passages)), key=lambda i: scores[i], reverse=True)[: self.top_k]
+        picked, used = [], MESSAGE_OVERHEAD_TOKENS
+        for index in ranked:
+            cost = self.counter.count(passages[index]) + 2
+            if used + cost <= room:
+                picked.append(index)
+                used += cost
+        return [passages[i] for i in sorted(picked)]  # in conversation order

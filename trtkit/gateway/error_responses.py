@@ -1,0 +1,92 @@
+"""Every error as OpenAI's error body with the status its SDK maps to an exception class.
+
+Never a traceback: an unexpected error is logged here with its traceback and answered with a
+one-line 500 body.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from trtkit.errors import BudgetExceededError, ClientError, InputTooLongError, StoreUnavailable
+from trtkit.gateway.errors import (
+    AuthenticationError,
+    ModelNotFoundError,
+    RateLimitedError,
+    RequestValidationError,
+)
+from trtkit.gateway.response_format import ENGINE_GUIDE_INPUT
+from trtkit.gateway.response_format import PARAM as RESPONSE_FORMAT
+from trtkit.transport.setup import ServerUnavailableError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class HttpError:
+    status: int
+    message: str
+    type: str
+    code: str | None = None
+    param: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    reason: str = ""  # the refusal reason for metrics and the ledger
+
+    def response(self) -> JSONResponse:
+        body = {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def http_error(exc: BaseException) -> HttpError:
+    if isinstance(exc, RequestValidationError):
+        return HttpError(400, str(exc), "invalid_request_error", exc.code, exc.param, reason="invalid")
+    if isinstance(exc, InputTooLongError):
+        return HttpError(400, str(exc), "invalid_request_error", "context_length_exceeded", "messages",
+                         reason="context_length")
+    if isinstance(exc, AuthenticationError):
+        return HttpError(401, str(exc), "authentication_error", "invalid_api_key", reason="auth")
+    if isinstance(exc, ModelNotFoundError):
+        return HttpError(404, str(exc), "invalid_request_error", "model_not_found", "model", reason="model")
+    if isinstance(exc, RateLimitedError):
+        return HttpError(429, str(exc), "rate_limit_error", "rate_limit_exceeded", headers=exc.headers,
+                         reason="rate_limit")
+    if isinstance(exc, BudgetExceededError):
+        return HttpError(429, str(exc), "insufficient_quota", "insufficient_quota", reason="budget")
+    if isinstance(exc, StoreUnavailable):  # never admitted unmetered: refused until the store answers again
+        log.warning("refusing a request: %s", exc)  # the database's address stays in the log, not in the answer
+        return HttpError(503, "the gateway's governance store (keys, budgets, usage) is unavailable, so no request "
+                              "can be admitted; retry shortly", "server_error", "store_unavailable",
+                         headers={"retry-after": "1"}, reason="store")
+    if isinstance(exc, ServerUnavailableError):
+        return HttpError(503, str(exc), "server_error", "backend_unavailable", reason="backend")
+    if isinstance(exc, ClientError) and ENGINE_GUIDE_INPUT in str(exc):  # a schema or grammar the engine cannot compile
+        return HttpError(400, f"{RESPONSE_FORMAT}: the engine refused it: {exc}", "invalid_request_error",
+                         None, RESPONSE_FORMAT, reason="invalid")
+    if isinstance(exc, ClientError):
+        return HttpError(502, str(exc), "server_error", "backend_error", reason="backend")
+    log.error("unexpected error answering a request", exc_info=exc)
+    return HttpError(500, f"internal error ({type(exc).__name__}); the gateway log has the details",
+                     "server_error", "internal_error", reason="internal")
+
+
+def validation_error(exc: ValidationError) -> HttpError:
+    """pydantic's first complaint, naming the field path."""
+    first = exc.errors()[0]
+    path = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    if first.get("type") == "extra_forbidden":
+        message = f"'{path}' is not a field of this request; remove it"
+    elif first.get("type") == "missing":
+        message = f"'{path}' is required"
+    else:
+        message = f"'{path}': {first.get('msg', 'invalid value')}"
+    return HttpError(400, message, "invalid_request_error", "invalid_value", path or None, reason="invalid")
+
+
+def body_too_large(size: int | None, limit: int) -> HttpError:
+    got = f"{size} bytes" if size is not None else "more"
+    return HttpError(413, f"request body is {got}, the limit is {limit} bytes (gateway.max_body_bytes); "
+                          f"send a shorter prompt", "invalid_request_error", "request_too_large", reason="body_size")

@@ -1,0 +1,242 @@
+"""What every generating endpoint shares: admission through the client's Governor, one run per request,
+and cancellation when the HTTP client goes away.
+
+The request flow (count, limits, cache, budgets, transport, guard, ledger) is the asyncio client's;
+this module only adds who is asking (the key, via ``admission.current_key``), the parent request's
+budget for nested calls, and the link between the HTTP connection and the Triton call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from trtkit.config.schema import ModelConfig
+from trtkit.errors import BudgetExceededError, InputTooLongError
+from trtkit.gateway.admission import StoreRuleBook, current_key
+from trtkit.gateway.errors import ModelNotFoundError, RateLimitedError, RequestValidationError
+from trtkit.gateway.keys import ApiKey
+from trtkit.gateway.metrics import GatewayMetrics
+from trtkit.gateway.responses import LastEvent
+from trtkit.governance.budgets import draw_on
+from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
+from trtkit.transport.aio_client import AsyncTritonLLMClient
+
+PARENT_HEADER = "x-trtkit-parent-request-id"
+_REFUSALS: tuple[type[Exception], ...] = (BudgetExceededError, RateLimitedError, InputTooLongError)
+
+
+@dataclass(slots=True)
+class ServingContext:
+    config: ModelConfig
+    client: AsyncTritonLLMClient
+    rulebook: StoreRuleBook
+    metrics: GatewayMetrics
+
+    @property
+    def model(self) -> str:
+        return self.config.name
+
+
+@dataclass(slots=True)
+class CallInfo:
+    """What the HTTP layer knows about a call."""
+
+    key: ApiKey | None
+    receive: Receive
+    parent_id: str | None = None
+
+
+@dataclass(slots=True)
+class Generation:
+    """An admitted request (refusals became HTTP errors before any byte): its first chunk in hand, or, for a
+    stream, still coming (``first`` a task: the headers go out while the engine works on the first token)."""
+
+    request_id: str
+    first: StreamChunk | asyncio.Future[StreamChunk]
+    rest: AsyncIterator[StreamChunk]
+    headers: dict[str, str] = field(default_factory=dict)
+
+    async def chunks(self) -> AsyncIterator[StreamChunk]:
+        # shielded: a client gone meanwhile must not cancel the request's first step (see aclose)
+        first = self.first if isinstance(self.first, StreamChunk) else await asyncio.shield(self.first)
+        yield first
+        if first.result is None:
+            async for chunk in self.rest:
+                yield chunk
+
+    async def aclose(self) -> None:
+        """Stops the request if it still runs. A client gone before the first token: the request runs to it
+        first (its prefill is done by then), so it is billed and recorded like any request cancelled mid-stream
+        (the flow bills a request with no output as never having reached the engine)."""
+        if isinstance(self.first, asyncio.Future):
+            with contextlib.suppress(Exception):
+                await self.first
+        await self.rest.aclose()  # type: ignore[attr-defined]
+
+    async def result(self) -> GenerationResult:
+        final = None
+        async for chunk in self.chunks():
+            final = chunk.result or final
+        assert final is not None, "a stream always ends with a final chunk"
+        return final
+
+
+def check_model(ctx: ServingContext, model: str, key: ApiKey | None) -> None:
+    if model != ctx.model or (key is not None and not key.allows_model(model)):
+        raise ModelNotFoundError(f"model '{model}' is not served here; GET /v1/models lists what is "
+                                 f"(this gateway serves '{ctx.model}')")
+
+
+async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, params: SamplingParams,
+                           user: str | None, *, at_admission: bool = False) -> Generation:
+    """Admit and send one request; raises the refusal (budget, rate, context) before anything is sent. With
+    ``at_admission`` (a stream) it returns once admitted, its first chunk still coming; otherwise with the first
+    chunk in hand (and an engine's refusal raised)."""
+    key = call.key
+    caller = Caller(user=(key.user if key and key.user else user or ""), key_id=key.name if key else "")
+    request_id = uuid.uuid4().hex
+    governor = ctx.client.governor
+    scope = None
+    if call.parent_id:
+        scope = governor.budgets.scope_of(_bare_id(call.parent_id))
+        if scope is None:
+            raise RequestValidationError(f"{PARENT_HEADER} '{call.parent_id}' names no running request of this "
+                                         f"gateway; send it only while the parent runs", param=PARENT_HEADER)
+    token = current_key.set(key)
+    admitted = asyncio.Event()
+    try:
+        with draw_on(scope) if scope is not None else contextlib.nullcontext():
+            chunks = ctx.client.stream(prompt, params, caller=caller, request_id=request_id,
+                                       on_admitted=admitted.set if at_admission else None)
+            first: StreamChunk | asyncio.Future[StreamChunk]
+            try:
+                if at_admission:  # whichever comes first: admission, or the first chunk (a refusal, a cache hit)
+                    pending: asyncio.Future[StreamChunk] = asyncio.ensure_future(_next(chunks))
+                    try:
+                        await _first_of(pending, admitted)
+                    except asyncio.CancelledError:  # this handler was cancelled (shutdown): so is the request
+                        pending.cancel()
+                        raise
+                    first = await pending if pending.done() else pending
+                else:
+                    first = await _next(chunks)
+            except _REFUSALS as exc:
+                await governor.arecord_refusal(caller, request_id, _reason(exc))
+                raise
+    finally:
+        current_key.reset(token)
+        headers = ctx.rulebook.rate_headers.pop(request_id, {})  # also when the backend failed: no leak
+    return Generation(request_id, first, chunks, headers)
+
+
+async def _next(chunks: AsyncIterator[StreamChunk]) -> StreamChunk:
+    return await chunks.__anext__()
+
+
+async def _first_of(first: asyncio.Future[StreamChunk], admitted: asyncio.Event) -> None:
+    waiter: asyncio.Future[Any] = asyncio.ensure_future(admitted.wait())
+    watched: list[asyncio.Future[Any]] = [first, waiter]
+    try:
+        await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+
+
+def _bare_id(response_id: str) -> str:
+    return response_id.split("-", 1)[1] if response_id.startswith(("chatcmpl-", "cmpl-")) else response_id
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, RateLimitedError):
+        return "rate_limit"
+    return "budget" if isinstance(exc, BudgetExceededError) else "context_length"
+
+
+def observe(ctx: ServingContext, result: GenerationResult) -> None:
+    if result.ttft_s is not None:
+        ctx.metrics.ttft.observe(result.ttft_s)
+    ctx.metrics.latency.observe(result.latency_s)
+
+
+async def until_disconnect(receive: Receive) -> None:
+    """Returns when the client goes away (the request body has been read, so only that can arrive)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def run_or_cancel(work: Awaitable[Any], receive: Receive) -> tuple[bool, Any]:
+    """(finished, value): the work's value, or (False, None) after cancelling it because the client left.
+    Cancelling the task cancels the Triton request; the client bills what was generated."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(until_disconnect(receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if task.done():
+        return True, task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False, None
+
+
+class CancellingStreamResponse(Response):
+    """Server-sent events that stop the generation as soon as the client disconnects (whatever the ASGI
+    server's spec version: we watch ``receive`` ourselves instead of waiting for a failed send)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str],
+                 on_disconnect: Callable[[], None]) -> None:
+        # No super().__init__: it would declare a Content-Length for an empty body.
+        self.status_code = 200
+        self.background = None
+        all_headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", **headers}
+        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in all_headers.items()]
+        self.events = events
+        self.on_disconnect = on_disconnect
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def pump() -> None:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for event in self.events:
+                if isinstance(event, LastEvent):  # with the end of the body, in one write
+                    await send({"type": "http.response.body", "body": bytes(event), "more_body": False})
+                    return
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        try:
+            finished, _ = await run_or_cancel(pump(), receive)
+        except OSError:  # the send itself found the connection gone
+            finished = False
+        if not finished:
+            self.on_disconnect()
+        aclose = getattr(self.events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def sse_error(exc: Exception) -> bytes:
+    """An error after the stream began (headers sent): OpenAI's error body as the last event."""
+    import json
+
+    from trtkit.gateway.error_responses import http_error
+
+    error = http_error(exc)
+    body = {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
+    return b"data: " + json.dumps(body).encode("utf-8") + b"\n\n"
+
+
+def created_now() -> int:
+    return int(time.time())

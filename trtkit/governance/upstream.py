@@ -1,0 +1,65 @@
+"""The seam between governance and whatever carries a request: an upstream.
+
+Governance sees an upstream as "send these ids or this body, stream deltas and counts back, stop". It hands
+the upstream a :class:`~trtkit.governance.governor.PreparedRequest` (its prompt ids, counted exactly as the
+server will, and its text and sampling parameters, for an upstream that takes a body) and reads back
+:class:`Delta` s: the text that came, and the server's counts as they came. A client-side stop (the caller
+cancelled, the deadline passed) comes back as a finish reason instead of a delta. Closing the iterator stops
+the request upstream; what that takes (the engine's ``stop`` request, a closed HTTP stream) is the upstream's
+business. The Triton gRPC clients (``trtkit.transport``) implement it; an OpenAI HTTP upstream would be one
+more implementation beside them, and neither is imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable, Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from trtkit.governance.governor import PreparedRequest
+
+FINISH_CANCELLED = "cancelled"  # client-side stops, as an upstream reports them and as the ledger records them
+FINISH_DEADLINE = "deadline"
+
+
+@dataclass(slots=True, frozen=True)
+class Delta:
+    """One response of a stream (or the only one of a non-streamed call)."""
+
+    text: str
+    num_input_tokens: int | None
+    num_output_tokens: int | None
+    num_cached_tokens: int | None
+    finish_reason: str
+    is_final: bool
+    # the C++ backend (GPU ensemble) counts each response's own tokens and sends no finish_reason tensor;
+    # trtkit's models (the CPU engine, tensorrt_llm_bls) send running totals and a finish_reason tensor
+    counts_per_response: bool = False
+    # the client ended the request (a stop string, on the token path) while the engine still generates:
+    # the transport stops it with the engine's `stop` request instead of waiting for its stream to end
+    engine_running: bool = False
+    # (token id, log-probability) of this response's tokens of the answer, when asked; None where the wire
+    # carries none (the text path: the ensemble and the BLS answer text)
+    log_probs: tuple[tuple[int, float], ...] | None = None
+
+
+class Upstream(Protocol):
+    """A blocking upstream. ``has_output`` says whether anything has arrived (an upstream may retry a request
+    that failed before its first token, never after: that would generate and bill it twice)."""
+
+    def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float,
+               has_output: Callable[[], bool]) -> Generator[Delta | str, None, None]: ...
+
+    def is_server_failure(self, error: BaseException) -> bool:
+        """True when ``error`` ended a request the server had taken and worked on (it is billed for what
+        arrived); False when it never got there or was refused (its reservation is only released)."""
+
+
+class AsyncUpstream(Protocol):
+    """An asyncio upstream: ``deltas`` is an async generator, and ``aclose()`` stops the request."""
+
+    def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float,
+               has_output: Callable[[], bool]) -> AsyncGenerator[Delta | str, None]: ...
+
+    def is_server_failure(self, error: BaseException) -> bool: ...

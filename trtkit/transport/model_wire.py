@@ -1,0 +1,74 @@
+"""What a request looks like on the wire, chosen by the served model: text to the ensemble or
+``tensorrt_llm_bls``, token ids to the engine model (``token_wire``). Both transports use one of these, so
+the request flow around them stays one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tritonclient.grpc as grpcclient
+
+from trtkit.errors import ClientError
+from trtkit.governance.governor import PreparedRequest
+from trtkit.governance.tokens import TokenCounter, TokenIdsPrompt
+from trtkit.governance.upstream import Delta
+from trtkit.transport.protocol import (
+    is_final_response,
+    parse_response,
+    request_inputs,
+    response_arrays,
+)
+from trtkit.transport.setup import declared_inputs
+from trtkit.transport.token_wire import TokenReader, TokenWire, is_engine_model
+
+Request = tuple[list[grpcclient.InferInput], list[grpcclient.InferRequestedOutput] | None]
+
+
+@dataclass(slots=True, frozen=True)
+class TextReader:
+    tokens_per_block: int = 0
+
+    def read(self, result: grpcclient.InferResult) -> Delta:
+        return parse_response(response_arrays(result).get, is_final_response(result), self.tokens_per_block)
+
+
+@dataclass(slots=True)
+class TextWire:
+    """The ensemble / ``tensorrt_llm_bls``: text in, text out; the server tokenizes and detokenizes."""
+
+    declared: dict[str, str]
+    tokens_per_block: int = 0  # reads a GPU ensemble's kv_cache_reused_blocks as cached prompt tokens
+
+    def request(self, request: PreparedRequest, *, stream: bool) -> Request:
+        if isinstance(request.prompt, TokenIdsPrompt):
+            raise ClientError("a prompt given as token ids needs the engine model, which takes ids: open the client "
+                              "with model_name='tensorrt_llm' (the ensemble and the BLS take text)")
+        return request_inputs(request.prompt, request.params, stream=stream, declared=self.declared), None
+
+    def reader(self, request: PreparedRequest) -> TextReader:
+        return TextReader(self.tokens_per_block)
+
+
+@dataclass(slots=True)
+class EngineWire:
+    """The engine model: the governor's prompt ids in, token ids out, read as the BLS reads them."""
+
+    tokens: TokenWire
+
+    def request(self, request: PreparedRequest, *, stream: bool) -> Request:
+        if not request.prompt_ids or (not isinstance(request.prompt, TokenIdsPrompt) and not request.prompt.strip()):
+            raise ClientError("text_input is empty; send a non-empty prompt")  # what preprocessing refuses
+        return self.tokens.request(request.prompt_ids, request.params, stream=stream)
+
+    def reader(self, request: PreparedRequest) -> TokenReader:
+        return self.tokens.reader(request.prompt_ids, request.params)
+
+
+Wire = TextWire | EngineWire
+
+
+def wire_for(metadata: dict, counter: TokenCounter, tokens_per_block: int) -> Wire:
+    """The wire of the model ``metadata`` (``get_model_metadata(as_json=True)``) describes."""
+    if is_engine_model(metadata):
+        return EngineWire(TokenWire(metadata, counter, tokens_per_block))
+    return TextWire(declared_inputs(metadata), tokens_per_block)

@@ -1,0 +1,80 @@
+"""Typed views of the responses that are read on both sides of Triton: the engine model's and
+preprocessing's. Each is read from its tensors once (``from_tensors``), so the code that acts on a response
+names fields instead of looking up arrays, and an absent tensor is told apart from an empty one once, here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from trtkit.wire.tensors import Tensors
+
+
+@dataclass(slots=True, frozen=True)
+class EngineResponse:
+    """One response of the ``tensorrt_llm`` model. ``None``: the model did not send that tensor (the C++ backend
+    sends no ``num_cached_tokens`` nor ``finish_reason``, and counts only when asked)."""
+
+    output_ids: list[int] | None  # this response's new tokens; None: no token tensor (a final flag alone)
+    num_input_tokens: int | None
+    num_output_tokens: int | None  # the CPU engine: a running total; the C++ backend: this response's own
+    num_cached_tokens: int | None  # prompt tokens served from the KV cache (the CPU engine)
+    kv_cache_reused_blocks: int | None  # whole reused blocks (the C++ backend, with perf metrics)
+    finish_reason: str | None
+    output_log_probs: np.ndarray | None  # [1, beam, L]
+    batch_index: int
+    tensors: Tensors  # the response as it came: a model that passes outputs through reads the rest here
+
+    @classmethod
+    def from_tensors(cls, tensors: Tensors) -> EngineResponse:
+        ids = tensors.get("output_ids")
+        return cls(output_ids=None if ids is None else [int(i) for i in np.asarray(ids).reshape(-1)],
+                   num_input_tokens=_int(tensors, "num_input_tokens"),
+                   num_output_tokens=_int(tensors, "num_output_tokens"),
+                   num_cached_tokens=_int(tensors, "num_cached_tokens", empty=0),
+                   kv_cache_reused_blocks=_int(tensors, "kv_cache_reused_blocks", empty=0),
+                   finish_reason=_str(tensors, "finish_reason"), output_log_probs=tensors.get("output_log_probs"),
+                   batch_index=_int(tensors, "batch_index") or 0, tensors=tensors)
+
+
+@dataclass(slots=True, frozen=True)
+class PreprocResponse:
+    """Preprocessing's answer, as the BLS hands it to the engine: arrays with the request's batch rows."""
+
+    input_ids: np.ndarray  # INPUT_ID
+    input_lengths: np.ndarray  # REQUEST_INPUT_LEN
+    request_output_len: np.ndarray  # REQUEST_OUTPUT_LEN
+    end_id: np.ndarray  # OUT_END_ID
+    pad_id: np.ndarray  # OUT_PAD_ID
+    stop_words_list: np.ndarray  # STOP_WORDS_IDS: [B, 2, L] word lists
+    bad_words_list: np.ndarray  # BAD_WORDS_IDS
+
+    @classmethod
+    def from_tensors(cls, tensors: Tensors) -> PreprocResponse:
+        return cls(input_ids=tensors["INPUT_ID"], input_lengths=tensors["REQUEST_INPUT_LEN"],
+                   request_output_len=tensors["REQUEST_OUTPUT_LEN"], end_id=tensors["OUT_END_ID"],
+                   pad_id=tensors["OUT_PAD_ID"], stop_words_list=tensors["STOP_WORDS_IDS"],
+                   bad_words_list=tensors["BAD_WORDS_IDS"])
+
+    def prompt_lengths(self) -> list[int]:
+        """Each batch element's prompt length in tokens."""
+        return [int(n) for n in np.asarray(self.input_lengths).reshape(-1)]
+
+
+def _int(tensors: Tensors, name: str, *, empty: int | None = None) -> int | None:
+    value = tensors.get(name)
+    if value is None:
+        return None
+    return empty if value.size == 0 else int(np.asarray(value).reshape(-1)[0])
+
+
+def _str(tensors: Tensors, name: str) -> str | None:
+    value = tensors.get(name)
+    if value is None:
+        return None
+    if value.size == 0:
+        return ""
+    item = np.asarray(value).reshape(-1)[0]
+    return item.decode() if isinstance(item, bytes) else str(item)
