@@ -7,8 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from trtkit.config import load_config
+from trtkit.config.gpus import lookup_gpu
 from trtkit.config.schema import ModelConfig
-from trtkit.trtllm_build.gpus import lookup_gpu
 from trtkit.trtllm_build.host_facts import GpuFact, HostFacts
 from trtkit.trtllm_build.preflight import GIB
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from build_helpers import shipped
 
+from trtkit.config.gpus import lookup_gpu, match_nvml_name
 from trtkit.errors import BuildError
 from trtkit.trtllm_build import kv_plan_for_config
-from trtkit.trtllm_build.gpus import lookup_gpu, match_nvml_name
 from trtkit.trtllm_build.planner import (
     RUNTIME_OVERHEAD_BYTES,
     compare_variants,

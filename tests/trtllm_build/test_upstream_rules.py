@@ -12,10 +12,10 @@ from test_build_preflight import failure, target
 
 from trtkit.checkpoint.formats import FORMATS as CALIB_FORMATS
 from trtkit.checkpoint.preflight import target_gpu_warning
+from trtkit.config.gpus import lookup_gpu, match_nvml_name
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build import plan_build
-from trtkit.trtllm_build.gpus import lookup_gpu, match_nvml_name
 from trtkit.trtllm_build.planner import plan_kv_cache
 from trtkit.trtllm_build.preflight import check_preflight
 from trtkit.trtllm_build.shapes import KNOWN_SHAPES

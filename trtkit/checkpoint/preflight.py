@@ -90,8 +90,8 @@ def target_gpu_warning(spec: FormatSpec | None, target_gpu: str | None, kv_cache
     (``trtkit.trtllm_build.gpu_support``, shared with plan and build preflight)."""
     if not target_gpu or (spec is None and kv_cache_algo is None):
         return None
+    from trtkit.config.gpus import lookup_gpu
     from trtkit.trtllm_build.gpu_support import refusals
-    from trtkit.trtllm_build.gpus import lookup_gpu
 
     name = spec.name if spec else f"kv_cache_dtype {kv_cache_algo}"
     try:

@@ -7,10 +7,11 @@ from typing import cast
 
 import yaml
 
-from trtkit.config.loader import load_dataclass, to_plain
+from trtkit.config.loader import ConfigProblems, load_dataclass, problems_of, to_plain
 from trtkit.config.profiles import resolve
-from trtkit.config.rules import check_rules
+from trtkit.config.rules import broken_rules, check_rules
 from trtkit.config.schema import ImpliedSetting, ModelConfig, Profile
+from trtkit.config.yaml_file import read_yaml
 from trtkit.errors import ConfigError
 
 __all__ = ["ModelConfig", "ImpliedSetting", "load_config", "parse_config", "to_plain", "resolve", "config_to_yaml",
@@ -24,7 +25,10 @@ def parse_config(data: object, *, base_dir: Path | None = None, profile: str | N
     is applied (``profile`` overrides ``serve.profile``)."""
     if profile not in (None, *PROFILES):
         raise ConfigError(f"profile {profile!r} is unknown; use latency or throughput")
-    config = load_dataclass(ModelConfig, data)
+    try:
+        config = load_dataclass(ModelConfig, data)
+    except ConfigProblems as exc:  # every field's problem at once, and the rules the other fields break
+        raise ConfigProblems(exc.problems + _rules_beside(exc)) from exc
     if base_dir is not None:
         config = _anchor_paths(config, base_dir)
     resolved = resolve(config, cast("Profile | None", profile))
@@ -34,20 +38,30 @@ def parse_config(data: object, *, base_dir: Path | None = None, profile: str | N
 
 def load_config(path: str | Path, *, profile: str | None = None) -> ModelConfig:
     """Read, validate and resolve a model config file. Relative paths in it are taken from its folder.
-    ``profile`` (latency or throughput) overrides the file's ``serve.profile``."""
+    ``profile`` (latency or throughput) overrides the file's ``serve.profile``. Every problem of the file
+    (repeated keys, unknown keys, types, bounds, then the cross-field rules) is reported in one error."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file; pass a YAML file such as model_configs/smollm2-135m.yaml")
+    data, problems = read_yaml(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}: not valid YAML{where}; fix the syntax") from exc
-    try:
-        return parse_config(data, base_dir=path.resolve().parent, profile=profile)
+        config = parse_config(data, base_dir=path.resolve().parent, profile=profile)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+        problems += problems_of(exc)
+    if problems:
+        raise ConfigProblems([f"{path}: {p}" for p in problems])
+    return config
+
+
+def _rules_beside(failed: ConfigProblems) -> list[str]:
+    """The cross-field rules over the fields that loaded (the failed ones at their defaults), leaving out any
+    rule that names a failed field: it would judge a default the user never wrote."""
+    if failed.partial is None:
+        return []
+    paths = [p.split(":", 1)[0] for p in failed.problems]
+    try:
+        messages = broken_rules(resolve(failed.partial))
+    except ConfigError:
+        return []
+    return [m for m in messages if not any(path in m for path in paths)]
 
 
 def config_to_yaml(config: ModelConfig) -> str:

@@ -15,16 +15,35 @@ from typing import Any, Literal, Union, get_args, get_origin
 from trtkit.errors import ConfigError
 
 
+class ConfigProblems(ConfigError):
+    """Several problems of one config, found in one pass, each naming its field and fix. ``partial``: the
+    object built with defaults in place of the fields that failed (None when a required one is missing), so
+    the cross-field rules can still run over the rest."""
+
+    def __init__(self, problems: list[str], partial: Any = None) -> None:
+        self.problems = problems
+        self.partial = partial
+        text = problems[0] if len(problems) == 1 else (
+            f"{len(problems)} problems, each with its fix:\n" + "\n".join(f"  {p}" for p in problems))
+        super().__init__(text)
+
+
+def problems_of(exc: ConfigError) -> list[str]:
+    return list(exc.problems) if isinstance(exc, ConfigProblems) else [str(exc)]
+
+
 def bounded(default: Any, *, ge: float | None = None, gt: float | None = None,
             le: float | None = None, lt: float | None = None, doc: str = "") -> Any:
     """A dataclass field with numeric bounds that the loader checks."""
     return dataclasses.field(default=default, metadata={"ge": ge, "gt": gt, "le": le, "lt": lt, "doc": doc})
 
 
-def described(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, doc: str = "") -> Any:
+def described(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, doc: str = "",
+              check: Any = None) -> Any:
+    """A documented field; ``check(value)`` returns what is wrong with a value (and the fix), or None."""
     if factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=factory, metadata={"doc": doc})
-    return dataclasses.field(default=default, metadata={"doc": doc})
+        return dataclasses.field(default_factory=factory, metadata={"doc": doc, "check": check})
+    return dataclasses.field(default=default, metadata={"doc": doc, "check": check})
 
 
 def derived(default: Any, *, doc: str = "") -> Any:
@@ -79,7 +98,15 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(f"{path}: must be a list, got {type(value).__name__}")
         (item_type,) = get_args(tp)
-        return [_convert(item, item_type, f"{path}[{i}]") for i, item in enumerate(value)]
+        items, problems = [], []
+        for i, item in enumerate(value):
+            try:
+                items.append(_convert(item, item_type, f"{path}[{i}]"))
+            except ConfigError as exc:
+                problems += problems_of(exc)
+        if problems:
+            raise ConfigProblems(problems)
+        return items
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: must be a mapping, got {type(value).__name__}")
@@ -115,21 +142,45 @@ def load_dataclass(cls: Any, data: Any, path: str = "") -> Any:
         raise ConfigError(f"{where}: must be a mapping of keys to values, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in yaml_fields(cls)}
+    problems = []
     for key in data:
         if key not in fields:
             hint = _suggest(str(key), list(fields))
             tip = f"; did you mean {hint[0]!r}?" if hint else f"; known keys: {', '.join(fields)}"
-            raise ConfigError(f"{_join(path, key)}: unknown key{tip}")
+            problems.append(f"{_join(path, key)}: unknown key{tip}")
     kwargs = {}
     for name, field in fields.items():
         sub = _join(path, name)
-        if name in data:
-            value = _convert(data[name], hints[name], sub)
-            _check_bounds(value, field.metadata, sub)
-            kwargs[name] = value
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{sub}: is required; add it to the config")
+        try:
+            if name in data:
+                value = _convert(data[name], hints[name], sub)
+                _check_bounds(value, field.metadata, sub)
+                _check_value(value, field.metadata, sub)
+                kwargs[name] = value
+            elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{sub}: is required; add it to the config")
+        except ConfigError as exc:
+            problems += problems_of(exc)
+            if isinstance(exc, ConfigProblems) and exc.partial is not None:
+                kwargs[name] = exc.partial
+    if problems:
+        raise ConfigProblems(problems, _partial(cls, kwargs))
     return cls(**kwargs)
+
+
+def _partial(cls: Any, kwargs: dict[str, Any]) -> Any:
+    try:
+        return cls(**kwargs)
+    except TypeError:  # a required field failed: nothing to run the cross-field rules on
+        return None
+
+
+def _check_value(value: Any, meta: typing.Mapping[str, Any], path: str) -> None:
+    """A field's own check (``described(check=...)``): a message naming the fix, or None."""
+    check = meta.get("check")
+    message = check(value) if check is not None and value is not None else None
+    if message:
+        raise ConfigError(f"{path}: {message}")
 
 
 def to_plain(obj: Any) -> Any:

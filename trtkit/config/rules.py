@@ -9,6 +9,7 @@ import itertools
 from collections.abc import Callable
 
 from trtkit.config.k8s_schema import K8S_RULES
+from trtkit.config.loader import ConfigProblems
 from trtkit.config.schema import ModelConfig
 from trtkit.config.store_url import parse_store_url
 from trtkit.errors import ConfigError
@@ -135,9 +136,14 @@ RULES: list[Rule] = [
 ]
 
 
-def check_rules(config: ModelConfig) -> None:
-    """Raise ConfigError for the first broken rule (rules run on the resolved config)."""
+def broken_rules(config: ModelConfig) -> list[str]:
+    """The message of every broken rule (rules run on the resolved config)."""
     messages = itertools.chain((rule(config) for rule in RULES), (rule(config.k8s) for rule in K8S_RULES))
-    for message in messages:
-        if message:
-            raise ConfigError(message)
+    return [message for message in messages if message]
+
+
+def check_rules(config: ModelConfig) -> None:
+    """Raise ConfigProblems naming every broken rule."""
+    problems = broken_rules(config)
+    if problems:
+        raise ConfigProblems(problems)

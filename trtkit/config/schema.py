@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trtkit.config.gpus import unknown_gpu
 from trtkit.config.k8s_schema import K8sSection
 from trtkit.config.loader import bounded, derived, described
 
@@ -79,7 +80,8 @@ class BuildSection:
                                                "not needed for log-probs (return_log_probs suffices), and the "
                                                "executor turns KV-cache reuse off for such engines")
     workers: int = bounded(1, ge=1)
-    target_gpu: str | None = described(None, doc="GPU kind for planning and SM checks, e.g. H100-80GB")
+    target_gpu: str | None = described(None, doc="GPU kind for planning and SM checks, e.g. H100-80GB",
+                                       check=unknown_gpu)
 
 
 @dataclass(slots=True)

@@ -70,6 +70,31 @@ def is_trt_engine_dir(path: Path) -> bool:
     return any(path.glob("rank*.engine"))
 
 
+ENGINE_FOLDERS = ("a trtllm-build engine folder (config.json + rank0.engine; GPU), a TensorRT-LLM checkpoint "
+                  "(config.json + rank0.safetensors: the folder `trtkit convert CONFIG` prints) or a Hugging Face "
+                  "folder (config.json + *.safetensors)")
+
+
+def check_engine_folder(engine_dir: Path) -> Path:
+    """``--engine`` must be a folder holding a model's config.json; anything else is refused by path, before
+    a repository is written (a later `trtkit check` used to be the first to notice)."""
+    if not engine_dir.exists():
+        raise RepositoryError(f"--engine {engine_dir} does not exist; pass {ENGINE_FOLDERS}")
+    if not engine_dir.is_dir():
+        raise RepositoryError(f"--engine {engine_dir} is a file; pass its folder: {ENGINE_FOLDERS}")
+    if not (engine_dir / "config.json").is_file():
+        raise RepositoryError(f"--engine {engine_dir} has no config.json, so it is no engine, checkpoint or model "
+                              f"folder; pass {ENGINE_FOLDERS}")
+    return engine_dir
+
+
+def _check_weights(engine_dir: Path, target: str) -> None:
+    """The CPU engine loads weights: a checkpoint's rank0.safetensors or a Hugging Face folder's *.safetensors."""
+    if target == "cpu" and not any(engine_dir.glob("*.safetensors")):
+        raise RepositoryError(f"--engine {engine_dir} has a config.json but no *.safetensors weights for the CPU "
+                              f"engine; pass {ENGINE_FOLDERS}")
+
+
 def pick_target(engine_dir: Path, target: str) -> Target:
     """``auto``: a folder of TensorRT engines means the GPU backend, weights mean the CPU engine."""
     has_engine = is_trt_engine_dir(engine_dir)
@@ -99,9 +124,8 @@ def resolve_settings(config: ModelConfig, engine_dir: Path, *, target: str,
     """``config`` as ``load_config`` resolved it (its profile applied once, there); the implied settings are the
     config's serve ones plus what the target and the engine changed."""
     engine_dir = engine_dir.resolve()
-    if not engine_dir.is_dir():
-        raise RepositoryError(f"--engine {engine_dir} does not exist; pass the engine, checkpoint or HF folder")
-    chosen = pick_target(engine_dir, target)
+    chosen = pick_target(check_engine_folder(engine_dir), target)
+    _check_weights(engine_dir, chosen)
     implied = serve_provenance(config)
     s, b = config.serve, config.build
     built = engine_build_config(engine_dir) if chosen == "gpu" else {}

@@ -4,8 +4,8 @@ Only ``runner`` (trtllm-build) and ``host_facts``' probes touch the GPU host; ev
 tested on CPU.
 """
 
+from trtkit.config.gpus import GpuSpec, lookup_gpu
 from trtkit.trtllm_build.builder import BuildPlan, BuildResult, build_engines, plan_build
-from trtkit.trtllm_build.gpus import GpuSpec, lookup_gpu
 from trtkit.trtllm_build.host_facts import GpuFact, HostFacts
 from trtkit.trtllm_build.manifest import read_manifest, verify_engine_for_host
 from trtkit.trtllm_build.plan_config import kv_plan_for_config

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trtkit.config.gpus import GpuSpec, lookup_gpu, match_nvml_name
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.gpu_support import refusals
-from trtkit.trtllm_build.gpus import GpuSpec, lookup_gpu, match_nvml_name
 from trtkit.trtllm_build.planner import GIB, KvPlan, PlanVariant, compare_variants
 from trtkit.trtllm_build.shapes import (
     ModelShape,

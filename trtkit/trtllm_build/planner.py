@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from trtkit.config.gpus import GpuSpec
 from trtkit.errors import BuildError
-from trtkit.trtllm_build.gpus import GpuSpec
 from trtkit.trtllm_build.shapes import ModelShape
 
 GIB = 1 << 30

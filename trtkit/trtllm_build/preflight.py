@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
@@ -34,27 +35,50 @@ class BuildTarget:
 
 
 @dataclass(slots=True, frozen=True)
+class Skipped:
+    """A rule that could not run here, and why (no GPU, no TensorRT-LLM, no checkpoint yet)."""
+    reason: str
+
+
+@dataclass(slots=True, frozen=True)
 class RuleResult:
     name: str
-    ok: bool
-    message: str = ""
-    checked: bool = True  # False: the rule needs a GPU and none is visible
+    verdict: Literal["ok", "failed", "skipped"]
+    message: str = ""  # failed: what is wrong and the fix; skipped: why the rule did not run
+    against: str = ""  # what the rule judged when not this host's facts, e.g. "build.target_gpu H100-80GB"
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict != "failed"
+
+    @property
+    def checked(self) -> bool:
+        return self.verdict != "skipped"
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "verdict": self.verdict, "checked": self.checked,
+                "ok": None if self.verdict == "skipped" else self.ok, "message": self.message,
+                "against": self.against or None}
 
 
-Rule = Callable[[BuildTarget, HostFacts], "str | None"]
+Rule = Callable[[BuildTarget, HostFacts], "str | Skipped | None"]
+DRY_RUN_HINT = ", or use --dry-run to see the plan"  # advice for a real build only, never inside a dry run
+HOST_RULES = {"tensorrt_llm_installed", "gpus_present"}  # the rules a dry run exists to get past
 
 
 def _tensorrt_llm_installed(t: BuildTarget, h: HostFacts) -> str | None:
     if h.tensorrt_llm_version is None:
         why = h.tensorrt_llm_error or "No module named 'tensorrt_llm'"
         return (f"TensorRT-LLM is not installed on this host ({why}); run trtkit build inside {CONTAINER} "
-                f"(TensorRT-LLM {CONTAINER_TRTLLM}), or use --dry-run to see the plan")
+                f"(TensorRT-LLM {CONTAINER_TRTLLM})")
     return None
 
 
-def _tensorrt_llm_series(t: BuildTarget, h: HostFacts) -> str | None:
+def _tensorrt_llm_series(t: BuildTarget, h: HostFacts) -> str | Skipped | None:
     v = h.tensorrt_llm_version
-    if v is not None and not v.startswith(SUPPORTED_SERIES):
+    if v is None:
+        return Skipped("TensorRT-LLM is not installed here, so its version cannot be read")
+    if not v.startswith(SUPPORTED_SERIES):
         return (f"TensorRT-LLM {v} is installed, but trtkit builds engines with TensorRT-LLM 1.2.x; use {CONTAINER} "
                 f"(TensorRT-LLM {CONTAINER_TRTLLM}) or pip install tensorrt_llm=={CONTAINER_TRTLLM}")
     return None
@@ -63,7 +87,7 @@ def _tensorrt_llm_series(t: BuildTarget, h: HostFacts) -> str | None:
 def _gpus_present(t: BuildTarget, h: HostFacts) -> str | None:
     if not h.gpus:
         why = h.nvml_error or "0 devices"
-        return f"no NVIDIA GPU is visible (NVML: {why}); run trtkit build on a GPU host, or use --dry-run to see the plan"
+        return f"no NVIDIA GPU is visible (NVML: {why}); run trtkit build on a GPU host"
     return None
 
 
@@ -75,9 +99,11 @@ def _enough_gpus(t: BuildTarget, h: HostFacts) -> str | None:
     return None
 
 
-def _checkpoint_mapping(t: BuildTarget, h: HostFacts) -> str | None:
+def _checkpoint_mapping(t: BuildTarget, h: HostFacts) -> str | Skipped | None:
     c, k = t.config.convert, t.checkpoint
-    if k.exists and (k.tp_size, k.pp_size) != (c.tp_size, c.pp_size):
+    if not k.exists:
+        return Skipped("no checkpoint yet (run trtkit convert or calibrate); its tp/pp cannot be compared")
+    if (k.tp_size, k.pp_size) != (c.tp_size, c.pp_size):
         return (f"the checkpoint in {k.path} was converted for tp_size={k.tp_size}, pp_size={k.pp_size}, but the config "
                 f"asks for tp_size={c.tp_size}, pp_size={c.pp_size}; re-run trtkit convert CONFIG or pass the "
                 f"matching --checkpoint")
@@ -105,9 +131,11 @@ def _disk_space(t: BuildTarget, h: HostFacts) -> str | None:
     return None
 
 
-def _seq_len_within_positions(t: BuildTarget, h: HostFacts) -> str | None:
+def _seq_len_within_positions(t: BuildTarget, h: HostFacts) -> str | Skipped | None:
     limit, wanted = t.checkpoint.max_position_embeddings, t.config.build.max_seq_len
-    if limit is not None and wanted > limit:
+    if limit is None:
+        return Skipped("the checkpoint's max_position_embeddings is unknown until a checkpoint exists")
+    if wanted > limit:
         return (f"build.max_seq_len ({wanted}) exceeds the checkpoint's max_position_embeddings ({limit}); "
                 f"lower build.max_seq_len to {limit} or less")
     return None
@@ -161,12 +189,12 @@ class PreflightReport:
 
     @property
     def failures(self) -> list[RuleResult]:
-        return [r for r in self.results if not r.ok]
+        return [r for r in self.results if r.verdict == "failed"]
 
 
 def assumed_gpus(kind: str, count: int) -> tuple[GpuFact, ...]:
     """GPUs of a table kind, standing in for the real ones when a dry run happens off the GPU host."""
-    from trtkit.trtllm_build.gpus import lookup_gpu
+    from trtkit.config.gpus import lookup_gpu
 
     spec = lookup_gpu(kind)
     return tuple(GpuFact(i, f"{spec.kind} (build.target_gpu)", spec.memory_bytes, spec.compute_capability)
@@ -174,29 +202,33 @@ def assumed_gpus(kind: str, count: int) -> tuple[GpuFact, ...]:
 
 
 def run_preflight(target: BuildTarget, facts: HostFacts) -> PreflightReport:
-    """Every rule's verdict (for --dry-run, which reports instead of stopping).
-
-    Without a local GPU, the GPU rules are checked against build.target_gpu when the config names
-    one (so a dry run on a laptop already says "fp8 will not build on an A100"), else skipped.
+    """Every rule's verdict (for --dry-run, which reports instead of stopping): ``ok``, ``failed`` or
+    ``skipped`` with the reason. Without a local GPU, the GPU rules are judged against build.target_gpu when the
+    config names one (so a dry run on a laptop already says "fp8 will not build on an A100"), else skipped.
     """
     report = PreflightReport()
     target_gpu = target.config.build.target_gpu
     stand_in = replace(facts, gpus=assumed_gpus(target_gpu, target.checkpoint.world_size)) if target_gpu else None
     for name, rule in RULES:
-        rule_facts = facts
+        rule_facts, against = facts, ""
         if name in GPU_RULES and not facts.gpus:
             if stand_in is None:
-                report.results.append(RuleResult(name, True, "not checked: no GPU visible", checked=False))
+                report.results.append(RuleResult(name, "skipped", "no GPU visible here and no build.target_gpu "
+                                                                  "to judge instead; set build.target_gpu"))
                 continue
-            rule_facts = stand_in
-        message = rule(target, rule_facts)
-        report.results.append(RuleResult(name, message is None, message or ""))
+            rule_facts, against = stand_in, f"build.target_gpu {target_gpu}, as no GPU is visible here"
+        outcome = rule(target, rule_facts)
+        if isinstance(outcome, Skipped):
+            report.results.append(RuleResult(name, "skipped", outcome.reason))
+        else:
+            report.results.append(RuleResult(name, "failed" if outcome else "ok", outcome or "", against))
     return report
 
 
 def check_preflight(target: BuildTarget, facts: HostFacts) -> None:
-    """Raise BuildError with the first failing rule's one-line message."""
-    for _, rule in RULES:
-        message = rule(target, facts)
-        if message:
-            raise BuildError(message)
+    """Raise BuildError with the first failing rule's one-line message (a real build: a rule that cannot run
+    here is no failure)."""
+    for name, rule in RULES:
+        outcome = rule(target, facts)
+        if outcome and not isinstance(outcome, Skipped):
+            raise BuildError(outcome + (DRY_RUN_HINT if name in HOST_RULES else ""))

@@ -34,8 +34,9 @@ def build_result_text(result: BuildResult) -> str:
     if plan.preflight is not None:
         lines += ["", "preflight on this host:"]
         for rule in plan.preflight.results:
-            verdict = "skip" if not rule.checked else "ok" if rule.ok else "FAIL"
-            lines.append(f"  {verdict:<5} {rule.name}" + (f": {rule.message}" if rule.message else ""))
+            verdict = {"ok": "ok", "failed": "FAIL", "skipped": "skip"}[rule.verdict]
+            against = f" (against {rule.against})" if rule.against else ""
+            lines.append(f"  {verdict:<5} {rule.name}{against}" + (f": {rule.message}" if rule.message else ""))
     lines += [f"note: {note}" for note in plan.notes]
     return "\n".join(lines)
 
@@ -50,7 +51,7 @@ def build_result_json(result: BuildResult) -> str:
         "manifest": str(result.manifest_path) if result.manifest_path else None,
     }
     if plan.preflight is not None:
-        data["preflight"] = [asdict(r) for r in plan.preflight.results]
+        data["preflight"] = [r.to_json() for r in plan.preflight.results]
     return json.dumps(data, indent=2)
 
 

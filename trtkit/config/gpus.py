@@ -1,4 +1,5 @@
-"""The GPUs people deploy on: total memory and compute capability, for planning without the GPU.
+"""The GPUs people deploy on: total memory and compute capability, for planning without the GPU. The one
+table: `build.target_gpu` is validated against it when a config loads, `trtkit plan --gpu` when it is parsed.
 
 ``memory_bytes`` is the total that NVML reports (what ``nvidia-smi`` prints in MiB) where one was recorded
 (``memory_source="nvml"``): an "80GB" H100 reports 81559 MiB. For the Blackwell parts added from NVIDIA's
@@ -64,6 +65,15 @@ _ALIASES = {"H100": "H100-80GB", "H100-SXM": "H100-80GB", "A100": "A100-80GB",
 
 def known_gpu_kinds() -> list[str]:
     return [spec.kind for spec in GPU_TABLE]
+
+
+def unknown_gpu(name: str) -> str | None:
+    """What is wrong with ``name`` as a GPU kind (build.target_gpu checks with it), or None."""
+    try:
+        lookup_gpu(name)
+    except BuildError:
+        return f"{name!r} is not a GPU trtkit knows; use one of {', '.join(known_gpu_kinds())}, or leave it unset"
+    return None
 
 
 def lookup_gpu(name: str) -> GpuSpec:
