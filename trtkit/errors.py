@@ -59,5 +59,10 @@ class StoreUnavailable(TrtkitError):
     server that is down or refuses us, a SQLite file that cannot be opened or stays locked."""
 
 
+class StoreNotFound(TrtkitError):
+    """A command that only reads a store (``keys list``, ``usage``) was pointed at one that does not exist: it never
+    creates one, so a mistyped path fails instead of reading a new empty database."""
+
+
 class BenchError(TrtkitError):
     """A `trtkit bench` run cannot proceed (bad endpoint, load, workload or SLO option, unreadable run folder)."""

@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 
+from trtkit.errors import ClientError
 from trtkit.store.records import ApiKey
 
 SECRET_PREFIX = "tk-"
-__all__ = ["ApiKey", "SECRET_PREFIX", "new_secret", "hash_secret", "key_id_of", "secret_matches"]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+__all__ = ["ApiKey", "SECRET_PREFIX", "new_secret", "hash_secret", "key_id_of", "secret_matches", "check_key_name"]
+
+
+def check_key_name(name: str) -> str:
+    """A key's name is the tenant in the ledger, budgets and metrics: 1-64 letters, digits, '.', '_', '@', '-'."""
+    if not _NAME.match(name):
+        raise ClientError(f"key name {name!r}: use 1-64 letters, digits, '.', '_', '@' or '-', starting with a letter "
+                          f"or digit, e.g. team-a")
+    return name
 
 
 def new_secret() -> tuple[str, str]:

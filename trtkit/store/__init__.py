@@ -25,13 +25,15 @@ from trtkit.store.usage_reports import format_report, usage_report
 
 
 def open_gateway_store(url: str | os.PathLike[str] | StoreUrl | None = None, *,
-                       lease_seconds: float = DEFAULT_LEASE_SECONDS, keep_leases: bool = True) -> GatewayStore:
+                       lease_seconds: float = DEFAULT_LEASE_SECONDS, keep_leases: bool = True,
+                       create: bool = True) -> GatewayStore:
     """The gateway store at ``url`` (None: $TRTKIT_GATEWAY_STORE, else $TRTKIT_HOME/gateway.db), migrated.
-    ``keep_leases`` starts the background renewal/sweeping (a gateway wants it; `trtkit keys` does not)."""
+    ``keep_leases`` starts the background renewal/sweeping (a gateway wants it; `trtkit keys` does not).
+    ``create=False``: a store that does not exist raises ``StoreNotFound`` (commands that only read)."""
     target = url if isinstance(url, StoreUrl) else (gateway_store_url(None) if url is None
                                                     else parse_store_url(url, "gateway.store"))
-    return SqlGatewayStore(open_database(target, fast_commit=True), lease_seconds=lease_seconds,
-                           keep_leases=keep_leases)
+    db = open_database(target, fast_commit=True, create=create)
+    return SqlGatewayStore(db, lease_seconds=lease_seconds, keep_leases=keep_leases, create=create)
 
 
 __all__ = ["open_gateway_store", "GatewayStore", "SqlGatewayStore", "DEFAULT_LEASE_SECONDS", "Database",

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from trtkit.errors import StoreUnavailable
+from trtkit.errors import StoreNotFound, StoreUnavailable
 from trtkit.store.dialect import SQLITE, Dialect
 from trtkit.store.session import LimitReached, Result, Rows, Session, Statement
 from trtkit.store.sqlite_file import open_private_file
@@ -39,12 +39,16 @@ class Database(Protocol):
     def close(self) -> None: ...
 
 
-def open_database(url: StoreUrl, *, fast_commit: bool = False) -> Database:
+def open_database(url: StoreUrl, *, fast_commit: bool = False, create: bool = True) -> Database:
     """``fast_commit``: commits need not wait for the disk (PostgreSQL ``synchronous_commit = off``,
     SQLite ``synchronous=NORMAL``), for transient state such as budget holds. ``durable=True``
-    transactions still wait on PostgreSQL; the ledger never opens with ``fast_commit``."""
+    transactions still wait on PostgreSQL; the ledger never opens with ``fast_commit``. ``create=False``:
+    a SQLite file that does not exist is refused (``StoreNotFound``) instead of made, folders and all."""
     if url.backend == "sqlite":
         assert url.path is not None
+        if not create and not Path(url.path).is_file():
+            raise StoreNotFound(f"{url.path}: no such store; check the path (a command that only reads a store "
+                                f"never creates one)")
         return SqliteDatabase(url, fast_commit=fast_commit)
     from trtkit.store.postgres_db import PostgresDatabase  # psycopg loads only for a PostgreSQL URL
 

@@ -55,14 +55,19 @@ class SqlGatewayStore:
     """Thread-safe. Holds of this store are renewed by a background ``LeaseKeeper`` while in flight; the
     same keeper frees any replica's holds whose lease ran out (a replica killed with kill -9)."""
 
-    def __init__(self, db: Database, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, keep_leases: bool = True) -> None:
+    def __init__(self, db: Database, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, keep_leases: bool = True,
+                 create: bool = True) -> None:
         if lease_seconds <= 0:
             raise ClientError(f"lease_seconds must be > 0, got {lease_seconds}; set gateway.lease_seconds")
         self.db = db
         self.url = db.url
         self.lease_seconds = float(lease_seconds)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-        migrate(db)
+        try:
+            migrate(db, create=create)
+        except BaseException:
+            db.close()
+            raise
         self._live: dict[str, Hold] = {}  # in-flight holds: the keeper renews their leases
         self._unsettled: dict[str, tuple[int, float]] = {}  # hold id -> use, settles deferred by an outage
         self._live_lock = threading.Lock()
@@ -71,8 +76,10 @@ class SqlGatewayStore:
     # -- keys -------------------------------------------------------------------------------------------
     def add_key(self, key: ApiKey, secret_hash: str) -> None:
         def work(s: Session) -> None:
-            if s.execute("SELECT 1 FROM api_keys WHERE name = ?", (key.name,)).fetchone() is not None:
-                raise ClientError(f"a key named '{key.name}' exists; pick another --name or revoke it")
+            if s.execute("SELECT 1 FROM api_keys WHERE name = ? AND revoked_at IS NULL",
+                         (key.name,)).fetchone() is not None:
+                raise ClientError(f"an active key named '{key.name}' exists; pick another --name, or "
+                                  f"`trtkit keys revoke {key.name}` first to give the name a new secret")
             s.execute('INSERT INTO api_keys (key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, '
                       "rpm, tpm, models, created_at, revoked_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL)",
                       (key.key_id, key.name, secret_hash, key.user, key.budget_tokens, key.budget_cost, key.period,

@@ -79,9 +79,10 @@ def default_ledger_path() -> Path:
     return path
 
 
-def open_ledger(url: str | os.PathLike[str] | StoreUrl | None = None) -> Ledger:
-    """The ledger at ``url``: sqlite:///PATH, a file path or postgresql://...; None: $TRTKIT_HOME/usage.db."""
-    return Ledger(url=url if isinstance(url, StoreUrl) else ledger_url(url))
+def open_ledger(url: str | os.PathLike[str] | StoreUrl | None = None, *, create: bool = True) -> Ledger:
+    """The ledger at ``url``: sqlite:///PATH, a file path or postgresql://...; None: $TRTKIT_HOME/usage.db.
+    ``create=False`` (reports): a ledger that does not exist raises ``StoreNotFound`` instead of being made."""
+    return Ledger(url=url if isinstance(url, StoreUrl) else ledger_url(url), create=create)
 
 
 def _settle_waiters(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
@@ -99,12 +100,17 @@ class Ledger:
     commit and commits them in one transaction (group commit); each caller waits for its own.
     ``Ledger(path)`` is a SQLite file; ``Ledger(url=...)`` (or ``open_ledger``) any store URL."""
 
-    def __init__(self, path: Path | None = None, *, url: StoreUrl | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, url: StoreUrl | None = None, create: bool = True) -> None:
         self.url = url or (StoreUrl("sqlite", Path(path), None) if path else ledger_url(None))
         self.path = self.url.path  # the SQLite file; None on PostgreSQL
         self.where = self.url.redacted()
-        self._db: Database = open_database(self.url)  # reads (and migrations); a SQLite file is made 0600
-        migrate(self._db)
+        # reads (and migrations); a SQLite file is made 0600 unless ``create`` is off (reports)
+        self._db: Database = open_database(self.url, create=create)
+        try:
+            migrate(self._db, create=create)
+        except BaseException:
+            self._db.close()
+            raise
         self._queue: queue.SimpleQueue[_Ticket | None] = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_loop, args=(open_database(self.url),),
                                         name="trtkit-ledger", daemon=True)

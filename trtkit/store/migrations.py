@@ -16,10 +16,13 @@ import logging
 import time
 from dataclasses import dataclass
 
+from trtkit.errors import StoreNotFound
 from trtkit.store.db import Database, Session
 
 log = logging.getLogger(__name__)
 
+_KEY_COLUMNS = ('key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, rpm, tpm, models, '
+                'created_at, revoked_at')
 _MIGRATION_LOCK_ID = 7_400_113  # pg_advisory_xact_lock key: replicas starting together migrate one at a time
 
 
@@ -155,13 +158,29 @@ MIGRATIONS: tuple[Migration, ...] = (
             RETURN deleted;
         END
         $fn$""",), dialects=("postgresql",)),
+    # A key name is unique among active keys only, so a revoked name can be given to a new key (rotating a
+    # secret keeps the tenant: ledger rows and budget accounts are by name); revoked rows stay as history.
+    # Neither database drops an inline UNIQUE in place portably, so the table is rebuilt.
+    Migration(7, "m007_key_names_unique_while_active", (
+        """CREATE TABLE api_keys_m007 (
+            key_id TEXT PRIMARY KEY, name TEXT NOT NULL, secret_hash TEXT NOT NULL, "user" TEXT NOT NULL,
+            budget_tokens BIGINT, budget_cost DOUBLE PRECISION, period TEXT NOT NULL, rpm BIGINT, tpm BIGINT,
+            models TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, revoked_at DOUBLE PRECISION)""",
+        f"INSERT INTO api_keys_m007 ({_KEY_COLUMNS}) SELECT {_KEY_COLUMNS} FROM api_keys",
+        "DROP TABLE api_keys",
+        "ALTER TABLE api_keys_m007 RENAME TO api_keys",
+        "CREATE UNIQUE INDEX api_keys_active_name ON api_keys (name) WHERE revoked_at IS NULL")),
 )
 
 _LEGACY_LEDGER_NAMES = {m.name: m.version for m in MIGRATIONS[:3]}
 
 
-def migrate(db: Database) -> list[str]:
-    """Apply the migrations not yet recorded, all in one transaction; returns the names applied now."""
+def migrate(db: Database, *, create: bool = True) -> list[str]:
+    """Apply the migrations not yet recorded, all in one transaction; returns the names applied now.
+    ``create=False`` (a command that only reads): a database without trtkit's schema is refused, not set up."""
+    if not create and not db.read(lambda s: _table_exists(s, "schema_version")):
+        raise StoreNotFound(f"{db.url.redacted()} holds no trtkit store (no schema_version table); check the URL "
+                            f"(a command that only reads a store never creates one)")
     return db.transact(_migrate)
 
 
