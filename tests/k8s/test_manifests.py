@@ -24,6 +24,7 @@ from trtkit.cli.main import app
 from trtkit.config import parse_config
 from trtkit.errors import ConfigError
 from trtkit.k8s import Overrides, make_plan, render_manifests, write_manifests
+from trtkit.k8s.autoscaling import adapter_values
 from trtkit.k8s.multinode import KUBESSH, mpirun_with_hosts
 from trtkit.serve.command import rank_arguments
 
@@ -52,14 +53,18 @@ def by_kind(plan: Any) -> dict[str, dict[str, Any]]:
     return objects
 
 
+def adapter_rules(plan: Any) -> list[dict[str, Any]]:
+    """The rules of the prometheus-adapter fragment (Helm values: rules.custom)."""
+    return yaml.safe_load(adapter_values(plan))["rules"]["custom"]
+
+
 def validate_all(plan: Any) -> None:
-    for name, obj in render_manifests(plan):
+    for _, obj in render_manifests(plan):
         if obj["kind"] in CUSTOM:
             check_custom_resource(obj)
         else:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)  # raises on any schema error
-        if name == "41-prometheus-adapter-config.yaml":
-            check_adapter_config(yaml.safe_load(obj["data"]["config.yaml"]))
+    check_adapter_config({"rules": adapter_rules(plan)})
 
 
 @pytest.mark.parametrize("tp,pp,multi", [(1, 1, None), (2, 2, None), (4, 4, None), (2, 1, True)])
@@ -135,8 +140,7 @@ def test_gateway_deployment_replicas_backend_and_secret() -> None:
     assert {p["name"]: p["port"] for p in triton_service["spec"]["ports"]}["grpc"] == 8001
     gateway_service = objects["Service/smollm2-135m-gateway"]
     assert gateway_service["spec"]["selector"] == gateway["spec"]["selector"]["matchLabels"]
-    assert all(o["metadata"]["namespace"] == "llm" for k, o in objects.items() if "adapter" not in
-               o["metadata"]["name"])
+    assert all(o["metadata"]["namespace"] == "llm" for o in objects.values())
     config = objects["ConfigMap"]["data"]["model.yaml"]
     assert parse_config(yaml.safe_load(config)).name == "smollm2-135m"
 
@@ -146,7 +150,7 @@ def test_autoscaler_metric_chain_is_consistent() -> None:
     contract = load_contract()["recording_rule"]
     rule = objects["PrometheusRule"]["spec"]["groups"][0]["rules"][0]
     assert rule == {"record": contract["record"], "expr": contract["expr"]}
-    adapter = yaml.safe_load(objects["ConfigMap/smollm2-135m-prometheus-adapter"]["data"]["config.yaml"])["rules"][0]
+    adapter = adapter_rules(plan_for(hpa_min_replicas=2, hpa_max_replicas=6))[0]
     assert adapter["seriesQuery"].startswith(rule["record"] + "{")
     assert 'model="tensorrt_llm"' in adapter["metricsQuery"]
     hpa = objects["HorizontalPodAutoscaler"]["spec"]

@@ -15,14 +15,18 @@ from trtkit.config.loader import bounded, described
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+_CPU = re.compile(r"^([0-9]+(\.[0-9]+)?|[0-9]+m)$")
+_BYTES = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 
 
 @dataclass(slots=True)
 class K8sSection:
     namespace: str = described("default", doc="namespace of every generated object")
     triton_image: str | None = described(
-        None, doc="Triton TensorRT-LLM container; None: the container the build contract names")
-    gateway_image: str | None = described(None, doc="an image with trtkit installed; None: trtkit:<version>")
+        None, doc="Triton image with trtkit inside; None: trtkit-triton:<version>, built by docker/triton.Dockerfile "
+                  "from the container the build contract names")
+    gateway_image: str | None = described(None, doc="the gateway image; None: trtkit-gateway:<version>, built by "
+                                                    "docker/gateway.Dockerfile")
     gateway_replicas: int = bounded(2, ge=1, doc="gateway pods (they share one store)")
     gateway_port: int = bounded(8080, ge=1, le=65535, doc="HTTP port of the gateway pods and Service")
     store_secret: str = described("trtkit-gateway-store", doc="Secret holding the gateway store URL")
@@ -32,6 +36,12 @@ class K8sSection:
     model_mount_path: str = described("/models", doc="where the claim is mounted in the pods")
     repository_path: str | None = described(None, doc="Triton repository in the pods; None: "
                                                       "<model_mount_path>/triton_repo/<name>")
+    triton_cpu: str = described("4", doc="CPU request of a Triton pod (the Python models: tokenizing, detokenizing)")
+    triton_memory: str = described("32Gi", doc="memory request of a Triton pod (engine loading passes through host "
+                                              "memory; /dev/shm counts here too)")
+    gateway_cpu: str = described("1", doc="CPU request of a gateway pod")
+    gateway_memory: str = described("1Gi", doc="memory request of a gateway pod")
+    shm_size: str = described("2Gi", doc="size limit of /dev/shm in Triton pods (Python backend tensors, NCCL)")
     gpus_per_node: int = bounded(8, ge=1, doc="GPUs of one node; a larger world size needs the multi-node variant")
     multi_node: bool = described(False, doc="LeaderWorkerSet (one pod per node, mpirun from the leader) "
                                             "even when the world size fits on one node")
@@ -80,4 +90,15 @@ def _hpa_range(k: K8sSection) -> str | None:
     return None
 
 
-K8S_RULES: list[Callable[[K8sSection], str | None]] = [_names_are_dns_labels, _secret_key_is_valid, _paths_are_absolute, _hpa_range]
+def _quantities(k: K8sSection) -> str | None:
+    for path, value, pattern in (("k8s.triton_cpu", k.triton_cpu, _CPU), ("k8s.gateway_cpu", k.gateway_cpu, _CPU),
+                                 ("k8s.triton_memory", k.triton_memory, _BYTES),
+                                 ("k8s.gateway_memory", k.gateway_memory, _BYTES), ("k8s.shm_size", k.shm_size, _BYTES)):
+        if not pattern.match(value):
+            example = "4 or 500m" if pattern is _CPU else "32Gi or 512Mi"
+            return f"{path} ({value!r}) must be a Kubernetes quantity, e.g. {example}"
+    return None
+
+
+K8S_RULES: list[Callable[[K8sSection], str | None]] = [_names_are_dns_labels, _secret_key_is_valid, _paths_are_absolute,
+                                                       _hpa_range, _quantities]

@@ -9,7 +9,15 @@ tokenizer paths in the config resolve in the gateway pods as in the Triton pods.
 from __future__ import annotations
 
 from trtkit.k8s.plan import CONFIG_FILE, CONFIG_MOUNT, GRPC_PORT, STORE_ENV, K8sPlan
-from trtkit.k8s.pods import Manifest, labels, metadata, model_mount, model_volume
+from trtkit.k8s.pods import (
+    Manifest,
+    container_security,
+    labels,
+    metadata,
+    model_mount,
+    model_volume,
+    pod_security,
+)
 
 COMPONENT = "gateway"
 
@@ -39,10 +47,12 @@ def _container(plan: K8sPlan) -> Manifest:
         ],
         "readinessProbe": {"httpGet": {"path": "/health/ready", "port": "http"}, **probe},
         "livenessProbe": {"httpGet": {"path": "/health/live", "port": "http"}, **probe, "periodSeconds": 15},
-        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+        "resources": {"requests": {"cpu": plan.gateway_cpu, "memory": plan.gateway_memory}},
+        # a read-only root: the gateway writes only $TRTKIT_HOME (an emptyDir; the store is PostgreSQL) and /tmp
+        "securityContext": container_security(read_only_root=True),
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
                          model_mount(plan, read_only=True),
-                         {"name": "home", "mountPath": "/var/lib/trtkit"}],
+                         {"name": "home", "mountPath": "/var/lib/trtkit"}, {"name": "tmp", "mountPath": "/tmp"}],
     }
 
 
@@ -57,10 +67,11 @@ def gateway_deployment(plan: K8sPlan) -> Manifest:
             "template": {
                 "metadata": {"labels": selector},
                 "spec": {
+                    "securityContext": pod_security(),
                     "containers": [_container(plan)],
                     "volumes": [{"name": "config", "configMap": {"name": f"{plan.name}-config"}},
                                 model_volume(plan, read_only=True),
-                                {"name": "home", "emptyDir": {}}],
+                                {"name": "home", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
                 },
             },
         },

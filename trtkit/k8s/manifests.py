@@ -1,8 +1,9 @@
 """All manifests of one plan, one object per file, named in apply order; written as deterministic YAML.
 
 ``kubectl apply -f DIR`` takes the files in name order, which is the order below: config and RBAC,
-then Triton, then the gateway, then monitoring and the autoscaler (which needs the rest).
-The adapter's ConfigMap lives in the adapter's namespace; the store Secret is never written here.
+then Triton, then the gateway, then monitoring and the autoscaler (which needs the rest). The store Secret
+is never written here. prometheus-adapter's rule goes to ``DIR/prometheus-adapter/values.yaml``: a sub-folder
+(``kubectl apply -f DIR`` does not recurse) and no Kubernetes object, merged into the adapter by hand.
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ def render_manifests(plan: K8sPlan) -> list[tuple[str, Manifest]]:
                   ("21-triton-service.yaml", triton.triton_service(plan))]
     files += [("30-gateway-deployment.yaml", gateway.gateway_deployment(plan)),
               ("31-gateway-service.yaml", gateway.gateway_service(plan)),
-              ("40-prometheus-rule.yaml", autoscaling.prometheus_rule(plan)),
-              ("41-prometheus-adapter-config.yaml", autoscaling.adapter_config_map(plan))]
+              ("40-prometheus-rule.yaml", autoscaling.prometheus_rule(plan))]
     if plan.pod_monitor:
         files.append(("42-triton-podmonitor.yaml", autoscaling.pod_monitor(plan)))
     files.append(("50-triton-hpa.yaml", autoscaling.autoscaler(plan)))
@@ -80,4 +80,7 @@ def write_manifests(plan: K8sPlan, out_dir: str | Path) -> list[Path]:
         path = out / name
         path.write_text(HEADER + to_yaml(manifest), encoding="utf-8")
         paths.append(path)
-    return paths
+    adapter = out / autoscaling.ADAPTER_FOLDER / autoscaling.ADAPTER_FILE
+    adapter.parent.mkdir(exist_ok=True)
+    adapter.write_text(autoscaling.adapter_values(plan), encoding="utf-8")
+    return [*paths, adapter]

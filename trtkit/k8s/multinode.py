@@ -18,6 +18,7 @@ from trtkit.k8s.pods import (
     labels,
     metadata,
     model_volume,
+    pod_security,
     shm_volume,
     triton_argv,
     triton_container,
@@ -63,8 +64,9 @@ def mpirun_with_hosts(plan: K8sPlan) -> str:
 def _pod_spec(plan: K8sPlan, container: Manifest) -> Manifest:
     return {
         "serviceAccountName": plan.triton_name,
+        "securityContext": pod_security(),
         "containers": [container],
-        "volumes": [model_volume(plan, read_only=True), shm_volume(),
+        "volumes": [model_volume(plan, read_only=True), shm_volume(plan),
                     {"name": AGENT_VOLUME, "configMap": {"name": f"{plan.triton_name}-mpi", "defaultMode": 0o555}}],
         "terminationGracePeriodSeconds": 60,
     }

@@ -19,9 +19,12 @@ from trtkit.errors import ConfigError
 GPU_RESOURCE = "nvidia.com/gpu"
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002  # each pod has its own network: Triton's defaults
 STORE_ENV = GATEWAY_STORE_ENV  # the gateway's store URL, from the Secret (the gateway reads this name)
+TRITON_IMAGE = "trtkit-triton"  # docker/triton.Dockerfile: the build contract's container with trtkit inside
+GATEWAY_IMAGE = "trtkit-gateway"  # docker/gateway.Dockerfile
 CONFIG_MOUNT = "/etc/trtkit/config"
 CONFIG_FILE = "model.yaml"
 PROBE_PERIOD_S = 10
+RUN_AS_USER = 10001  # the user docker/gateway.Dockerfile and docker/triton.Dockerfile create and switch to
 T = TypeVar("T")
 
 
@@ -32,6 +35,7 @@ class Overrides:
     triton_image: str | None = None
     gateway_image: str | None = None
     gateway_replicas: int | None = None
+    triton_replicas: tuple[int, int] | None = None  # (min, max) of the autoscaler; (n, n): exactly n
     multi_node: bool | None = None
     pod_monitor: bool | None = None
 
@@ -58,6 +62,11 @@ class K8sPlan:
     hpa_queue_compute_ratio: float
     pod_monitor: bool
     adapter_namespace: str
+    triton_cpu: str
+    triton_memory: str
+    gateway_cpu: str
+    gateway_memory: str
+    shm_size: str
     config_text: str         # the model config YAML as the gateway pods read it
 
     @property
@@ -92,8 +101,6 @@ def kubernetes_name(name: str) -> str:
 
 def make_plan(config: ModelConfig, config_text: str, overrides: Overrides | None = None) -> K8sPlan:
     """Resolve the k8s section and the overrides; raise ConfigError when the GPU layout cannot work."""
-    from trtkit.trtllm_build.preflight import CONTAINER
-
     o = overrides or Overrides()
     k = config.k8s
     world_size = config.convert.tp_size * config.convert.pp_size
@@ -105,20 +112,25 @@ def make_plan(config: ModelConfig, config_text: str, overrides: Overrides | None
     if multi_node:
         _check_multi_node_layout(world_size, k.gpus_per_node)
     name = kubernetes_name(config.name)
+    hpa_min, hpa_max = o.triton_replicas or (k.hpa_min_replicas, k.hpa_max_replicas)
     plan = K8sPlan(
         name=name, namespace=_pick(o.namespace, k.namespace),
-        triton_image=_pick(o.triton_image, k.triton_image) or CONTAINER,
-        gateway_image=_pick(o.gateway_image, k.gateway_image) or f"trtkit:{__version__}",
+        triton_image=_pick(o.triton_image, k.triton_image) or f"{TRITON_IMAGE}:{__version__}",
+        gateway_image=_pick(o.gateway_image, k.gateway_image) or f"{GATEWAY_IMAGE}:{__version__}",
         gateway_replicas=_pick(o.gateway_replicas, k.gateway_replicas), gateway_port=k.gateway_port,
         world_size=world_size, gpus_per_node=k.gpus_per_node, multi_node=multi_node,
         repository_path=k.repository_path or f"{k.model_mount_path.rstrip('/')}/triton_repo/{config.name}",
         model_volume_claim=k.model_volume_claim, model_mount_path=k.model_mount_path,
         store_secret=k.store_secret, store_secret_key=k.store_secret_key, startup_timeout_s=k.startup_timeout_s,
-        hpa_min_replicas=k.hpa_min_replicas, hpa_max_replicas=k.hpa_max_replicas,
+        hpa_min_replicas=hpa_min, hpa_max_replicas=hpa_max,
         hpa_queue_compute_ratio=k.hpa_queue_compute_ratio, pod_monitor=_pick(o.pod_monitor, k.pod_monitor),
-        adapter_namespace=k.adapter_namespace, config_text=config_text)
+        adapter_namespace=k.adapter_namespace, triton_cpu=k.triton_cpu, triton_memory=k.triton_memory,
+        gateway_cpu=k.gateway_cpu, gateway_memory=k.gateway_memory, shm_size=k.shm_size, config_text=config_text)
     if plan.gateway_replicas < 1:
-        raise ConfigError(f"--replicas ({plan.gateway_replicas}) must be at least 1")
+        raise ConfigError(f"--gateway-replicas ({plan.gateway_replicas}) must be at least 1")
+    if not 1 <= plan.hpa_min_replicas <= plan.hpa_max_replicas:
+        raise ConfigError(f"--triton-replicas {plan.hpa_min_replicas}-{plan.hpa_max_replicas}: give N or MIN-MAX "
+                          f"with 1 <= MIN <= MAX")
     if not is_dns_label(plan.namespace):
         raise ConfigError(f"--namespace ({plan.namespace!r}) must be a Kubernetes name: lower-case letters, digits "
                           f"and '-', starting and ending with a letter or digit")

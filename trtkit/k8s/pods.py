@@ -9,7 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trtkit.k8s.plan import GPU_RESOURCE, GRPC_PORT, HTTP_PORT, METRICS_PORT, PROBE_PERIOD_S, K8sPlan
+from trtkit.k8s.plan import (
+    GPU_RESOURCE,
+    GRPC_PORT,
+    HTTP_PORT,
+    METRICS_PORT,
+    PROBE_PERIOD_S,
+    RUN_AS_USER,
+    K8sPlan,
+)
 from trtkit.serve.command import LaunchSpec, build_command
 from trtkit.serve.runtime import CONTAINER_TRITONSERVER
 
@@ -59,8 +67,24 @@ def triton_probes(plan: K8sPlan) -> Manifest:
     }
 
 
-def gpu_resources(count: int) -> Manifest:
-    return {"limits": {GPU_RESOURCE: str(count)}, "requests": {GPU_RESOURCE: str(count)}}
+def triton_resources(plan: K8sPlan) -> Manifest:
+    """The GPUs, and CPU and memory requests so the scheduler places the pod where its host side fits."""
+    gpus = str(plan.gpus_per_pod)
+    return {"limits": {GPU_RESOURCE: gpus},
+            "requests": {GPU_RESOURCE: gpus, "cpu": plan.triton_cpu, "memory": plan.triton_memory}}
+
+
+def pod_security() -> Manifest:
+    """Pod level: never root (the images' own user), the runtime's default seccomp profile."""
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER, "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security(*, read_only_root: bool) -> Manifest:
+    """No privilege escalation, no capabilities. Triton keeps a writable root: TensorRT-LLM, torch and the
+    Python backend write caches under $HOME and /tmp at run time, which no test here can list exhaustively."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": read_only_root}
 
 
 def model_volume(plan: K8sPlan, *, read_only: bool) -> Manifest:
@@ -72,9 +96,10 @@ def model_mount(plan: K8sPlan, *, read_only: bool) -> Manifest:
     return {"name": MODELS_VOLUME, "mountPath": plan.model_mount_path, "readOnly": read_only}
 
 
-def shm_volume() -> Manifest:
-    """The Python backend and NCCL exchange tensors through /dev/shm; the container default (64 MiB) is too small."""
-    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}
+def shm_volume(plan: K8sPlan) -> Manifest:
+    """The Python backend and NCCL exchange tensors through /dev/shm; the container default (64 MiB) is too small,
+    and an unbounded memory-backed volume could take the node's memory: ``k8s.shm_size`` bounds it."""
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": plan.shm_size}}
 
 
 def shm_mount() -> Manifest:
@@ -85,7 +110,7 @@ def triton_container(plan: K8sPlan, command: list[str], *, serving: bool = True)
     """The tritonserver container; ``serving=False`` is a multi-node worker, which only hosts ranks."""
     container: Manifest = {
         "name": "triton", "image": plan.triton_image, "command": command,
-        "resources": gpu_resources(plan.gpus_per_pod),
+        "resources": triton_resources(plan), "securityContext": container_security(read_only_root=False),
         "volumeMounts": [model_mount(plan, read_only=True), shm_mount()],
     }
     if serving:

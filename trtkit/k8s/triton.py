@@ -8,6 +8,7 @@ from trtkit.k8s.pods import (
     labels,
     metadata,
     model_volume,
+    pod_security,
     shm_volume,
     triton_argv,
     triton_container,
@@ -31,8 +32,9 @@ def triton_deployment(plan: K8sPlan) -> Manifest:
             "template": {
                 "metadata": {"labels": selector},
                 "spec": {
+                    "securityContext": pod_security(),
                     "containers": [triton_container(plan, triton_argv(plan))],
-                    "volumes": [model_volume(plan, read_only=True), shm_volume()],
+                    "volumes": [model_volume(plan, read_only=True), shm_volume(plan)],
                     "terminationGracePeriodSeconds": 60,
                 },
             },
