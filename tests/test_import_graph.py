@@ -39,7 +39,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "transport": {"config", "governance", "tokenizer", "wire"},
     "conversation": {"config", "governance"},
     "gateway": {"config", "governance", "store", "transport", "wire"},
-    "bench": {"governance", "transport", "wire"},
+    "bench": {"config", "governance", "transport", "wire"},  # config: the one server-address grammar
     "k8s": {"config", "serve", "trtllm_build"},
     "pipeline": {"checkpoint", "consistency", "config", "governance", "repository", "serve", "sources", "transport",
                  "trtllm_build"},

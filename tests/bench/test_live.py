@@ -103,7 +103,7 @@ def test_echo_model_output_counts_reconcile_with_tokenizer(live, tmp_path: Path)
 
 
 def test_cli_run_then_report_then_compare(live_server, tmp_path: Path, capsys) -> None:
-    common = ["bench", "--endpoint", f"grpc://{live_server.grpc_url}", "--config", str(TINY_CONFIG),
+    common = ["bench", str(TINY_CONFIG), "--endpoint", f"grpc://{live_server.grpc_url}",
               "--metrics-url", live_server.metrics_url, "--requests", "4", "--warmup", "1", "--workload", "synthetic",
               "--input-len", "fixed:16", "--output-len", "fixed:6", "--force-output-len", "--slo", "ttft=1s"]
     assert main([*common, "--concurrency", "1,2", "--out", str(tmp_path / "a")]) == 0
@@ -132,8 +132,8 @@ def test_cli_run_then_report_then_compare(live_server, tmp_path: Path, capsys) -
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys) -> None:
-    assert main(["bench", "--endpoint", "grpc://10.9.8.7:8001", "--config", str(TINY_CONFIG), "--concurrency", "1",
-                 "--requests", "1", "--out", str(tmp_path)]) == 1
+    assert main(["bench", str(TINY_CONFIG), "--endpoint", "grpc://10.9.8.7:8001", "--concurrency", "1",
+                 "--requests", "1", "--out", str(tmp_path)]) == 2  # a remote endpoint without --allow-remote: usage
     assert "--allow-remote" in capsys.readouterr().err
     assert main(["bench", "report", str(tmp_path / "nothing")]) == 1
     assert "not a bench run folder" in capsys.readouterr().err
@@ -168,8 +168,8 @@ def test_a_guided_workload_holds_every_answer_to_its_guide(live_server, tiny_ben
 def test_a_guide_that_breaks_the_rules_is_refused_before_any_request(tmp_path: Path, capsys) -> None:
     schema = tmp_path / "schema.json"
     schema.write_text("{not json", encoding="utf-8")
-    for guide in (["--guide-type", "yaml", "--guide", "x"], ["--guide-type", "regex"],
-                  ["--guide-type", "json_schema", "--guide", f"@{schema}"]):
-        assert main(["bench", "--endpoint", "grpc://127.0.0.1:1", "--config", str(TINY_CONFIG), "--out",
-                     str(tmp_path / "run"), "--concurrency", "1", "--requests", "1", *guide]) == 1
-        assert "--guide-type/--guide" in capsys.readouterr().err
+    for guide, code in ((["--guide-type", "yaml", "--guide", "x"], 2), (["--guide-type", "regex"], 2),
+                        (["--guide-type", "json_schema", "--guide", f"@{schema}"], 1)):
+        assert main(["bench", str(TINY_CONFIG), "--endpoint", "grpc://127.0.0.1:1", "--out",
+                     str(tmp_path / "run"), "--concurrency", "1", "--requests", "1", *guide]) == code
+        assert "--guide-type" in capsys.readouterr().err

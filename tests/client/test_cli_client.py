@@ -16,11 +16,11 @@ TINY_CONFIG = Path(__file__).resolve().parents[2] / "model_configs" / "tiny-llam
 
 def test_tokens_count_shows_chinese_costs_more_than_its_length(tiny_llama_dir: Path, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tokens", "count", "我们今天下午去公园散步，天气很好。", "--config", str(TINY_CONFIG), "--json"]) == 0
+    assert main(["tokens", "count", str(TINY_CONFIG), "我们今天下午去公园散步，天气很好。", "--json"]) == 0
     chinese = json.loads(capsys.readouterr().out)
     english_file = tmp_path / "en.txt"
     english_file.write_text("We went for a walk in the park this afternoon.", encoding="utf-8")
-    assert main(["tokens", "count", str(english_file), "--config", str(TINY_CONFIG)]) == 0
+    assert main(["tokens", "count", str(TINY_CONFIG), f"@{english_file}"]) == 0
     out = capsys.readouterr()
     rows = dict(line.rsplit(None, 1) for line in out.out.splitlines())
     assert rows["characters"] == "46" and int(rows["tokens"]) < 46
@@ -33,10 +33,10 @@ def test_usage_reports_by_user_as_json_and_csv(isolated_home: Path, capsys: pyte
         for user, tokens in (("ann", 10), ("ann", 5), ("ben", 7)):
             ledger.record(LedgerRow(time.time(), "tiny-llama", user, "", "s", "r", tokens, 1, 0, 2.0, 9.0, "length",
                                     0.0))
-    assert main(["usage", "--by", "user", "--format", "json"]) == 0
+    assert main(["usage", "--by", "user", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [(r["user"], r["requests"], r["prompt_tokens"]) for r in report] == [("ann", 2, 15), ("ben", 1, 7)]
     assert main(["usage", "--by", "model", "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines()[1].startswith("tiny-llama,3,22,3,0,25,0")
-    assert main(["usage", "--by", "week"]) == 1
-    assert "use day, model, user, key or session" in capsys.readouterr().err
+    assert main(["usage", "--by", "week"]) == 2  # a usage error (issue 38 item 10)
+    assert "'week' is not one of 'day', 'model', 'user', 'key', 'session'" in capsys.readouterr().err

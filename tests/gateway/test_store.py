@@ -41,7 +41,7 @@ def test_usage_by_key_counts_refusals(tmp_path) -> None:
             LedgerRow(now, "m", "ann", "team-a", "", "r1", 10, 5, 0, 1.0, 2.0, "length", 0.0),
             LedgerRow(now, "m", "ann", "team-a", "", "r2", 0, 0, 0, None, 0.0, "refused:budget", 0.0),
             LedgerRow(now, "m", "bob", "team-b", "", "r3", 3, 1, 0, 1.0, 2.0, "stop", 0.0)])
-    result = CliRunner().invoke(app, ["usage", "--by", "key", "--format", "json", "--ledger", str(path)])
+    result = CliRunner().invoke(app, ["usage", "--by", "key", "--json", "--store", str(path)])
     assert result.exit_code == 0, result.output
     import json
 

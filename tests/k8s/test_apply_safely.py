@@ -65,6 +65,26 @@ def test_a_bad_quantity_is_a_config_error() -> None:
         plan_for(shm_size="2 GB")
 
 
+def test_gateway_and_triton_replicas_have_their_own_options(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from trtkit.cli.main import app
+
+    config = str(ROOT / "model_configs" / "llama3-8b-fp8-h100.yaml")
+    for value, bounds in (("3", (3, 3)), ("2-6", (2, 6))):
+        out = tmp_path / value
+        done = CliRunner().invoke(app, ["deploy", "k8s", config, "--out", str(out), "--gateway-replicas", "4",
+                                        "--triton-replicas", value])
+        assert done.exit_code == 0, done.output
+        gateway = yaml.safe_load((out / "30-gateway-deployment.yaml").read_text())
+        hpa = yaml.safe_load((out / "50-triton-hpa.yaml").read_text())["spec"]
+        triton = yaml.safe_load((out / "20-triton-deployment.yaml").read_text())
+        assert gateway["spec"]["replicas"] == 4
+        assert (hpa["minReplicas"], hpa["maxReplicas"]) == bounds and triton["spec"]["replicas"] == bounds[0]
+    page = CliRunner().invoke(app, ["deploy", "k8s", "-h"], terminal_width=200).output
+    assert "--gateway-replicas" in page and "--triton-replicas" in page and "--replicas " not in page
+
+
 def test_the_adapter_rule_is_out_of_kubectl_apply_reach(tmp_path: Path) -> None:
     paths = write_manifests(plan_for(), tmp_path)
     top = sorted(p.name for p in tmp_path.iterdir() if p.is_file())

@@ -132,7 +132,7 @@ def test_gateway_deployment_replicas_backend_and_secret() -> None:
     container = gateway["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["trtkit", "gateway", "/etc/trtkit/config/model.yaml",
                                     "--backend", "smollm2-135m-triton.llm.svc:8001", "--port", "8080",
-                                    "--bind", "0.0.0.0"]
+                                    "--host", "0.0.0.0"]
     env = {e["name"]: e for e in container["env"]}
     assert env["TRTKIT_GATEWAY_STORE"]["valueFrom"] == {"secretKeyRef": {"name": "pg-store", "key": "url"}}
     triton_service = objects["Service"]
@@ -266,7 +266,7 @@ def test_output_is_deterministic_and_stale_files_go(tmp_path: Path) -> None:
 def test_cli_writes_manifests_and_keeps_deploy_default(tmp_path: Path) -> None:
     out = tmp_path / "k8s"
     result = CliRunner().invoke(app, ["deploy", "k8s", str(CONFIGS / "smollm2-135m.yaml"), "--out", str(out),
-                                      "--replicas", "3", "--namespace", "llm", "--image", "registry/triton:x",
+                                      "--gateway-replicas", "3", "--namespace", "llm", "--image", "registry/triton:x",
                                       "--pod-monitor"])
     assert result.exit_code == 0, result.output
     assert "gateway: 3 replicas; namespace llm" in result.output

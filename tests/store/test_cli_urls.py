@@ -28,7 +28,7 @@ def test_keys_and_usage_commands_work_on_the_url(store_url: str) -> None:
     store.close()
     with open_ledger(store_url) as ledger:
         ledger.record(LedgerRow(time.time(), "m", "ann", "team-a", "", "r1", 10, 5, 0, 1.0, 2.0, "length", 0.0))
-    report = runner.invoke(app, ["usage", "--by", "key", "--format", "json", "--ledger", store_url])
+    report = runner.invoke(app, ["usage", "--by", "key", "--json", "--store", store_url])
     assert report.exit_code == 0, report.output
     (row,) = json.loads(report.stdout)
     assert row["key"] == "team-a" and row["requests"] == 1 and row["total_tokens"] == 15
@@ -37,7 +37,7 @@ def test_keys_and_usage_commands_work_on_the_url(store_url: str) -> None:
 def test_a_bad_url_names_the_option_and_the_fix() -> None:
     from trtkit.errors import ConfigError
 
-    for argv in (["keys", "list", "--store", "mongodb://x/y"], ["usage", "--ledger", "sqlite://"]):
+    for argv in (["keys", "list", "--store", "mongodb://x/y"], ["usage", "--store", "sqlite://"]):
         result = CliRunner().invoke(app, argv)
         assert isinstance(result.exception, ConfigError), result.output
         assert str(result.exception).startswith(argv[-2] + ": ") and "sqlite:///PATH" in str(result.exception)

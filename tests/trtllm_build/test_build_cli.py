@@ -31,8 +31,8 @@ def test_plan_works_for_the_llama_config_without_its_weights(capsys: pytest.Capt
 
 
 def test_plan_table_with_overrides(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", TINY, "--gpu", "L4", "--input-len", "100", "--output-len", "28", "--kv-dtype", "fp8",
-                 "--tp", "2", "--max-seq-len", "256"]) == 0
+    assert main(["plan", TINY, "--gpu", "L4", "--input-len", "100", "--output-len", "28", "--kv-cache-dtype", "fp8",
+                 "--tp-size", "2", "--max-seq-len", "256"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("KV-cache plan: tiny-llama on L4 (SM 8.9)")
     assert "KV bytes per token        128 (fp8 KV)" in out  # 2 x 2 layers x 1 kv head per rank x 32 x 1 byte
@@ -43,8 +43,8 @@ def test_plan_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", TINY]) == 1
     assert capsys.readouterr().err == ("error: no GPU to plan for: pass --gpu (e.g. --gpu H100-80GB) or set "
                                        "build.target_gpu in the config\n")
-    assert main(["plan", TINY, "--gpu", "H1000"]) == 1
-    assert capsys.readouterr().err.startswith("error: unknown GPU 'H1000'; use one of T4, A10G")
+    assert main(["plan", TINY, "--gpu", "H1000"]) == 2  # an option value outside the GPU table: a usage error
+    assert "Invalid value for '--gpu': unknown GPU 'H1000'; use one of T4, A10G" in capsys.readouterr().err
     assert main(["plan", TINY, "--gpu", "L4", "--shape", "llama-9"]) == 1
     assert "is neither a known shape" in capsys.readouterr().err
 

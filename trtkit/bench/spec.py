@@ -9,9 +9,9 @@ import ipaddress
 import re
 import socket
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
 
-from trtkit.errors import BenchError
+from trtkit.config.upstream_url import parse_upstream_url
+from trtkit.errors import BenchError, ConfigError
 
 TRITON_MODELS = ("ensemble", "tensorrt_llm_bls")
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s)?\s*$")
@@ -81,20 +81,14 @@ class BenchSpec:
 
 
 def parse_endpoint(url: str, *, allow_remote: bool = False) -> Endpoint:
-    """``grpc://HOST:PORT`` (Triton) or ``http(s)://HOST:PORT/v1`` (OpenAI-compatible). Loopback only unless
-    ``allow_remote``: a benchmark is a load test, and pointing one at a shared server by mistake hurts others."""
-    parsed = urlparse(url)
-    if parsed.scheme == "grpc":
-        if not parsed.hostname or not parsed.port:
-            raise BenchError(f"--endpoint {url!r}: a Triton endpoint is grpc://HOST:PORT, e.g. grpc://127.0.0.1:8001")
-        endpoint = Endpoint("grpc", f"{parsed.hostname}:{parsed.port}", parsed.hostname)
-    elif parsed.scheme in ("http", "https"):
-        if not parsed.hostname or not parsed.path.rstrip("/").endswith("/v1"):
-            raise BenchError(f"--endpoint {url!r}: an OpenAI-compatible endpoint ends in /v1, "
-                             f"e.g. http://127.0.0.1:8080/v1")
-        endpoint = Endpoint("http", url.rstrip("/"), parsed.hostname)
-    else:
-        raise BenchError(f"--endpoint {url!r}: use grpc://HOST:PORT (Triton) or http://HOST:PORT/v1 (gateway)")
+    """Triton gRPC (``HOST:PORT`` or ``grpc://HOST:PORT``) or ``http(s)://HOST:PORT/v1`` (OpenAI-compatible),
+    through the one address grammar (trtkit.config.upstream_url). Loopback only unless ``allow_remote``: a
+    benchmark is a load test, and pointing one at a shared server by mistake hurts others."""
+    try:
+        parsed = parse_upstream_url(url, "--endpoint", ("grpc", "http"))
+    except ConfigError as exc:
+        raise BenchError(str(exc)) from exc
+    endpoint = Endpoint(parsed.scheme, parsed.address, parsed.host)
     if not allow_remote and not is_loopback(endpoint.host):
         raise BenchError(f"--endpoint {url!r} is not a loopback address; benchmarking a remote server needs "
                          f"--allow-remote")

@@ -11,23 +11,27 @@ from typing import Annotated
 
 import typer
 
-from trtkit.cli.options import GuideOpt, GuideTypeOpt, read_guide
-from trtkit.errors import BenchError
+from trtkit.cli.command import Renamed, add_command, group
+from trtkit.cli.options import ConfigArg, GuideOpt, GuideTypeOpt, read_guide
+from trtkit.errors import TrtkitError
 
-bench_app = typer.Typer(help="Serving benchmark: load sweeps, SLO goodput, server-counted tokens, the engine's "
-                             "metrics on the same timeline, plots and an HTML report.",
-                        invoke_without_command=True, no_args_is_help=False)
+SMOL = "model_configs/smollm2-135m.yaml"
+RUN_EXAMPLES = [f"trtkit bench {SMOL} --endpoint 127.0.0.1:8001 --concurrency 1,2,4 --requests 64 --out runs/a",
+                f"trtkit bench {SMOL} --endpoint http://127.0.0.1:9000/v1 --rate 2,4,8 --slo ttft=200ms --out runs/b"]
+bench_app = group("Serving benchmark: load sweeps, SLO goodput, server-counted tokens, the engine's metrics on the "
+                  "same timeline, plots and an HTML report. `trtkit bench CONFIG ...` runs a sweep (`bench run`).",
+                  examples=[*RUN_EXAMPLES[:1], "trtkit bench compare runs/a runs/b --plot a-vs-b.png"],
+                  default_command="run")
 
 Opt = typer.Option
 
 
-@bench_app.callback()
 def bench(
     ctx: typer.Context,
-    endpoint: Annotated[str | None, Opt("--endpoint", help="grpc://HOST:PORT (Triton: ensemble or "
-                                        "tensorrt_llm_bls) or http://HOST:PORT/v1 (OpenAI-compatible gateway)")] = None,
-    config: Annotated[Path | None, Opt("--config", "-c", help="Model config YAML (tokenizer, model name)")] = None,
-    out: Annotated[Path | None, Opt("--out", help="Run folder to write (JSONL, CSV, JSON, plots, report.html)")] = None,
+    config: ConfigArg,
+    endpoint: Annotated[str, Opt("--endpoint", help="Triton gRPC (HOST:PORT or grpc://HOST:PORT; model ensemble or "
+                                 "tensorrt_llm_bls) or http://HOST:PORT/v1 (an OpenAI-compatible gateway)")],
+    out: Annotated[Path, Opt("--out", help="Run folder to write (JSONL, CSV, JSON, plots, report.html)")],
     concurrency: Annotated[str | None, Opt("--concurrency", help="Concurrency sweep, e.g. 1,2,4,8,16")] = None,
     rate: Annotated[str | None, Opt("--rate", help="Request-rate sweep in requests/s, e.g. 2,4,8")] = None,
     burstiness: Annotated[float, Opt(help="Gamma shape of arrivals for --rate (1.0 = Poisson)")] = 1.0,
@@ -60,36 +64,42 @@ def bench(
     label: Annotated[str | None, Opt(help="Name of this run in plots and comparisons (default: the config's "
                                           "name)")] = None,
 ) -> None:
-    """Run a benchmark sweep: `trtkit bench --endpoint grpc://127.0.0.1:8001 --config CONFIG --concurrency
-    1,2,4 --requests 64 --out runs/a`. Subcommands: `report DIR`, `compare A B`."""
-    if ctx.invoked_subcommand is None:
-        _run(ctx.params)
+    """Run a benchmark sweep against a served model, then print the summary and write the report."""
+    _run(ctx.params)
+
+
+def _specs(o: dict, model_config):  # type: ignore[no-untyped-def]
+    """The sweep and the workload from the options; a malformed option is a usage error (exit 2)."""
+    from trtkit.bench.spec import BenchSpec, parse_endpoint, parse_points, parse_slo
+    from trtkit.bench.workloads import LengthDist, WorkloadSpec
+
+    try:
+        target = parse_endpoint(o["endpoint"], allow_remote=o["allow_remote"])
+        name = o["model"] or (model_config.client.model_name if target.kind == "grpc" else model_config.name)
+        spec = BenchSpec(target, name, parse_points(o["concurrency"], o["rate"], o["burstiness"]),
+                         requests_per_point=o["requests"], duration_s=o["duration"], warmup_requests=o["warmup"],
+                         slo=parse_slo(o["slo"]), max_in_flight=o["max_in_flight"], seed=o["seed"])
+        workload_spec = WorkloadSpec(o["workload"], LengthDist.parse(o["input_len"], "--input-len"),
+                                     LengthDist.parse(o["output_len"], "--output-len"), o["force_output_len"],
+                                     o["prefix_tokens"], o["prefix_share"], o["turns"],
+                                     max_input_tokens=model_config.build.max_input_len,
+                                     guide_type=o["guide_type"], guide=o["guide"])
+    except TrtkitError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    return spec, workload_spec
 
 
 def _run(o: dict) -> None:
     """The sweep itself, from the parsed options (kept apart so the option list stays declarative)."""
-    if o["endpoint"] is None or o["config"] is None or o["out"] is None:
-        raise BenchError("`trtkit bench` needs --endpoint URL, --config CONFIG and --out DIR (see --help)")
     from rich.console import Console
 
     from trtkit.bench.outputs.console import ProgressView, summary_table
     from trtkit.bench.session import default_metrics_url, run_bench
-    from trtkit.bench.spec import BenchSpec, parse_endpoint, parse_points, parse_slo
-    from trtkit.bench.workloads import LengthDist, WorkloadSpec
     from trtkit.config import load_config
     from trtkit.governance.tokens import TokenCounter
 
     model_config = load_config(o["config"])
-    target = parse_endpoint(o["endpoint"], allow_remote=o["allow_remote"])
-    name = o["model"] or (model_config.client.model_name if target.kind == "grpc" else model_config.name)
-    spec = BenchSpec(target, name, parse_points(o["concurrency"], o["rate"], o["burstiness"]),
-                     requests_per_point=o["requests"], duration_s=o["duration"], warmup_requests=o["warmup"],
-                     slo=parse_slo(o["slo"]), max_in_flight=o["max_in_flight"], seed=o["seed"])
-    workload_spec = WorkloadSpec(o["workload"], LengthDist.parse(o["input_len"], "--input-len"),
-                                 LengthDist.parse(o["output_len"], "--output-len"), o["force_output_len"],
-                                 o["prefix_tokens"], o["prefix_share"], o["turns"],
-                                 max_input_tokens=model_config.build.max_input_len,
-                                 guide_type=o["guide_type"], guide=read_guide(o["guide_type"], o["guide"]))
+    spec, workload_spec = _specs({**o, "guide": read_guide(o["guide_type"], o["guide"])}, model_config)
     url = None if o["metrics_url"] == "none" else (o["metrics_url"] or default_metrics_url(spec))
     with ProgressView(Console(stderr=True)) as view:
         folder = run_bench(spec, workload_spec, TokenCounter.from_config(model_config), o["out"], metrics_url=url,
@@ -108,7 +118,6 @@ def _print_summary(folder: Path, make_table) -> None:  # type: ignore[no-untyped
     typer.echo(f"report: {folder / 'report.html'}", err=True)
 
 
-@bench_app.command("report")
 def report(folder: Annotated[Path, typer.Argument(help="A `trtkit bench --out` folder")]) -> None:
     """Regenerate points.csv/json, the plots and report.html from a run folder's raw rows."""
     from trtkit.bench.outputs.console import summary_table
@@ -118,7 +127,6 @@ def report(folder: Annotated[Path, typer.Argument(help="A `trtkit bench --out` f
     _print_summary(folder, summary_table)
 
 
-@bench_app.command("compare")
 def compare(
     a: Annotated[Path, typer.Argument(help="Run folder A (the baseline)")],
     b: Annotated[Path, typer.Argument(help="Run folder B")],
@@ -154,4 +162,9 @@ def _num(value: float | None) -> str:
 
 
 def register(app: typer.Typer) -> None:
+    config_option = [Renamed("-c", "CONFIG", to_argument=True), Renamed("--config", "CONFIG", to_argument=True)]
+    add_command(bench_app, "run", bench, renames=config_option, examples=RUN_EXAMPLES)
+    add_command(bench_app, "report", report, examples=["trtkit bench report runs/a"])
+    add_command(bench_app, "compare", compare, examples=["trtkit bench compare runs/fp16 runs/fp8",
+                                                         "trtkit bench compare runs/a runs/b --json"])
     app.add_typer(bench_app, name="bench")

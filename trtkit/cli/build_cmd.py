@@ -7,7 +7,22 @@ from typing import Annotated
 
 import typer
 
-from trtkit.cli.options import ConfigArg, ForceOpt, JsonOpt
+from trtkit.cli.command import Renamed, add_command
+from trtkit.cli.options import ConfigArg, ForceOpt, JsonOpt, KvCacheDtypeOpt, TpSizeOpt
+
+
+def _known_gpu(value: str | None) -> str | None:
+    """--gpu is checked against the GPU table as it is parsed: an unknown kind is a usage error (exit 2)."""
+    from trtkit.config.gpus import lookup_gpu
+    from trtkit.errors import BuildError
+
+    if value is None:
+        return None
+    try:
+        return lookup_gpu(value).kind
+    except BuildError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
 
 
 def build(
@@ -31,15 +46,14 @@ def build(
 
 def plan(
     config: ConfigArg,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU kind, e.g. H100-80GB, L4, A100-80GB "
-                                            "(default: build.target_gpu).")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", callback=_known_gpu, help="GPU kind, e.g. H100-80GB, L4, "
+                                            "A100-80GB (default: build.target_gpu).")] = None,
     input_len: Annotated[int | None, typer.Option("--input-len", min=1, help="Prompt tokens per sequence "
                                                   "(default: build.max_input_len).")] = None,
     output_len: Annotated[int | None, typer.Option("--output-len", min=1, help="Generated tokens per sequence "
                                                    "(default: max_seq_len - input).")] = None,
-    kv_dtype: Annotated[str | None, typer.Option("--kv-dtype", help="auto, fp8 or int8 "
-                                                 "(default: quantization.kv_cache_dtype).")] = None,
-    tp: Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel ranks (default: convert.tp_size).")] = None,
+    kv_cache_dtype: KvCacheDtypeOpt = None,
+    tp_size: TpSizeOpt = None,
     max_seq_len: Annotated[int | None, typer.Option("--max-seq-len", min=2, help="Default: build.max_seq_len.")] = None,
     shape: Annotated[str | None, typer.Option("--shape", help="Model shape: a known name (llama-3-8b, llama-3-70b, "
                                               "smollm2-135m, tiny-llama) or a config.json path.")] = None,
@@ -51,10 +65,8 @@ def plan(
     from trtkit.trtllm_build.plan_config import PlanOverrides, plan_for_config
     from trtkit.trtllm_build.report import config_plan_json, config_plan_text
 
-    if kv_dtype is not None and kv_dtype not in ("auto", "fp8", "int8"):
-        raise BuildError(f"--kv-dtype {kv_dtype!r} is not one of auto, fp8, int8")
-    overrides = PlanOverrides(gpu=gpu, shape=shape, input_len=input_len, output_len=output_len, kv_dtype=kv_dtype,
-                              tp=tp, max_seq_len=max_seq_len)
+    overrides = PlanOverrides(gpu=gpu, shape=shape, input_len=input_len, output_len=output_len,
+                              kv_dtype=kv_cache_dtype, tp=tp_size, max_seq_len=max_seq_len)
     result = plan_for_config(load_config(config), overrides)
     for blocker in result.blockers:  # first: a plan that cannot run says so before its figures
         typer.echo(f"cannot run: {blocker}", err=True)
@@ -67,5 +79,9 @@ def plan(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("build")(build)
-    app.command("plan")(plan)
+    add_command(app, "build", build, examples=[
+        "trtkit build model_configs/llama3-8b-fp8-h100.yaml --dry-run",
+        "trtkit build model_configs/llama3-8b-fp8-h100.yaml --checkpoint ckpt/llama3-fp8 --out engines/llama3"])
+    add_command(app, "plan", plan, renames=[Renamed("--tp", "--tp-size"), Renamed("--kv-dtype", "--kv-cache-dtype")],
+                examples=["trtkit plan model_configs/llama3-8b-fp8-h100.yaml --gpu L4",
+                          "trtkit plan model_configs/llama3-8b-fp8-h100.yaml --gpu H100 --tp-size 2 --json"])

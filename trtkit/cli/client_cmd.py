@@ -7,15 +7,25 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
-from trtkit.cli.options import ConfigArg, GuideOpt, GuideTypeOpt, JsonOpt, read_guide
-from trtkit.errors import ClientError
+from trtkit.cli.command import Renamed, add_command, group
+from trtkit.cli.options import (
+    ConfigArg,
+    GuideOpt,
+    GuideTypeOpt,
+    JsonOpt,
+    read_guide,
+    read_text,
+    upstream_address,
+)
 
-UrlOpt = Annotated[str | None, typer.Option("--url", help="tritonserver gRPC address host:port; default: the newest "
-                                            "server started by `trtkit serve`, else 127.0.0.1:serve.grpc_port")]
+SMOL = "model_configs/smollm2-135m.yaml"
+UrlOpt = Annotated[str | None, typer.Option("--url", help="tritonserver gRPC address, HOST:PORT or grpc://HOST:PORT; "
+                                            "default: the newest server started by `trtkit serve`, else "
+                                            "127.0.0.1:serve.grpc_port", show_default=False)]
 MaxTokensOpt = Annotated[int | None, typer.Option("--max-tokens", help="New tokens at most (clamped to "
                                                   "max_seq_len); default client.default_max_tokens")]
 TemperatureOpt = Annotated[float, typer.Option("--temperature", help="0 = greedy (deterministic, cacheable)")]
@@ -23,19 +33,17 @@ SeedOpt = Annotated[int | None, typer.Option("--seed", help="Fixed sampling seed
 UserOpt = Annotated[str, typer.Option("--user", help="User name recorded in the ledger and used by budgets")]
 KeyOpt = Annotated[str, typer.Option("--key-id", help="API key name (never the secret) for the ledger and budgets")]
 
-tokens_app = typer.Typer(help="Count characters against tokens with the model's tokenizer.", no_args_is_help=True)
+tokens_app = group("Count characters against tokens with the model's tokenizer.",
+                   examples=[f'trtkit tokens count {SMOL} "今天天气很好"'])
 
 
-def register(app: typer.Typer) -> None:
-    app.command("generate")(generate)
-    app.command("chat")(chat)
-    app.command("usage")(usage)
-    app.add_typer(tokens_app, name="tokens")
+def _say(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 def _server_url(config, url: str | None) -> str:  # type: ignore[no-untyped-def]
     if url:
-        return url
+        return upstream_address(url, "--url", ("grpc",)).address
     from trtkit.serve.state import read_records
 
     running = sorted((r for r in read_records() if r.is_running()), key=lambda r: r.started_at)
@@ -45,10 +53,13 @@ def _server_url(config, url: str | None) -> str:  # type: ignore[no-untyped-def]
 def _client(config_path: Path, url: str | None, user: str, key_id: str):  # type: ignore[no-untyped-def]
     from trtkit.config import load_config
     from trtkit.governance import Caller
+    from trtkit.pipeline.first_run import quiet_first_run
     from trtkit.transport import TritonLLMClient
 
     config = load_config(config_path)
-    return config, TritonLLMClient(_server_url(config, url), config=config, caller=Caller(user=user, key_id=key_id))
+    address = _server_url(config, url)
+    with quiet_first_run(config, _say):
+        return config, TritonLLMClient(address, config=config, caller=Caller(user=user, key_id=key_id))
 
 
 def _usage_line(result) -> str:  # type: ignore[no-untyped-def]
@@ -60,7 +71,8 @@ def _usage_line(result) -> str:  # type: ignore[no-untyped-def]
             f"latency {result.latency_s * 1e3:.0f} ms; cost {result.cost:.6g}{cache}")
 
 
-def generate(config_path: ConfigArg, prompt: Annotated[str, typer.Argument(help="Prompt text; '-' reads stdin")],
+def generate(config_path: ConfigArg, prompt: Annotated[str, typer.Argument(
+                 help="Prompt text; '-' reads stdin, @FILE a file")],
              url: UrlOpt = None, max_tokens: MaxTokensOpt = None, temperature: TemperatureOpt = 0.0,
              seed: SeedOpt = None, stream: Annotated[bool, typer.Option("--stream/--no-stream")] = True,
              user: UserOpt = "", key_id: KeyOpt = "", as_json: JsonOpt = False, guide_type: GuideTypeOpt = None,
@@ -68,7 +80,7 @@ def generate(config_path: ConfigArg, prompt: Annotated[str, typer.Argument(help=
     """One-shot generation with exact token usage (text to stdout, usage to stderr)."""
     from trtkit.governance import SamplingParams
 
-    text = sys.stdin.read() if prompt == "-" else prompt
+    text = read_text(prompt, "PROMPT")
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed,
                             guided_decoding_guide_type=guide_type, guided_decoding_guide=read_guide(guide_type, guide))
     _, client = _client(config_path, url, user, key_id)
@@ -94,8 +106,8 @@ def generate(config_path: ConfigArg, prompt: Annotated[str, typer.Argument(help=
 
 
 def chat(config_path: ConfigArg, url: UrlOpt = None,
-         strategy: Annotated[str | None, typer.Option("--strategy", help="tail | summary | retrieval; default "
-                                                      "client.context.strategy")] = None,
+         strategy: Annotated[Literal["tail", "summary", "retrieval"] | None, typer.Option(
+             "--strategy", help="Context strategy; default client.context.strategy", show_default=False)] = None,
          max_tokens: MaxTokensOpt = None, temperature: TemperatureOpt = 0.0, user: UserOpt = "",
          key_id: KeyOpt = "", session: Annotated[str | None, typer.Option("--session", help="Session id")] = None
          ) -> None:
@@ -123,37 +135,52 @@ def chat(config_path: ConfigArg, url: UrlOpt = None,
                 typer.echo(_usage_line(result), err=True)
 
 
-def usage(by: Annotated[str, typer.Option("--by", help="day | model | user | key | session")] = "day",
-          fmt: Annotated[str, typer.Option("--format", help="table | csv | json")] = "table",
-          days: Annotated[float | None, typer.Option("--days", help="Only the last N days")] = None,
-          ledger_url: Annotated[str | None, typer.Option("--ledger", help="Ledger: sqlite:///PATH, a file path or "
-                                                         "postgresql://...; default $TRTKIT_HOME/usage.db")] = None
+def _report_format(value: str) -> str:
+    """--format table|csv; json is --json now (kept for one release, with a deprecation line)."""
+    if value == "json":
+        typer.echo("warning: --format json is deprecated; use --json", err=True)
+    elif value not in ("table", "csv"):
+        raise typer.BadParameter(f"{value!r} is not one of 'table', 'csv' (JSON: --json)")
+    return value
+
+
+def usage(by: Annotated[Literal["day", "model", "user", "key", "session"], typer.Option(
+              "--by", help="Group rows by day, model, user, API key name or session")] = "day",
+          fmt: Annotated[str, typer.Option("--format", callback=_report_format, metavar="table|csv",
+                                           help="Text layout")] = "table",
+          as_json: JsonOpt = False,
+          days: Annotated[float | None, typer.Option("--days", min=0.0, help="Only the last N days",
+                                                     show_default=False)] = None,
+          store: Annotated[str | None, typer.Option(
+              "--store", help="The usage ledger: sqlite:///PATH, a file path or postgresql://...; default "
+                              "client.store's default, $TRTKIT_HOME/usage.db", show_default=False)] = None,
           ) -> None:
-    """Report the usage ledger by day, model, user, API key (the gateway's key names) or session."""
+    """Report the usage ledger by day, model, user, API key (the gateway's key names) or session. It reads an
+    existing ledger only: a path with no ledger is an error naming it."""
+    from trtkit.store import ledger_url
     from trtkit.store.ledger import open_ledger
     from trtkit.store.usage_reports import format_report, usage_report
-    if by not in ("day", "model", "user", "key", "session"):
-        raise ClientError(f"--by {by!r} is unknown; use day, model, user, key or session")
-    if fmt not in ("table", "csv", "json"):
-        raise ClientError(f"--format {fmt!r} is unknown; use table, csv or json")
+
     since = time.time() - days * 86400 if days else None
-    from trtkit.store import ledger_url as resolve_ledger_url
-
-    with open_ledger(resolve_ledger_url(ledger_url, "--ledger")) as ledger:
-        typer.echo(format_report(usage_report(ledger, by, since), fmt, by))  # type: ignore[arg-type]
+    with open_ledger(ledger_url(store, "--store"), create=False) as ledger:
+        typer.echo(format_report(usage_report(ledger, by, since), "json" if as_json else fmt, by))  # type: ignore[arg-type]
 
 
-@tokens_app.command("count")
-def tokens_count(text: Annotated[str, typer.Argument(help="Text to count, or a path to a text file")],
-                 config: Annotated[Path, typer.Option("--config", "-c", help="Model config YAML (its tokenizer)")],
+def tokens_count(config: ConfigArg,
+                 text: Annotated[str, typer.Argument(help="Text to count; '-' reads stdin, @FILE a file")],
                  as_json: JsonOpt = False) -> None:
     """Characters against tokens for this model. Non-English text often costs several times more tokens."""
     from trtkit.config import load_config
     from trtkit.governance.tokens import TokenCounter
+    from trtkit.pipeline.first_run import quiet_first_run
 
-    path = Path(text)
-    body = path.read_text(encoding="utf-8") if len(text) < 4096 and path.is_file() else text
-    m = TokenCounter.from_config(load_config(config)).measure(body)
+    body = read_text(text, "TEXT")
+    if body == text and len(text) < 4096 and Path(text).is_file():
+        typer.echo(f"note: counting the text {text!r} itself; to count that file's contents pass @{text}", err=True)
+    model_config = load_config(config)
+    with quiet_first_run(model_config, _say):
+        counter = TokenCounter.from_config(model_config)
+    m = counter.measure(body)
     if as_json:
         typer.echo(json.dumps({"characters": m.characters, "utf8_bytes": m.utf8_bytes, "tokens": m.tokens,
                                "chars_per_token": round(m.chars_per_token, 3)}))
@@ -163,3 +190,18 @@ def tokens_count(text: Annotated[str, typer.Argument(help="Text to count, or a p
     if m.tokens > m.characters:
         typer.echo("note: more tokens than characters: this text (e.g. Chinese) is billed well above what its "
                    "length suggests", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    add_command(app, "generate", generate, examples=[
+        f'trtkit generate {SMOL} "Write a haiku about GPUs" --url 127.0.0.1:8001',
+        f"trtkit generate {SMOL} @prompt.txt --max-tokens 200 --json"])
+    add_command(app, "chat", chat, examples=[f"trtkit chat {SMOL}",
+                                             f"trtkit chat {SMOL} --strategy summary --url grpc://127.0.0.1:8001"])
+    add_command(app, "usage", usage, renames=[Renamed("--ledger", "--store")], examples=[
+        "trtkit usage --by key", "trtkit usage --by day --days 7 --json --store postgresql://trtkit:SECRET@db/trtkit"])
+    add_command(tokens_app, "count", tokens_count,
+                renames=[Renamed("-c", "CONFIG", to_argument=True), Renamed("--config", "CONFIG", to_argument=True)],
+                examples=[f'trtkit tokens count {SMOL} "今天天气很好，我们去公园散步吧。"',
+                          f"trtkit tokens count {SMOL} @README.md --json", f"cat notes.txt | trtkit tokens count {SMOL} -"])
+    app.add_typer(tokens_app, name="tokens")

@@ -5,44 +5,37 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 
-from trtkit.cli.options import ConfigArg, ForceOpt, JsonOpt
+from trtkit.cli.command import add_command
+from trtkit.cli.options import ConfigArg, ForceOpt, JsonOpt, KvCacheDtypeOpt, TpSizeOpt
 from trtkit.config import load_config
-from trtkit.config.schema import ModelConfig
-from trtkit.errors import CalibrationError
+from trtkit.config.schema import Dtype, ModelConfig, QuantFormat
 
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output folder (default: <workdir>/checkpoints/<name>).",
                                              show_default=False)]
-FormatOpt = Annotated[str | None, typer.Option(
-    "--format", help="int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, fp8, nvfp4 (GPU) or none; "
-                     "default: quantization.format", show_default=False)]
-KvOpt = Annotated[str | None, typer.Option("--kv-cache-dtype", help="auto, fp8 or int8; default: "
-                                           "quantization.kv_cache_dtype", show_default=False)]
+FormatOpt = Annotated[QuantFormat | None, typer.Option(
+    "--format", help="Quantization format (nvfp4: GPU only); default: quantization.format", show_default=False)]
 CompareOpt = Annotated[str | None, typer.Option(
     "--compare", help="Comma-separated formats to calibrate against one baseline, e.g. fp8,int8_sq,int8_wo.",
     show_default=False)]
-DtypeOpt = Annotated[str | None, typer.Option("--dtype", help="float16, bfloat16 or float32; default: convert.dtype",
-                                              show_default=False)]
-TpOpt = Annotated[int | None, typer.Option("--tp-size", min=1, help="Tensor-parallel ranks; default: convert.tp_size",
-                                           show_default=False)]
+DtypeOpt = Annotated[Dtype | None, typer.Option("--dtype", help="Weights dtype; default: convert.dtype",
+                                                show_default=False)]
 PpOpt = Annotated[int | None, typer.Option("--pp-size", min=1, help="Pipeline-parallel ranks; default: "
                                            "convert.pp_size", show_default=False)]
 
 
-def _with_convert_overrides(config: ModelConfig, dtype: str | None, tp_size: int | None,
+def _with_convert_overrides(config: ModelConfig, dtype: Dtype | None, tp_size: int | None,
                             pp_size: int | None) -> ModelConfig:
-    if dtype is not None and dtype not in ("float16", "bfloat16", "float32"):
-        raise CalibrationError(f"--dtype {dtype!r} is not supported; use float16, bfloat16 or float32")
-    convert = dataclasses.replace(config.convert, dtype=dtype or config.convert.dtype,  # type: ignore[arg-type]
+    convert = dataclasses.replace(config.convert, dtype=dtype or config.convert.dtype,
                                   tp_size=tp_size or config.convert.tp_size, pp_size=pp_size or config.convert.pp_size)
     return dataclasses.replace(config, convert=convert)
 
 
 def convert(config: ConfigArg, out: OutOpt = None, force: ForceOpt = False, dtype: DtypeOpt = None,
-            tp_size: TpOpt = None, pp_size: PpOpt = None) -> None:
+            tp_size: TpSizeOpt = None, pp_size: PpOpt = None) -> None:
     """Write an unquantized TensorRT-LLM checkpoint (config.json + rank{N}.safetensors) with ModelOpt's export."""
     from trtkit.checkpoint import convert_checkpoint
 
@@ -50,19 +43,30 @@ def convert(config: ConfigArg, out: OutOpt = None, force: ForceOpt = False, dtyp
     typer.echo(str(convert_checkpoint(resolved, out_dir=out, force=force)))
 
 
-def calibrate(config: ConfigArg, fmt: FormatOpt = None, kv_cache_dtype: KvOpt = None, compare: CompareOpt = None,
-              out: OutOpt = None, force: ForceOpt = False, as_json: JsonOpt = False) -> None:
+def _compare_formats(compare: str | None, fmt: str | None, out: Path | None) -> list[str]:
+    """--compare's formats, checked as option values (a bad one is a usage error, exit 2)."""
+    if compare is None:
+        return []
+    if fmt is not None or out is not None:
+        raise typer.BadParameter("runs several formats into their default folders; drop --format and --out",
+                                 param_hint="'--compare'")
+    formats = [f.strip() for f in compare.split(",") if f.strip()]
+    unknown = [f for f in formats if f not in get_args(QuantFormat)]
+    if not formats or unknown:
+        raise typer.BadParameter(f"{', '.join(unknown) or 'no format'}: give formats out of "
+                                 f"{', '.join(get_args(QuantFormat))}, e.g. fp8,int8_sq,int8_wo", param_hint="'--compare'")
+    return formats
+
+
+def calibrate(config: ConfigArg, fmt: FormatOpt = None, kv_cache_dtype: KvCacheDtypeOpt = None,
+              compare: CompareOpt = None, out: OutOpt = None, force: ForceOpt = False, as_json: JsonOpt = False) -> None:
     """Quantize with NVIDIA ModelOpt, print the quality report, write a TensorRT-LLM checkpoint."""
     from trtkit.checkpoint import calibrate as run_calibration
     from trtkit.checkpoint import compare_formats, render_ranges, render_table
 
+    formats = _compare_formats(compare, fmt, out)
     resolved = load_config(config)
-    if compare is not None:
-        if fmt is not None or out is not None:
-            raise CalibrationError("--compare runs several formats into their default folders; drop --format and --out")
-        formats = [f.strip() for f in compare.split(",") if f.strip()]
-        if not formats:
-            raise CalibrationError("--compare needs at least one format, e.g. --compare fp8,int8_sq,int8_wo")
+    if formats:
         results = compare_formats(resolved, formats, kv_cache_dtype=kv_cache_dtype, force=force, show_progress=True)
     else:
         results = [run_calibration(resolved, fmt=fmt, kv_cache_dtype=kv_cache_dtype, force=force, out_dir=out,
@@ -85,5 +89,9 @@ def calibrate(config: ConfigArg, fmt: FormatOpt = None, kv_cache_dtype: KvOpt = 
 
 
 def register(app: typer.Typer) -> None:
-    app.command("convert")(convert)
-    app.command("calibrate")(calibrate)
+    add_command(app, "convert", convert, examples=[
+        "trtkit convert model_configs/smollm2-135m.yaml",
+        "trtkit convert model_configs/llama3-8b-fp8-h100.yaml --dtype bfloat16 --tp-size 2 --out ckpt/llama3-tp2"])
+    add_command(app, "calibrate", calibrate, examples=[
+        "trtkit calibrate model_configs/smollm2-135m.yaml --format int8_sq",
+        "trtkit calibrate model_configs/smollm2-135m.yaml --compare fp8,int8_sq,int8_wo --kv-cache-dtype fp8"])

@@ -4,45 +4,40 @@ the default sub-command) and the Kubernetes manifests of the whole service (`trt
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
-from typer.core import TyperGroup
 
-from trtkit.cli.options import ConfigArg
+from trtkit.cli.command import Renamed, add_command, group
+from trtkit.cli.options import ConfigArg, ProfileOpt
 
 DEFAULT_COMMAND = "repository"
+SMOL = "model_configs/smollm2-135m.yaml"
+LLAMA = "model_configs/llama3-8b-fp8-h100.yaml"
+REPO_EXAMPLES = [
+    f'trtkit deploy {SMOL} --engine "$(trtkit convert {SMOL})" --out triton_repo/smollm2-135m',
+    f"trtkit deploy {LLAMA} --engine ~/.trtkit/work/llama3-8b-fp8-h100/engines/<build> --out triton_repo/llama3"]
+K8S_EXAMPLES = [f"trtkit deploy k8s {LLAMA} --out k8s/llama3",
+                f"trtkit deploy k8s {LLAMA} --out k8s/llama3 --gateway-replicas 3 --triton-replicas 2-6 --pod-monitor"]
+deploy_app = group("Write what serves a model: the Triton model repository (the default: `trtkit deploy CONFIG "
+                   "--engine DIR --out DIR`), or Kubernetes manifests (`trtkit deploy k8s`).",
+                   examples=REPO_EXAMPLES[:1] + K8S_EXAMPLES[:1], default_command=DEFAULT_COMMAND)
 
-
-class _DefaultsToRepository(TyperGroup):
-    """`trtkit deploy CONFIG ...` without a sub-command name keeps meaning `trtkit deploy repository CONFIG ...`."""
-
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
-            args = [DEFAULT_COMMAND, *args]
-        return super().parse_args(ctx, args)
-
-
-deploy_app = typer.Typer(cls=_DefaultsToRepository, no_args_is_help=True,
-                         help="Write what serves a model: the Triton model repository (default: `trtkit deploy CONFIG "
-                              "--engine DIR --out DIR`), or Kubernetes manifests (`trtkit deploy k8s`).")
-
-EngineOpt = Annotated[Path, typer.Option("--engine", help="Engine folder (GPU), or a TensorRT-LLM checkpoint / "
-                                                           "Hugging Face folder for the CPU reference engine.")]
+EngineOpt = Annotated[Path, typer.Option("--engine", help="What the engine slot serves: a trtllm-build engine folder "
+                                                           "(GPU), or for the CPU reference engine a TensorRT-LLM "
+                                                           "checkpoint (trtkit convert's output) or a Hugging Face "
+                                                           "folder (config.json + *.safetensors).")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Repository folder to write, e.g. triton_repo/smollm2-135m.")]
-ProfileOpt = Annotated[str | None, typer.Option("--profile", help="latency or throughput; overrides serve.profile.")]
-TargetOpt = Annotated[str, typer.Option("--target", help="auto (engines -> gpu, weights -> cpu), cpu or gpu.")]
+TargetOpt = Annotated[Literal["auto", "cpu", "gpu"], typer.Option(
+    "--target", help="auto: engines -> gpu, weights -> cpu.")]
 
 
 def deploy(config: ConfigArg, engine: EngineOpt, out: OutOpt, profile: ProfileOpt = None,
            target: TargetOpt = "auto") -> None:
     """Generate the Triton model repository (preprocessing, tensorrt_llm, postprocessing, ensemble, BLS)."""
-    from trtkit.config import PROFILES, load_config
-    from trtkit.errors import ConfigError
+    from trtkit.config import load_config
     from trtkit.repository import deploy_repository
 
-    if profile not in (None, *PROFILES):
-        raise ConfigError(f"--profile {profile!r} is unknown; use latency or throughput")
     result = deploy_repository(load_config(config, profile=profile), engine, out, target=target)
     typer.echo(f"repository: {result.out_dir}")
     typer.echo(f"target: {result.target} ({'C++ tensorrtllm backend' if result.target == 'gpu' else 'CPU reference engine'})")
@@ -58,8 +53,11 @@ def deploy(config: ConfigArg, engine: EngineOpt, out: OutOpt, profile: ProfileOp
 K8sOutOpt = Annotated[Path, typer.Option("--out", help="Folder for the manifests, e.g. k8s/smollm2-135m.")]
 NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace; default k8s.namespace "
                                                   "(default).")]
-ReplicasOpt = Annotated[int | None, typer.Option("--replicas", min=1, help="Gateway replicas; default "
-                                                 "k8s.gateway_replicas (2).")]
+GatewayReplicasOpt = Annotated[int | None, typer.Option("--gateway-replicas", min=1, help="Gateway pods; default "
+                                                        "k8s.gateway_replicas (2).", show_default=False)]
+TritonReplicasOpt = Annotated[str | None, typer.Option(
+    "--triton-replicas", metavar="N|MIN-MAX", help="Triton replicas: N exactly, or the autoscaler's range MIN-MAX; "
+    "default k8s.hpa_min_replicas-k8s.hpa_max_replicas (1-4).", show_default=False)]
 ImageOpt = Annotated[str | None, typer.Option("--image", help="Triton TensorRT-LLM image; default k8s.triton_image, "
                                               "else the container the build contract names.")]
 GatewayImageOpt = Annotated[str | None, typer.Option("--gateway-image", help="Image with trtkit installed; default "
@@ -71,15 +69,33 @@ PodMonitorOpt = Annotated[bool | None, typer.Option("--pod-monitor/--no-pod-moni
                                                     "(Prometheus Operator) for Triton's metrics; default k8s.pod_monitor.")]
 
 
-def k8s(config: ConfigArg, out: K8sOutOpt, namespace: NamespaceOpt = None, replicas: ReplicasOpt = None,
+def _replica_range(text: str | None) -> tuple[int, int] | None:
+    """--triton-replicas N (exactly N) or MIN-MAX (the autoscaler's range); anything else is a usage error."""
+    if text is None:
+        return None
+    low, _, high = text.partition("-")
+    try:
+        bounds = (int(low), int(high or low))
+    except ValueError:
+        bounds = (0, 0)
+    if not 1 <= bounds[0] <= bounds[1]:
+        raise typer.BadParameter(f"{text!r}: give N or MIN-MAX with 1 <= MIN <= MAX, e.g. 2 or 2-6",
+                                 param_hint="'--triton-replicas'")
+    return bounds
+
+
+def k8s(config: ConfigArg, out: K8sOutOpt, namespace: NamespaceOpt = None,
+        gateway_replicas: GatewayReplicasOpt = None, triton_replicas: TritonReplicasOpt = None,
         image: ImageOpt = None, gateway_image: GatewayImageOpt = None, multi_node: MultiNodeOpt = None,
         pod_monitor: PodMonitorOpt = None) -> None:
-    """Kubernetes manifests: Triton (GPUs = tp x pp), the gateway, their Services, the queue autoscaler."""
+    """Kubernetes manifests: Triton (GPUs = tp x pp), the gateway, their Services, the queue autoscaler; the
+    prometheus-adapter rules go to a sub-folder that `kubectl apply -f DIR` does not read."""
     from trtkit.config import load_config
     from trtkit.k8s import Overrides, make_plan, write_manifests
 
     overrides = Overrides(namespace=namespace, triton_image=image, gateway_image=gateway_image,
-                          gateway_replicas=replicas, multi_node=multi_node, pod_monitor=pod_monitor)
+                          gateway_replicas=gateway_replicas, triton_replicas=_replica_range(triton_replicas),
+                          multi_node=multi_node, pod_monitor=pod_monitor)
     plan = make_plan(load_config(config), config.read_text(encoding="utf-8"), overrides)
     paths = write_manifests(plan, out)
     layout = (f"LeaderWorkerSet, {plan.nodes_per_replica} pods x {plan.gpus_per_pod} GPUs per replica"
@@ -88,10 +104,11 @@ def k8s(config: ConfigArg, out: K8sOutOpt, namespace: NamespaceOpt = None, repli
     for path in paths:
         typer.echo(str(path))
     typer.echo(f"apply: create the Secret {plan.store_secret} (key {plan.store_secret_key}: the store URL) in "
-               f"{plan.namespace}, then `kubectl apply -f {out}`", err=True)
+               f"{plan.namespace}, then `kubectl apply -f {out}`; merge {paths[-1]} into prometheus-adapter as its "
+               f"header says (it is not applied)", err=True)
 
 
 def register(app: typer.Typer) -> None:
-    deploy_app.command(DEFAULT_COMMAND)(deploy)
-    deploy_app.command("k8s")(k8s)
+    add_command(deploy_app, DEFAULT_COMMAND, deploy, examples=REPO_EXAMPLES)
+    add_command(deploy_app, "k8s", k8s, examples=K8S_EXAMPLES, renames=[Renamed("--replicas", "--gateway-replicas")])
     app.add_typer(deploy_app, name="deploy")

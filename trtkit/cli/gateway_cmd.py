@@ -1,70 +1,75 @@
-"""`trtkit gateway` and `trtkit keys create|list|revoke`: thin wrappers over trtkit.gateway."""
+"""`trtkit gateway` and `trtkit keys create|list|revoke`: thin wrappers over trtkit.gateway and the store."""
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
-from trtkit.cli.options import ConfigArg
+from trtkit.cli.command import Renamed, add_command, group
+from trtkit.cli.options import ConfigArg, HostOpt, JsonOpt, StoreOpt, upstream_address
 
-StoreOpt = Annotated[str | None, typer.Option("--store", help="Gateway store: sqlite:///PATH, a file path or "
-                                              "postgresql://...; default $TRTKIT_GATEWAY_STORE, else "
-                                              "$TRTKIT_HOME/gateway.db")]
-
-keys_app = typer.Typer(help="API keys of the gateway: create (prints the secret once), list, revoke.",
-                       no_args_is_help=True)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("gateway")(gateway)
-    app.add_typer(keys_app, name="keys")
+SMOL = "model_configs/smollm2-135m.yaml"
+keys_app = group("API keys of the gateway: create (prints the secret once), list, revoke.", examples=[
+    "trtkit keys create --name team-a --budget-tokens 100000 --rpm 60", "trtkit keys list"])
 
 
 def gateway(config_path: ConfigArg,
-            backend: Annotated[str, typer.Option("--backend", help="Triton gRPC HOST:PORT (e.g. from `trtkit serve`)")],
-            port: Annotated[int | None, typer.Option("--port", help="HTTP port; default gateway.port; 0 picks one")] = None,
-            bind: Annotated[str | None, typer.Option("--bind", help="Address; default gateway.bind (127.0.0.1)")] = None,
-            no_auth: Annotated[bool, typer.Option("--no-auth", help="No API keys (loopback binds only)")] = False,
+            backend: Annotated[str, typer.Option("--backend", help="Triton gRPC address: HOST:PORT or "
+                                                 "grpc://HOST:PORT (the grpc line `trtkit serve` prints)")],
+            port: Annotated[int | None, typer.Option("--port", help="HTTP port; default gateway.port; 0 picks one",
+                                                     show_default=False)] = None,
+            host: HostOpt = None,
+            no_auth: Annotated[bool, typer.Option("--no-auth", help="No API keys (loopback hosts only)")] = False,
             ) -> None:
     """OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models) with keys, budgets, rate
     limits, a per-key cache and exact usage, in front of a Triton LLM repository."""
     from trtkit.config import load_config
     from trtkit.gateway import run_gateway
 
-    run_gateway(load_config(config_path), backend, port=port, bind=bind, no_auth=no_auth)
+    upstream = upstream_address(backend, "--backend", ("grpc",))
+    run_gateway(load_config(config_path), upstream.address, port=port, bind=host, no_auth=no_auth)
 
 
-def _store(url: str | None):  # type: ignore[no-untyped-def]
+def _store(url: str | None, *, create: bool = False):  # type: ignore[no-untyped-def]
+    """The gateway store; only `keys create` may create it (a mistyped --store fails, naming the path)."""
     from trtkit.store import open_gateway_store, parse_store_url
 
-    return open_gateway_store(parse_store_url(url, "--store") if url else None, keep_leases=False)
+    return open_gateway_store(parse_store_url(url, "--store") if url else None, keep_leases=False, create=create)
 
 
-@keys_app.command("create")
+def _key_name(name: str) -> str:
+    from trtkit.errors import ClientError
+    from trtkit.gateway.keys import check_key_name
+
+    try:
+        return check_key_name(name)
+    except ClientError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
 def keys_create(
-        name: Annotated[str, typer.Option("--name", help="Key name: the tenant in the ledger and `usage --by key`")],
+        name: Annotated[str, typer.Option("--name", callback=_key_name, help="Key name: the tenant in the ledger "
+                                          "and `usage --by key`; a revoked key's name may be given again")],
         user: Annotated[str, typer.Option("--user", help="User the key belongs to")] = "",
         budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=1, help="Tokens per period")] = None,
         budget_cost: Annotated[float | None, typer.Option("--budget-cost", min=0.0, help="Cost per period")] = None,
-        period: Annotated[str, typer.Option("--period", help="day | month")] = "month",
+        period: Annotated[Literal["day", "month"], typer.Option("--period", help="Budget period")] = "month",
         rpm: Annotated[int | None, typer.Option("--rpm", min=1, help="Requests per minute")] = None,
         tpm: Annotated[int | None, typer.Option("--tpm", min=1, help="Tokens per minute (prompt + max_tokens)")] = None,
         models: Annotated[list[str] | None, typer.Option("--models", help="Allowed models (repeat); default all")] = None,
         store: StoreOpt = None) -> None:
-    """Create a key. The secret is printed once on stdout and stored only as a hash."""
-    from trtkit.errors import ClientError
+    """Create a key (and the store, the first time). The secret is printed once on stdout and stored only as
+    a hash."""
     from trtkit.gateway.keys import ApiKey, hash_secret, new_secret
 
     if budget_tokens is not None and budget_cost is not None:
-        raise ClientError("give --budget-tokens or --budget-cost, not both")
-    if period not in ("day", "month"):
-        raise ClientError(f"--period {period!r} is unknown; use day or month")
+        raise typer.BadParameter("give --budget-tokens or --budget-cost, not both", param_hint="'--budget-cost'")
     key_id, secret = new_secret()
     key = ApiKey(key_id, name, user, budget_tokens, budget_cost, period, rpm, tpm, tuple(models or ()), time.time())
-    db = _store(store)
+    db = _store(store, create=True)
     try:
         db.add_key(key, hash_secret(secret))
     finally:
@@ -73,10 +78,8 @@ def keys_create(
     typer.echo(f"created key '{name}' (id {key_id}); the secret above is shown only now", err=True)
 
 
-@keys_app.command("list")
-def keys_list(store: StoreOpt = None,
-              as_json: Annotated[bool, typer.Option("--json", help="JSON output")] = False) -> None:
-    """The keys, without secrets."""
+def keys_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """The keys, without secrets: active ones and revoked ones (kept as history)."""
     db = _store(store)
     try:
         keys = db.list_keys()
@@ -88,6 +91,8 @@ def keys_list(store: StoreOpt = None,
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
+    if not rows:
+        typer.echo(f"no keys in {db.url.redacted()}; `trtkit keys create --name NAME` makes one", err=True)
     for r in rows:
         state = "revoked" if r["revoked"] else "active"
         typer.echo(f"{r['name']:<20} {r['id']}  {state:<8} user={r['user'] or '-'} budget_tokens="
@@ -95,9 +100,8 @@ def keys_list(store: StoreOpt = None,
                    f"rpm={r['rpm'] or '-'} tpm={r['tpm'] or '-'} models={','.join(r['models']) or '*'}")
 
 
-@keys_app.command("revoke")
 def keys_revoke(name: Annotated[str, typer.Argument(help="Key name or id")], store: StoreOpt = None) -> None:
-    """Revoke a key: refused from the next request on."""
+    """Revoke a key: refused from the next request on. Its row stays (history); its name is free again."""
     from trtkit.errors import ClientError
 
     db = _store(store)
@@ -107,3 +111,15 @@ def keys_revoke(name: Annotated[str, typer.Argument(help="Key name or id")], sto
     finally:
         db.close()
     typer.echo(f"revoked '{name}'", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    add_command(app, "gateway", gateway, renames=[Renamed("--bind", "--host")], examples=[
+        f"trtkit gateway {SMOL} --backend 127.0.0.1:8001",
+        f"trtkit gateway {SMOL} --backend grpc://triton:8001 --host 0.0.0.0 --port 8000"])
+    add_command(keys_app, "create", keys_create, examples=[
+        "trtkit keys create --name team-a --budget-tokens 100000 --period month --rpm 60 --tpm 20000",
+        "trtkit keys create --name team-b --store postgresql://trtkit:SECRET@db:5432/trtkit"])
+    add_command(keys_app, "list", keys_list, examples=["trtkit keys list", "trtkit keys list --json"])
+    add_command(keys_app, "revoke", keys_revoke, examples=["trtkit keys revoke team-a"])
+    app.add_typer(keys_app, name="keys")

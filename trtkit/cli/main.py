@@ -24,6 +24,7 @@ from trtkit.cli import (
     gateway_cmd,
     serve_cmd,
 )
+from trtkit.cli.command import HELP_OPTIONS, examples_epilog, group_class
 from trtkit.errors import TrtkitError
 
 EXIT_OK = 0
@@ -34,8 +35,17 @@ EXIT_INTERRUPTED = 130
 
 app = typer.Typer(
     name="trtkit",
+    cls=group_class(),
     help="Hugging Face model -> TensorRT-LLM engine -> Triton service, with honest token accounting.\n\n"
-         "Stages: config -> convert/calibrate -> build (GPU host) -> deploy -> serve -> generate/chat.",
+         "Stages: config -> convert/calibrate -> build (GPU host) -> deploy -> serve -> generate/chat. "
+         "Exit codes: 0 ok, 1 an error the message names the fix for, 2 a usage error, 70 a bug, 130 "
+         "interrupted. TRTKIT_DEBUG=1 shows tracebacks.",
+    epilog=examples_epilog([
+        "trtkit quickstart model_configs/smollm2-135m.yaml",
+        "trtkit config validate model_configs/smollm2-135m.yaml",
+        "trtkit plan model_configs/llama3-8b-fp8-h100.yaml --gpu L4",
+    ]),
+    context_settings={"help_option_names": HELP_OPTIONS},
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from trtkit.cli.options import ConfigArg, JsonOpt
+from trtkit.cli.command import Renamed, add_command
+from trtkit.cli.options import ConfigArg, HostOpt, JsonOpt
 from trtkit.errors import RepositoryError, ServerError
 
 if TYPE_CHECKING:  # the CLI imports the heavy packages only when a command runs
@@ -75,7 +76,7 @@ def serve(repo_dir: RepoArg = None, config: ConfigOpt = None,
           http_port: Annotated[int | None, typer.Option(help="HTTP port; 0 picks a free one")] = None,
           grpc_port: Annotated[int | None, typer.Option(help="gRPC port; 0 picks a free one")] = None,
           metrics_port: Annotated[int | None, typer.Option(help="Prometheus metrics port; 0 picks a free one")] = None,
-          bind: Annotated[str | None, typer.Option("--bind", help="Address to bind (default 127.0.0.1)")] = None,
+          host: HostOpt = None,
           stop: Annotated[bool, typer.Option("--stop", help="Stop the servers this user started, and exit")] = False,
           skip_check: Annotated[bool, typer.Option("--skip-check", help="Launch even if `trtkit check` fails")] = False,
           gateway: Annotated[bool, typer.Option("--gateway", help="Also run the OpenAI-compatible gateway "
@@ -105,7 +106,7 @@ def serve(repo_dir: RepoArg = None, config: ConfigOpt = None,
     s = model_config.serve if model_config is not None else ServeSection()  # defaults: 127.0.0.1:8000-8002
     server = TritonServer(repo_dir, http_port=_pick(http_port, s.http_port),
                           grpc_port=_pick(grpc_port, s.grpc_port), metrics_port=_pick(metrics_port, s.metrics_port),
-                          bind_address=bind or s.bind_address, start_timeout_s=s.server_start_timeout_s,
+                          bind_address=host or s.bind_address, start_timeout_s=s.server_start_timeout_s,
                           world_size=engine_world_size(repo_dir))
     if gateway and model_config is None:
         raise typer.BadParameter("--gateway needs --config (the model config the gateway serves)")
@@ -196,6 +197,11 @@ def quickstart(config: ConfigArg,
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve")(serve)
-    app.command("check")(check)
-    app.command("quickstart")(quickstart)
+    smol = "model_configs/smollm2-135m.yaml"
+    add_command(app, "serve", serve, renames=[Renamed("--bind", "--host")], examples=[
+        f"trtkit serve triton_repo/smollm2-135m --config {smol}",
+        f"trtkit serve triton_repo/smollm2-135m --config {smol} --gateway --no-auth", "trtkit serve --stop"])
+    add_command(app, "check", check, examples=[
+        "trtkit check triton_repo/smollm2-135m", f"trtkit check triton_repo/smollm2-135m --config {smol} --json"])
+    add_command(app, "quickstart", quickstart, examples=[
+        f"trtkit quickstart {smol}", f'trtkit quickstart {smol} --keep --prompt "Name three rivers."'])

@@ -8,9 +8,11 @@ from pathlib import Path
 from trtkit.config.schema import ModelConfig
 
 
-def trtkit_home() -> Path:
+def trtkit_home(*, create: bool = True) -> Path:
+    """``create=False``: only name it (a reading command must not leave a folder behind)."""
     home = Path(os.environ.get("TRTKIT_HOME", Path.home() / ".trtkit")).expanduser()
-    home.mkdir(parents=True, exist_ok=True)
+    if create:
+        home.mkdir(parents=True, exist_ok=True)
     return home
 
 

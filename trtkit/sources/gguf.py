@@ -34,9 +34,18 @@ def file_fingerprint(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def converted_dir(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") -> Path:
+    """Where ``gguf_to_hf`` keeps the Hugging Face folder of ``gguf_path`` (complete once it holds the marker)."""
+    return cache_root / "gguf" / f"{gguf_path.stem}-{file_fingerprint(gguf_path)}-{dtype}-{FOLDER_FORMAT}"
+
+
+def is_converted(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") -> bool:
+    return (converted_dir(gguf_path, cache_root, dtype) / COMPLETE_MARKER).is_file()
+
+
 def gguf_to_hf(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") -> Path:
     """Return a cached HF folder for ``gguf_path``, converting it the first time."""
-    out = cache_root / "gguf" / f"{gguf_path.stem}-{file_fingerprint(gguf_path)}-{dtype}-{FOLDER_FORMAT}"
+    out = converted_dir(gguf_path, cache_root, dtype)
     if (out / COMPLETE_MARKER).is_file():
         return out
     log.info("converting %s to a Hugging Face folder (once; cached in %s)", gguf_path.name, out)

@@ -7,7 +7,7 @@ from pathlib import Path
 from trtkit.config.paths import cache_dir
 from trtkit.errors import ModelSourceError
 from trtkit.sources.bundled import bundled_gguf_path
-from trtkit.sources.gguf import gguf_to_hf
+from trtkit.sources.gguf import gguf_to_hf, is_converted
 from trtkit.sources.portable import FOLDER_FORMAT
 
 BUNDLED_PREFIX = "bundled:"
@@ -35,6 +35,20 @@ def resolve_model_dir(source: str) -> Path:
                                f"Download it yourself and point model.source at the local folder")
     raise ModelSourceError(f"model.source: {source} does not exist; use bundled:smollm2-135m, a .gguf file "
                            f"or a Hugging Face folder")
+
+
+def pending_conversion(source: str) -> str | None:
+    """What resolving ``source`` will convert first (a sentence), or None when nothing needs converting."""
+    gguf: Path | None = None
+    if source.startswith(BUNDLED_PREFIX):
+        gguf = bundled_gguf_path(source[len(BUNDLED_PREFIX):])
+    elif source.startswith(GENERATED_PREFIX):
+        gguf = bundled_gguf_path("smollm2-135m")
+    elif source.endswith(".gguf") and Path(source).expanduser().is_file():
+        gguf = Path(source).expanduser()
+    if gguf is None or is_converted(gguf, cache_dir()):
+        return None
+    return f"converting {gguf.name} to a Hugging Face folder under {cache_dir() / 'gguf'}"
 
 
 def resolve_tokenizer_dir(source: str, tokenizer: str | None) -> Path:

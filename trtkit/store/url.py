@@ -21,11 +21,11 @@ def gateway_store_url(configured: str | None) -> StoreUrl:
         return parse_store_url(env, GATEWAY_STORE_ENV)
     if configured:
         return parse_store_url(configured, "gateway.store")
-    return StoreUrl("sqlite", trtkit_home() / GATEWAY_DB_FILENAME, None)
+    return StoreUrl("sqlite", trtkit_home(create=False) / GATEWAY_DB_FILENAME, None)
 
 
 def ledger_url(configured: str | os.PathLike[str] | None, field: str = "client.store") -> StoreUrl:
     """``client.store`` (or a --ledger option); unset: $TRTKIT_HOME/usage.db."""
     if configured:
         return parse_store_url(configured, field)
-    return StoreUrl("sqlite", trtkit_home() / LEDGER_DB_FILENAME, None)
+    return StoreUrl("sqlite", trtkit_home(create=False) / LEDGER_DB_FILENAME, None)
