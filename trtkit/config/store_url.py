@@ -2,7 +2,7 @@
 
 SQLite URLs follow SQLAlchemy's spelling: ``sqlite:///usage.db`` is relative to the working directory,
 ``sqlite:////var/lib/trtkit/usage.db`` is absolute. A plain file path (no scheme) also means SQLite, so
-configs and ``--store``/``--ledger`` options that named a file keep working.
+configs and ``--store`` options that name a file work.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def gateway_store_url(configured: str | None) -> StoreUrl:
 
 
 def ledger_url(configured: str | os.PathLike[str] | None, field: str = "client.store") -> StoreUrl:
-    """``client.store`` (or a --ledger option); unset: $TRTKIT_HOME/usage.db."""
+    """``client.store`` (or `usage --store`); unset: $TRTKIT_HOME/usage.db."""
     if configured:
         return parse_store_url(configured, field)
     return StoreUrl("sqlite", trtkit_home(create=False) / LEDGER_DB_FILENAME, None)
