@@ -37,13 +37,14 @@ MAY_IMPORT: dict[str, set[str]] = {
     "triton_models": {"refengine", "tokenizer", "wire"},
     "governance": {"config", "sources", "store", "tokenizer"},  # no transport, no wire: any upstream carries it
     "transport": {"config", "governance", "tokenizer", "wire"},
-    "conversation": {"config", "governance"},
-    "gateway": {"config", "governance", "store", "transport", "wire"},
+    "context": {"config", "governance"},  # the context strategies: the client's conversations and the gateway's
+    "conversation": {"config", "context", "governance"},
+    "gateway": {"config", "context", "governance", "store", "transport", "wire"},
     "bench": {"governance", "transport", "wire"},
     "k8s": {"config", "serve", "trtllm_build"},
     "pipeline": {"checkpoint", "consistency", "config", "governance", "repository", "serve", "sources", "transport",
                  "trtllm_build"},
-    "cli": {"bench", "checkpoint", "config", "consistency", "conversation", "gateway", "governance", "k8s", "pipeline",
+    "cli": {"bench", "checkpoint", "config", "consistency", "context", "conversation", "gateway", "governance", "k8s", "pipeline",
             "repository", "serve", "store", "transport", "trtllm_build", "wire"},
 }
 
