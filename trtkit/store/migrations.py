@@ -155,6 +155,21 @@ MIGRATIONS: tuple[Migration, ...] = (
             RETURN deleted;
         END
         $fn$""",), dialects=("postgresql",)),
+    # Stored conversations (the Responses API): a conversation is a leased row like a hold (``leases.py``:
+    # ``expires_at`` = last touch + its TTL, swept by any replica); its responses each hold what they added to the
+    # chain (``messages``, JSON), the summary state their context ended with, and their body as answered. A key
+    # may be allowed to give a conversation its own token budget (``metadata.trtkit_budget_tokens``).
+    Migration(7, "m007_stored_conversations", (
+        """CREATE TABLE IF NOT EXISTS conversations (
+            id TEXT PRIMARY KEY, key_id TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL, ttl_seconds DOUBLE PRECISION NOT NULL, budget_tokens BIGINT)""",
+        "CREATE INDEX conversations_expires ON conversations (expires_at)",
+        """CREATE TABLE IF NOT EXISTS stored_responses (
+            id TEXT PRIMARY KEY, conversation_id TEXT NOT NULL, key_id TEXT NOT NULL, previous_id TEXT,
+            created_at DOUBLE PRECISION NOT NULL, messages TEXT NOT NULL, summary TEXT NOT NULL,
+            summarized_turns BIGINT NOT NULL, body TEXT NOT NULL)""",
+        "CREATE INDEX stored_responses_conversation ON stored_responses (conversation_id)",
+        "ALTER TABLE api_keys ADD COLUMN can_budget_conversations INTEGER NOT NULL DEFAULT 0")),
 )
 
 _LEGACY_LEDGER_NAMES = {m.name: m.version for m in MIGRATIONS[:3]}
