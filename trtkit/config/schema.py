@@ -181,6 +181,12 @@ class ClientSection:
 
 
 @dataclass(slots=True)
+class ConversationsSection:
+    ttl_seconds: float = bounded(1800.0, gt=0.0, doc="a stored conversation (Responses API) idle this long expires: "
+                                 "continuing it is a 404, its rows are swept; every turn and heartbeat renews it")
+
+
+@dataclass(slots=True)
 class GatewaySection:
     # 9000, not 8000: Triton's HTTP port defaults to 8000, and `serve --gateway` / `quickstart --keep` run both
     port: int = bounded(9000, ge=0, le=65535, doc="OpenAI-compatible HTTP port of `trtkit gateway`; 0 picks one")
@@ -195,6 +201,8 @@ class GatewaySection:
     store_calls: Literal["auto", "loop", "threads"] = described(
         "auto", doc="where the gateway waits on its store: worker threads (a database across the network), the "
                     "event loop (a local one), or auto: threads for a PostgreSQL host other than loopback")
+    conversations: ConversationsSection = described(factory=ConversationsSection,
+                                                    doc="stored conversations of POST /v1/responses")
 
 
 @dataclass(slots=True, frozen=True)
