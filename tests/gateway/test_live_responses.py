@@ -224,3 +224,25 @@ def test_the_sdks_stream_helper_accumulates_our_events(responses_gateway) -> Non
         last = [e for e in stream][-1]
     assert last.type == "response.incomplete" and last.response.output[0].content[0].text == \
         client.responses.retrieve(last.response.id).output_text
+
+
+def test_usage_by_session_reports_each_conversation(responses_gateway) -> None:
+    from typer.testing import CliRunner
+
+    from trtkit.cli.main import app
+
+    _, secret = responses_gateway.key()
+    client = sdk(responses_gateway, secret)
+    conversations = []
+    for turns in (2, 3):
+        previous = None
+        for _ in range(turns):
+            previous = client.responses.create(model=MODEL, input="Count me", previous_response_id=previous,
+                                               max_output_tokens=2, temperature=0).id
+        conversations.append(client.responses.retrieve(previous).model_extra["trtkit"]["conversation"])
+    report = CliRunner().invoke(app, ["usage", "--by", "session", "--format", "json", "--ledger",
+                                      str(responses_gateway.ledger_path)])
+    assert report.exit_code == 0, report.output
+    by_session = {row["session"]: row for row in json.loads(report.stdout)}
+    assert [by_session[c]["requests"] for c in conversations] == [2, 3]
+    assert all(by_session[c]["completion_tokens"] == 2 * by_session[c]["requests"] for c in conversations)

@@ -29,7 +29,7 @@ def gateway(config_path: ConfigArg,
             bind: Annotated[str | None, typer.Option("--bind", help="Address; default gateway.bind (127.0.0.1)")] = None,
             no_auth: Annotated[bool, typer.Option("--no-auth", help="No API keys (loopback binds only)")] = False,
             ) -> None:
-    """OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models) with keys, budgets, rate
+    """OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models) with keys, budgets, rate
     limits, a per-key cache and exact usage, in front of a Triton LLM repository."""
     from trtkit.config import load_config
     from trtkit.gateway import run_gateway
@@ -53,6 +53,9 @@ def keys_create(
         rpm: Annotated[int | None, typer.Option("--rpm", min=1, help="Requests per minute")] = None,
         tpm: Annotated[int | None, typer.Option("--tpm", min=1, help="Tokens per minute (prompt + max_tokens)")] = None,
         models: Annotated[list[str] | None, typer.Option("--models", help="Allowed models (repeat); default all")] = None,
+        conversation_budgets: Annotated[bool, typer.Option(
+            "--conversation-budgets", help="May give a stored conversation its own token budget (Responses API "
+                                           "metadata trtkit_budget_tokens)")] = False,
         store: StoreOpt = None) -> None:
     """Create a key. The secret is printed once on stdout and stored only as a hash."""
     from trtkit.errors import ClientError
@@ -63,7 +66,8 @@ def keys_create(
     if period not in ("day", "month"):
         raise ClientError(f"--period {period!r} is unknown; use day or month")
     key_id, secret = new_secret()
-    key = ApiKey(key_id, name, user, budget_tokens, budget_cost, period, rpm, tpm, tuple(models or ()), time.time())
+    key = ApiKey(key_id, name, user, budget_tokens, budget_cost, period, rpm, tpm, tuple(models or ()), time.time(),
+                 can_budget_conversations=conversation_budgets)
     db = _store(store)
     try:
         db.add_key(key, hash_secret(secret))
@@ -84,7 +88,8 @@ def keys_list(store: StoreOpt = None,
         db.close()
     rows = [{"name": k.name, "id": k.key_id, "user": k.user, "budget_tokens": k.budget_tokens,
              "budget_cost": k.budget_cost, "period": k.period, "rpm": k.rpm, "tpm": k.tpm,
-             "models": list(k.models), "revoked": k.is_revoked} for k in keys]
+             "models": list(k.models), "revoked": k.is_revoked,
+             "conversation_budgets": k.can_budget_conversations} for k in keys]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -92,7 +97,8 @@ def keys_list(store: StoreOpt = None,
         state = "revoked" if r["revoked"] else "active"
         typer.echo(f"{r['name']:<20} {r['id']}  {state:<8} user={r['user'] or '-'} budget_tokens="
                    f"{r['budget_tokens'] or '-'} budget_cost={r['budget_cost'] or '-'}/{r['period']} "
-                   f"rpm={r['rpm'] or '-'} tpm={r['tpm'] or '-'} models={','.join(r['models']) or '*'}")
+                   f"rpm={r['rpm'] or '-'} tpm={r['tpm'] or '-'} models={','.join(r['models']) or '*'}"
+                   + (" conversation_budgets" if r["conversation_budgets"] else ""))
 
 
 @keys_app.command("revoke")

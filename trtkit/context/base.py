@@ -44,10 +44,11 @@ class ChainHistory:
 
 class Selection(list[dict[str, str]]):
     """History messages a strategy chose (oldest first), and what became of the others: ``verbatim`` history
-    messages kept as they were, ``summarized`` folded into a summary note, ``retrieved`` quoted in a note."""
+    messages kept as they were (the newest), ``summarized`` folded into a summary note, ``retrieved`` (indices into
+    the history) quoted in a note."""
 
     def __init__(self, messages: list[dict[str, str]], *, verbatim: int, summarized: int = 0,
-                 retrieved: int = 0) -> None:
+                 retrieved: tuple[int, ...] = ()) -> None:
         super().__init__(messages)
         self.verbatim, self.summarized, self.retrieved = verbatim, summarized, retrieved
 

@@ -35,7 +35,7 @@ class RetrievalStrategy:
         if chosen:
             notes = "\n".join(f"- {passages[i]}" for i in chosen)
             messages.insert(0, {"role": "system", "content": f"{NOTE_HEADER}{notes}"})
-        retrieved = sum(1 for i in chosen if i >= len(self.documents))  # turns of the history, not documents
+        retrieved = tuple(i - len(self.documents) for i in chosen if i >= len(self.documents))  # not documents
         return Selection(messages, verbatim=len(recent), retrieved=retrieved)
 
     def _relevant(self, passages: list[str], question: str, room: int) -> list[int]:

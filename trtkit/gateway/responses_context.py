@@ -94,19 +94,20 @@ def _too_long(message: str) -> RequestValidationError:
 
 def _report(truncation: str, strategy: str | None, chain: ChainHistory, selection: Selection | None,
             fit_dropped: int) -> dict[str, Any]:
-    """What became of the history: kept verbatim, dropped, folded into the summary, quoted by retrieval."""
+    """What became of the history: kept verbatim (the newest), dropped, folded into the summary, quoted by
+    retrieval (``retrieved``: their indices in the chain's messages, oldest first)."""
     total = len(chain.turns)
     if selection is None:
         return {"truncation": truncation, "strategy": strategy, "history_messages": total, "kept_messages": total,
-                "dropped_messages": 0, "summarized_messages": 0, "retrieved_messages": 0}
+                "dropped_messages": 0, "summarized_messages": 0, "retrieved_messages": 0, "retrieved": []}
     notes = len(selection) - selection.verbatim  # the strategy's own system notes, first in the selection
     kept = min(selection.verbatim, len(selection) - fit_dropped)
     note_kept = fit_dropped < notes
     summarized = selection.summarized if note_kept else 0
-    retrieved = selection.retrieved if note_kept else 0
+    retrieved = list(selection.retrieved) if note_kept else []
     return {"truncation": truncation, "strategy": strategy, "history_messages": total, "kept_messages": kept,
-            "dropped_messages": total - kept - summarized - retrieved, "summarized_messages": summarized,
-            "retrieved_messages": retrieved}
+            "dropped_messages": total - kept - summarized - len(retrieved), "summarized_messages": summarized,
+            "retrieved_messages": len(retrieved), "retrieved": retrieved}
 
 
 def _never_blocking(prompt: str, max_tokens: int) -> str:
