@@ -101,7 +101,8 @@ class ServingResponses:
         budget = self._budget(request, call.key)
         chain = None
         if request.previous_response_id is not None:
-            chain = await self._call(self._continue, request.previous_response_id, owner)
+            chain = await self._call(self._continue, request.previous_response_id, owner, op="read")
+            self.ctx.metrics.conversation_rows.labels("read").inc(chain.responses + 1)  # its responses, itself
         conversation = chain.conversation_id if chain else (f"conv_{secrets.token_hex(12)}" if request.store else "")
         if budget is not None and not conversation:
             raise RequestValidationError(f"metadata.{BUDGET_METADATA} budgets a stored conversation; send store: true "
@@ -187,7 +188,8 @@ class ServingResponses:
         body = objects.response(turn.response_id, self.ctx.model, turn.request, turn.created_at, result=result,
                                 message_id=_message_id(turn), extension=trtkit)
         if stored:
-            expires_at = await self._call(self._save, turn, result, body.model_dump_json())
+            expires_at = await self._call(self._save, turn, result, body.model_dump_json(), op="write")
+            self.ctx.metrics.conversation_rows.labels("write").inc(2)  # the response, its conversation
             trtkit.update(stored=expires_at is not None, expires_at=expires_at)
             body = body.model_copy(update={"trtkit": trtkit})
         return body
@@ -227,11 +229,17 @@ class ServingResponses:
         except (ResponseNotFound, ConversationExpired) as exc:
             raise _not_found(exc, "response_id") from None
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """A store call: in a worker thread when the store is across the network (gateway.store_calls)."""
-        if self.ctx.rulebook.waits_on_network:
-            return await asyncio.to_thread(fn, *args)
-        return fn(*args)
+    async def _call(self, fn: Callable[..., T], *args: Any, op: str = "") -> T:
+        """A store call: in a worker thread when the store is across the network (gateway.store_calls); a turn's
+        read and write are timed (trtkit_gateway_conversation_store_seconds)."""
+        started = time.perf_counter()
+        try:
+            if self.ctx.rulebook.waits_on_network:
+                return await asyncio.to_thread(fn, *args)
+            return fn(*args)
+        finally:
+            if op:
+                self.ctx.metrics.conversation_store.labels(op).observe(time.perf_counter() - started)
 
 
 def _owner(key: ApiKey | None) -> str:
