@@ -150,7 +150,7 @@ def test_an_idle_chain_expires_and_a_heartbeat_keeps_it_alive(responses_gateway)
     assert beats[-1]["expires_at"] > beats[0]["expires_at"]
     assert client.responses.create(model=MODEL, input="Still here?", previous_response_id=alive.id,
                                    max_output_tokens=2).status in ("completed", "incomplete")
-    with pytest.raises(openai.NotFoundError, match="expired .*idle more than 600 s") as expired:
+    with pytest.raises(openai.NotFoundError, match=r"expired \(idle") as expired:
         client.responses.create(model=MODEL, input="Hello?", previous_response_id=idle.id)
     assert expired.value.body["code"] == "conversation_expired"
     assert gateway.store.db.read(lambda s: s.execute(

@@ -7,6 +7,7 @@ import pytest
 
 from trtkit.store import BudgetLimit, open_gateway_store
 from trtkit.store.conversations import (
+    TOMBSTONE_SECONDS,
     ConversationExpired,
     ResponseNotFound,
     StoredResponse,
@@ -82,8 +83,24 @@ def test_an_idle_conversation_expires_and_its_rows_are_swept_on_access(store) ->
         conversations.continue_chain("r2", "k")
     assert count(store, "stored_responses") == count(store, "conversations") == 0
     assert store.account(budget_account("conv_1"), 0.0) is None  # its budget account is gone too
-    with pytest.raises(ResponseNotFound):  # swept: now unknown
+    with pytest.raises(ConversationExpired):  # swept, but its tombstone still says why
         conversations.body("r1", "k")
+    with pytest.raises(ResponseNotFound):  # to its own key only
+        conversations.body("r1", "another key")
+
+
+def test_a_conversation_swept_in_the_background_still_says_it_expired(store) -> None:  # type: ignore[no-untyped-def]
+    conversations, clock = store.conversations, store.conversations.clock
+    conversations.save(turn("r1", None, "q", "a"), "k", start_ttl_seconds=TTL)
+    clock.now += TTL + 1
+    assert store.expire_conversations() == 1 and count(store, "stored_responses") == count(store, "conversations") == 0
+    with pytest.raises(ConversationExpired, match="expired"):
+        conversations.continue_chain("r1", "k")
+    clock.now += TOMBSTONE_SECONDS + 1
+    conversations.expire()  # tombstones are leased rows too: gone a day later
+    assert count(store, "expired_responses") == 0
+    with pytest.raises(ResponseNotFound):
+        conversations.continue_chain("r1", "k")
 
 
 def test_sweepers_claim_each_expired_conversation_once(store_url: str, store) -> None:  # type: ignore[no-untyped-def]

@@ -6,7 +6,9 @@ request that finds it expired, claims it with the conditional DELETE and deletes
 transaction. A response row holds what it added to the chain (its input messages and its answer), the summary
 state its context ended with (the summary strategy's), and its body as answered (GET). A chain is read in one
 recursive query from any response back to the first, so a fork (two turns continuing one response) is two chains
-of one conversation. Every read names the key: another key's id is not found, exactly as an unknown one.
+of one conversation. Every read names the key: another key's id is not found, exactly as an unknown one. An expired
+conversation's responses leave tombstones (id and key, leased for a day like the rest), so a client coming back
+after the sweep is told its conversation expired rather than that it never existed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ _CHAIN = ("WITH RECURSIVE chain(id, previous_id, depth) AS ("
           " SELECT r.conversation_id, r.messages, r.summary, r.summarized_turns FROM chain c"
           " JOIN stored_responses r ON r.id = c.id ORDER BY c.depth DESC")
 _CONVERSATION = "SELECT expires_at, ttl_seconds, budget_tokens FROM conversations WHERE id = ?"
+TOMBSTONE_SECONDS = 86_400.0  # an expired conversation's responses still answer "expired" for a day, then "not found"
 SESSION_PERIODS = ("hour", "day", "month", "total")  # BudgetRule.period: a session rule's account names one
 _OWNED = "SELECT conversation_id, body FROM stored_responses WHERE id = ? AND key_id = ?"
 
@@ -143,7 +146,8 @@ class ConversationStore:
 
         def work(s: Session) -> int:
             gone = [row[0] for row in leases.claim_expired(s, "conversations", when, "id")]
-            _drop(s, gone)
+            _drop(s, gone, expired_at=when)
+            leases.claim_expired(s, "expired_responses", when, "id")  # tombstones past their time
             return len(gone)
 
         return int(self.db.transact(work, durable=False))
@@ -165,7 +169,7 @@ class ConversationStore:
     def _chain(self, s: Session, response_id: str, key_id: str, now: float) -> Chain:
         rows = s.execute(_CHAIN, (response_id, key_id)).fetchall()
         if not rows:
-            raise ResponseNotFound(_not_found(response_id))
+            raise _missing(s, response_id, key_id)
         conversation_id = str(rows[0][0])
         _expires, ttl, budget = self._alive(s, conversation_id, now)
         messages = [m for row in rows for m in json.loads(row[1])]
@@ -175,7 +179,7 @@ class ConversationStore:
     def _owned(self, s: Session, response_id: str, key_id: str) -> tuple[str, str]:
         row = s.execute(_OWNED, (response_id, key_id)).fetchone()
         if row is None:
-            raise ResponseNotFound(_not_found(response_id))
+            raise _missing(s, response_id, key_id)
         return str(row[0]), str(row[1])
 
     def _alive(self, s: Session, conversation_id: str, now: float) -> tuple[float, float, int | None]:
@@ -183,7 +187,7 @@ class ConversationStore:
         if row is None:  # swept between the two reads: as good as expired
             raise ConversationExpired(_expired(conversation_id, None))
         if float(row[0]) < now:
-            _drop(s, [conversation_id])
+            _drop(s, [conversation_id], expired_at=now)
             raise ConversationExpired(_expired(conversation_id, float(row[1])))
         return float(row[0]), float(row[1]), row[2]
 
@@ -199,10 +203,20 @@ def _touch(s: Session, conversation_id: str, ttl_seconds: float, now: float) -> 
     return now + ttl_seconds
 
 
-def _drop(s: Session, conversation_ids: list[str]) -> None:
+def _missing(s: Session, response_id: str, key_id: str) -> ResponseNotFound | ConversationExpired:
+    """Why this key finds no such response: its conversation expired (a tombstone says so), or not found."""
+    expired = s.execute("SELECT 1 FROM expired_responses WHERE id = ? AND key_id = ?", (response_id, key_id)).fetchone()
+    return ConversationExpired(_expired("", None)) if expired else ResponseNotFound(_not_found(response_id))
+
+
+def _drop(s: Session, conversation_ids: list[str], *, expired_at: float | None = None) -> None:
     """A conversation's rows: its responses, itself, and its budget accounts (its own and the ``session`` scope's
-    of ``client.budgets``, whose subject is the conversation)."""
+    of ``client.budgets``, whose subject is the conversation). ``expired_at``: it expired (not deleted): each
+    response leaves a tombstone (id and key only) for TOMBSTONE_SECONDS, so continuing it still says why."""
     for batch, marks in leases.id_batches(conversation_ids):
+        if expired_at is not None:
+            s.execute(f"INSERT INTO expired_responses (id, key_id, expires_at) SELECT id, key_id, ? "
+                      f"FROM stored_responses WHERE conversation_id IN ({marks})", (expired_at + TOMBSTONE_SECONDS, *batch))
         s.execute(f"DELETE FROM stored_responses WHERE conversation_id IN ({marks})", batch)
         s.execute(f"DELETE FROM conversations WHERE id IN ({marks})", batch)
     accounts = [name for c in conversation_ids for name in
@@ -219,5 +233,6 @@ def _not_found(response_id: str) -> str:
 
 def _expired(conversation_id: str, ttl_seconds: float | None) -> str:
     idle = f"idle more than {ttl_seconds:g} s" if ttl_seconds is not None else "idle past its TTL"
-    return (f"the conversation '{conversation_id}' expired ({idle}; gateway.conversations.ttl_seconds) and its "
-            f"stored responses were deleted; start a new conversation without previous_response_id")
+    which = f"the conversation '{conversation_id}'" if conversation_id else "its conversation"
+    return (f"{which} expired ({idle}; gateway.conversations.ttl_seconds) and its stored responses were "
+            f"deleted; start a new conversation without previous_response_id")

@@ -19,7 +19,7 @@ from trtkit.store.session import Session
 log = logging.getLogger(__name__)
 
 IN_LIST_MAX = 500  # ids per ``IN (...)`` list: well under either database's limit on bound parameters
-LEASED_TABLES = ("reservations", "conversations")  # every table these statements may name
+LEASED_TABLES = ("reservations", "conversations", "expired_responses")  # every table these statements may name
 
 
 def id_batches(ids: list[str]) -> Iterator[tuple[list[str], str]]:

@@ -157,8 +157,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         $fn$""",), dialects=("postgresql",)),
     # Stored conversations (the Responses API): a conversation is a leased row like a hold (``leases.py``:
     # ``expires_at`` = last touch + its TTL, swept by any replica); its responses each hold what they added to the
-    # chain (``messages``, JSON), the summary state their context ended with, and their body as answered. A key
-    # may be allowed to give a conversation its own token budget (``metadata.trtkit_budget_tokens``).
+    # chain (``messages``, JSON), the summary state their context ended with, and their body as answered; an expired
+    # conversation's responses leave tombstones (``expired_responses``, leased too) that say so. A key may be
+    # allowed to give a conversation its own token budget (``metadata.trtkit_budget_tokens``).
     Migration(7, "m007_stored_conversations", (
         """CREATE TABLE IF NOT EXISTS conversations (
             id TEXT PRIMARY KEY, key_id TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
@@ -169,6 +170,9 @@ MIGRATIONS: tuple[Migration, ...] = (
             created_at DOUBLE PRECISION NOT NULL, messages TEXT NOT NULL, summary TEXT NOT NULL,
             summarized_turns BIGINT NOT NULL, body TEXT NOT NULL)""",
         "CREATE INDEX stored_responses_conversation ON stored_responses (conversation_id)",
+        """CREATE TABLE IF NOT EXISTS expired_responses (
+            id TEXT PRIMARY KEY, key_id TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX expired_responses_expires ON expired_responses (expires_at)",
         "ALTER TABLE api_keys ADD COLUMN can_budget_conversations INTEGER NOT NULL DEFAULT 0")),
 )
 
