@@ -124,7 +124,7 @@ class ConversationStore:
                        response.body))
             return now + ttl
 
-        return self.db.transact(work, durable=False)
+        return self.db.transact(work)  # durable: the client is told its turn was stored (a lease may be lost)
 
     def set_budget(self, conversation_id: str, budget_tokens: int) -> None:
         self.db.transact(lambda s: s.execute("UPDATE conversations SET budget_tokens = ? WHERE id = ?",
