@@ -246,3 +246,15 @@ def test_usage_by_session_reports_each_conversation(responses_gateway) -> None:
     by_session = {row["session"]: row for row in json.loads(report.stdout)}
     assert [by_session[c]["requests"] for c in conversations] == [2, 3]
     assert all(by_session[c]["completion_tokens"] == 2 * by_session[c]["requests"] for c in conversations)
+
+
+def test_a_turn_the_runaway_guard_stopped_is_stored_and_continues(cached_gateway) -> None:
+    """The guard's stop is an answer the client got (status completed): the chain must go on from it."""
+    _, secret = cached_gateway.key()
+    client = sdk(cached_gateway, secret)
+    stopped = client.responses.create(model=MODEL, input="Hello Hello Hello Hello", max_output_tokens=200,
+                                      temperature=0)
+    assert stopped.model_extra["trtkit"]["finish_reason"].startswith("guard_") and stopped.status == "completed"
+    assert stopped.model_extra["trtkit"]["stored"] and 0 < stopped.usage.output_tokens < 200
+    after = client.responses.create(model=MODEL, input="Go on", previous_response_id=stopped.id, max_output_tokens=3)
+    assert after.model_extra["trtkit"]["conversation"] == stopped.model_extra["trtkit"]["conversation"]

@@ -55,7 +55,7 @@ from trtkit.store.conversations import Chain, ConversationExpired, ResponseNotFo
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-STORED_FINISHES = ("end_id", "stop", "length")  # a cancelled or failed turn is not part of the chain
+UNSTORED_FINISHES = ("cancelled", "error")  # a turn the client left or that failed is not part of the chain
 
 
 @dataclass(slots=True)
@@ -182,7 +182,7 @@ class ServingResponses:
 
     async def _finish(self, turn: Turn, result: GenerationResult) -> OpenAIResponse:
         """The response object; stored (with what it adds to the chain) before the client sees it complete."""
-        stored = bool(turn.request.store and turn.conversation and result.finish_reason in STORED_FINISHES)
+        stored = bool(turn.request.store and turn.conversation and result.finish_reason not in UNSTORED_FINISHES)
         trtkit = extension(result) | {"conversation": turn.conversation or None, "stored": stored,
                                       "expires_at": None, "context": turn.context.report}
         body = objects.response(turn.response_id, self.ctx.model, turn.request, turn.created_at, result=result,
