@@ -16,7 +16,8 @@ from trtkit.errors import BuildError
 
 # quantization.format -> the checkpoint's quant_algo (TensorRT-LLM QuantAlgo names)
 QUANT_ALGO = {"none": None, "int8_sq": "W8A8_SQ_PER_CHANNEL", "int8_wo": "W8A16", "int4_wo": "W4A16",
-              "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ", "fp8": "FP8", "nvfp4": "NVFP4"}
+              "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ", "fp8": "FP8", "fp8_block": "FP8_BLOCK_SCALES",
+              "nvfp4": "NVFP4"}
 KV_QUANT_ALGO = {"auto": None, "fp8": "FP8", "int8": "INT8"}
 
 
