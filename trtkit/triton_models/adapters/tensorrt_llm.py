@@ -51,7 +51,8 @@ class TritonPythonModel:
             self.engine = start_engine(params)
         tokenizer = load_tokenizer(params["tokenizer_dir"])
         self.model = EngineModel(self.engine, tokenizer, find_anchor(tokenizer),
-                                 tokens_per_block=int(params["cpu_tokens_per_block"]),
+                                 tokens_per_block=int(params.get("cpu_tokens_per_block")
+                                                      or params["tokens_per_block"]),
                                  exclude_input_default=triton_io.flag(params, "exclude_input_in_output", True),
                                  decoupled=self.decoupled,
                                  cpp_responses=triton_io.flag(params, "cpu_cpp_responses", False))
