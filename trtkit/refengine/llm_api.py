@@ -61,7 +61,6 @@ class SamplingParams:
     logprobs: int | None = None
     exclude_input_from_output: bool = True
     guided_decoding: GuidedDecodingParams | None = None
-    ignore_eos: bool = False
     detokenize: bool = True
 
 
@@ -109,6 +108,7 @@ class RequestOutput:
         self._events: asyncio.Queue[EngineOutput] = asyncio.Queue()
         self._cancel: Callable[[], object] = lambda: None
         self._done = False
+        self._mark = (0, 0)  # token ids and log-probabilities handed out by the last response: the diffs start there
 
     def abort(self) -> None:
         self._cancel()
@@ -123,16 +123,19 @@ class RequestOutput:
             if event.finish_reason == "error":
                 self._done = True
                 raise EngineError(event.error or "the engine failed this request")
-            if self.finished:
-                self._done = True
-                return self
-            if self._streaming and event.new_token_ids:
-                return self
+            if self.finished or (self._streaming and event.new_token_ids):
+                self._done = self.finished
+                return self._respond()
         raise StopAsyncIteration
+
+    def _respond(self) -> RequestOutput:
+        out = self.outputs[0]
+        out._last_token_ids_len, out._last_logprobs_len = self._mark
+        self._mark = (len(out.token_ids), len(out.logprobs))
+        return self
 
     def _apply(self, event: EngineOutput) -> None:
         out = self.outputs[0]
-        out._last_token_ids_len, out._last_logprobs_len = len(out.token_ids), len(out.logprobs)
         out.token_ids.extend(event.new_token_ids)
         if self._params.logprobs:
             out.logprobs.extend({t: Logprob(lp)} for t, lp in zip(event.new_token_ids, event.new_log_probs or [],
@@ -227,7 +230,7 @@ def engine_params(p: SamplingParams, vocab_size: int) -> EngineParams:
     guide_type, guide = _guide(p.guided_decoding)
     bias = p.embedding_bias
     return EngineParams(
-        max_tokens=p.max_tokens, end_id=-1 if p.ignore_eos else p.end_id, pad_id=p.pad_id,
+        max_tokens=p.max_tokens, end_id=p.end_id, pad_id=p.pad_id,
         stop_token_ids=[[t] for t in p.stop_token_ids or []], bad_token_ids=[[t] for t in p.bad_token_ids or []],
         temperature=0.0 if greedy else (1.0 if p.temperature is None else p.temperature),
         top_k=0 if greedy or p.top_k is None else p.top_k, top_p=1.0 if greedy or not p.top_p else p.top_p,
