@@ -79,8 +79,14 @@ def _prompt_fits_step(t: BuildTarget, h: HostFacts) -> str | None:
 
 def _memory(t: BuildTarget, h: HostFacts) -> str | None:
     """The KV plan of `trtkit plan` for this GPU: weights that do not load, or no room for one sequence."""
+    from trtkit.trtllm_build.plan_config import memory_blockers
+
     plan = _kv_plan(t.config, h)
-    return plan.blockers[0] if plan is not None and plan.blockers else None
+    if plan is None:
+        return None
+    found = memory_blockers(plan.variants[0].plan, plan.gpu, plan.shape, t.config.quantization.format,
+                            t.config.build.max_num_tokens)
+    return found[0] if found else None
 
 
 def _kv_plan(config: ModelConfig, h: HostFacts) -> Any:

@@ -98,6 +98,12 @@ def plan_blockers(plan: KvPlan, gpu: GpuSpec, shape: ModelShape, quant_format: s
     found = [r.sentence(where, gpu.compute_capability)
              for r in refusals_for(backend, QUANT_ALGO[quant_format], KV_QUANT_ALGO.get(kv_dtype),
                                    gpu.compute_capability)]
+    return found + memory_blockers(plan, gpu, shape, quant_format, max_num_tokens)
+
+
+def memory_blockers(plan: KvPlan, gpu: GpuSpec, shape: ModelShape, quant_format: str, max_num_tokens: int) -> list[str]:
+    """Weights that do not load on the GPU, or a KV cache too small for one sequence; each names a fix."""
+    found = []
     loaded = plan.weight_bytes + plan.activation_bytes + plan.runtime_overhead_bytes
     if loaded >= plan.gpu_memory_bytes:
         tp = _smallest_tp_that_loads(plan, gpu, shape, quant_format, max_num_tokens)
