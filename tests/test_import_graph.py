@@ -28,9 +28,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "wire": {"tokenizer"},
     "sources": {"config"},
     "store": {"config"},
-    "trtllm_build": {"config", "contracts"},
+    # sources: under build.backend: pytorch an unquantized model is served from its source folder as it is
+    "trtllm_build": {"config", "contracts", "sources"},
     "refengine": {"config", "tokenizer", "wire"},
-    "checkpoint": {"config", "sources", "trtllm_build"},
+    # refengine: the quality report of a unified checkpoint runs the exported files in the CPU reference engine
+    "checkpoint": {"config", "refengine", "sources", "trtllm_build"},
     "repository": {"config", "sources", "tokenizer", "trtllm_build", "wire"},
     "consistency": {"config", "tokenizer", "trtllm_build"},
     "serve": {"config"},

@@ -67,7 +67,7 @@ def test_error_boundary_one_line(config_file: Path, capsys: pytest.CaptureFixtur
     assert main(["calibrate", str(config_file), "--format", "int3"]) == 1
     captured = capsys.readouterr()
     assert captured.err == ("error: unknown quantization format 'int3'; use one of int8_sq, int8_wo, int4_wo, "
-                            "int4_awq, w4a8_awq, fp8, nvfp4\n")
+                            "int4_awq, w4a8_awq, fp8, fp8_block, nvfp4\n")
     assert captured.out == ""
     assert main(["convert", str(config_file), "--dtype", "int8"]) == 1
     assert "--dtype 'int8' is not supported; use float16, bfloat16 or float32" in capsys.readouterr().err

@@ -17,8 +17,8 @@ from trtkit.errors import CalibrationError
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output folder (default: <workdir>/checkpoints/<name>).",
                                              show_default=False)]
 FormatOpt = Annotated[str | None, typer.Option(
-    "--format", help="int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, fp8, nvfp4 (GPU) or none; "
-                     "default: quantization.format", show_default=False)]
+    "--format", help="int8_sq, int8_wo, int4_wo, int4_awq, w4a8_awq, fp8, fp8_block (build.backend: pytorch), nvfp4 "
+                     "(GPU) or none; default: quantization.format", show_default=False)]
 KvOpt = Annotated[str | None, typer.Option("--kv-cache-dtype", help="auto, fp8 or int8; default: "
                                            "quantization.kv_cache_dtype", show_default=False)]
 CompareOpt = Annotated[str | None, typer.Option(
@@ -43,7 +43,8 @@ def _with_convert_overrides(config: ModelConfig, dtype: str | None, tp_size: int
 
 def convert(config: ConfigArg, out: OutOpt = None, force: ForceOpt = False, dtype: DtypeOpt = None,
             tp_size: TpOpt = None, pp_size: PpOpt = None) -> None:
-    """Write an unquantized TensorRT-LLM checkpoint (config.json + rank{N}.safetensors) with ModelOpt's export."""
+    """Write an unquantized TensorRT-LLM checkpoint (config.json + rank{N}.safetensors) with ModelOpt's export; under
+    build.backend: pytorch a Hugging Face folder in convert.dtype (the PyTorch backend loads it as is)."""
     from trtkit.checkpoint import convert_checkpoint
 
     resolved = _with_convert_overrides(load_config(config), dtype, tp_size, pp_size)
@@ -52,7 +53,8 @@ def convert(config: ConfigArg, out: OutOpt = None, force: ForceOpt = False, dtyp
 
 def calibrate(config: ConfigArg, fmt: FormatOpt = None, kv_cache_dtype: KvOpt = None, compare: CompareOpt = None,
               out: OutOpt = None, force: ForceOpt = False, as_json: JsonOpt = False) -> None:
-    """Quantize with NVIDIA ModelOpt, print the quality report, write a TensorRT-LLM checkpoint."""
+    """Quantize with NVIDIA ModelOpt, print the quality report, write a TensorRT-LLM checkpoint (build.backend:
+    pytorch: ModelOpt's unified Hugging Face checkpoint with hf_quant_config.json, measured in the CPU engine too)."""
     from trtkit.checkpoint import calibrate as run_calibration
     from trtkit.checkpoint import compare_formats, render_ranges, render_table
 

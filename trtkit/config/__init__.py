@@ -7,6 +7,7 @@ from typing import cast
 
 import yaml
 
+from trtkit.config.llm_api import check_backend
 from trtkit.config.loader import load_dataclass, to_plain
 from trtkit.config.profiles import resolve
 from trtkit.config.rules import check_rules
@@ -25,6 +26,7 @@ def parse_config(data: object, *, base_dir: Path | None = None, profile: str | N
     if profile not in (None, *PROFILES):
         raise ConfigError(f"profile {profile!r} is unknown; use latency or throughput")
     config = load_dataclass(ModelConfig, data)
+    check_backend(data, config)
     if base_dir is not None:
         config = _anchor_paths(config, base_dir)
     resolved = resolve(config, cast("Profile | None", profile))

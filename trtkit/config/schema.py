@@ -16,7 +16,8 @@ from trtkit.config.k8s_schema import K8sSection
 from trtkit.config.loader import bounded, derived, described
 
 Dtype = Literal["float16", "bfloat16", "float32"]
-QuantFormat = Literal["none", "int8_sq", "int8_wo", "int4_wo", "int4_awq", "w4a8_awq", "fp8", "nvfp4"]
+QuantFormat = Literal["none", "int8_sq", "int8_wo", "int4_wo", "int4_awq", "w4a8_awq", "fp8", "fp8_block", "nvfp4"]
+Backend = Literal["tensorrt", "pytorch"]
 KvCacheDtype = Literal["auto", "fp8", "int8"]
 PluginSwitch = Literal["auto", "disable", "float16", "bfloat16", "float32", "fp8"]
 SchedulerPolicy = Literal["guaranteed_no_evict", "max_utilization"]
@@ -59,6 +60,9 @@ class QuantizationSection:
 
 @dataclass(slots=True)
 class BuildSection:
+    backend: Backend = described("tensorrt", doc="tensorrt: TensorRT engines (trtllm-build) served by the C++ backend; "
+                                                 "pytorch: TensorRT-LLM's LLM API (no engine build), served by trtkit's "
+                                                 "LLM-API engine model (docs/backends.md)")
     max_batch_size: int = bounded(8, ge=1)
     max_input_len: int = bounded(1024, ge=1)
     max_seq_len: int = bounded(2048, ge=2)
@@ -80,6 +84,19 @@ class BuildSection:
                                                "executor turns KV-cache reuse off for such engines")
     workers: int = bounded(1, ge=1)
     target_gpu: str | None = described(None, doc="GPU kind for planning and SM checks, e.g. H100-80GB")
+
+
+@dataclass(slots=True)
+class PytorchSection:
+    """LLM-API options with no counterpart elsewhere in the config; read only under ``build.backend: pytorch``."""
+
+    cuda_graph: bool = described(True, doc="CUDA graphs for decode steps (cuda_graph_config; off: null)")
+    cuda_graph_max_batch_size: int | None = bounded(None, ge=1, doc="largest captured batch; None: serve.max_batch_size")
+    cuda_graph_padding: bool = described(True, doc="round batches up to a captured size (cuda_graph_config.enable_padding)")
+    disable_overlap_scheduler: bool = described(False, doc="TorchLlmArgs.disable_overlap_scheduler")
+    llm_api_options: dict[str, object] = described(
+        factory=dict, doc="any other TorchLlmArgs option, checked against the TensorRT-LLM 1.2.1 allowlist "
+                          "(trtkit/contracts/llm_api_1.2.json); options trtkit maps from other sections are refused here")
 
 
 @dataclass(slots=True)
@@ -222,6 +239,7 @@ class ModelConfig:
     convert: ConvertSection = described(factory=ConvertSection)
     quantization: QuantizationSection = described(factory=QuantizationSection)
     build: BuildSection = described(factory=BuildSection)
+    pytorch: PytorchSection = described(factory=PytorchSection, doc="LLM-API options (build.backend: pytorch)")
     serve: ServeSection = described(factory=ServeSection)
     k8s: K8sSection = described(factory=K8sSection, doc="Kubernetes manifests of `trtkit deploy k8s`")
     client: ClientSection = described(factory=ClientSection)

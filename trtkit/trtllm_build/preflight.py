@@ -173,8 +173,10 @@ def assumed_gpus(kind: str, count: int) -> tuple[GpuFact, ...]:
                  for i in range(count))
 
 
-def run_preflight(target: BuildTarget, facts: HostFacts) -> PreflightReport:
-    """Every rule's verdict (for --dry-run, which reports instead of stopping).
+def run_preflight(target: BuildTarget, facts: HostFacts, rules: tuple[tuple[str, Rule], ...] = RULES,
+                  gpu_rules: frozenset[str] | set[str] = GPU_RULES) -> PreflightReport:
+    """Every rule's verdict (for --dry-run, which reports instead of stopping). ``rules``: the engine build's by
+    default; the PyTorch backend's preflight (llm_api_build.py) passes its own.
 
     Without a local GPU, the GPU rules are checked against build.target_gpu when the config names
     one (so a dry run on a laptop already says "fp8 will not build on an A100"), else skipped.
@@ -182,9 +184,9 @@ def run_preflight(target: BuildTarget, facts: HostFacts) -> PreflightReport:
     report = PreflightReport()
     target_gpu = target.config.build.target_gpu
     stand_in = replace(facts, gpus=assumed_gpus(target_gpu, target.checkpoint.world_size)) if target_gpu else None
-    for name, rule in RULES:
+    for name, rule in rules:
         rule_facts = facts
-        if name in GPU_RULES and not facts.gpus:
+        if name in gpu_rules and not facts.gpus:
             if stand_in is None:
                 report.results.append(RuleResult(name, True, "not checked: no GPU visible", checked=False))
                 continue
@@ -194,9 +196,9 @@ def run_preflight(target: BuildTarget, facts: HostFacts) -> PreflightReport:
     return report
 
 
-def check_preflight(target: BuildTarget, facts: HostFacts) -> None:
+def check_preflight(target: BuildTarget, facts: HostFacts, rules: tuple[tuple[str, Rule], ...] = RULES) -> None:
     """Raise BuildError with the first failing rule's one-line message."""
-    for _, rule in RULES:
+    for _, rule in rules:
         message = rule(target, facts)
         if message:
             raise BuildError(message)
