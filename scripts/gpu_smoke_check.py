@@ -9,7 +9,8 @@ client's usage, the prompt count equals the client's own tokenizer count, stream
 and no text holds U+FFFD. Guided decoding (the repository's xgrammar file): a JSON-schema enum and a regex hold
 each model's answer, streamed and not. Cancelled streams must give every KV block back. Then TTFT (median of 5
 streamed BLS requests) and tokens/s (16 concurrent requests). Exits 1 with every failed check listed.
-Works against the CPU reference engine too (tests/test_gpu_smoke.py runs it there).
+Works against the CPU reference engine too, behind both engine models: its own loop and the LLM-API adapter
+(tests/test_gpu_smoke.py runs it there).
 """
 
 from __future__ import annotations

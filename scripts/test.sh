@@ -18,7 +18,7 @@ if [ "${TRTKIT_PINS:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
   pins_python="${TRTKIT_PINS_VENV:-.venv-pins}/bin/python"
   echo "== pytest under the GPU container's pins: $("$pins_python" -c 'import importlib.metadata as m
 print(", ".join(f"{p} {m.version(p)}" for p in ("nvidia-modelopt", "transformers", "torch")))')"
-  TRTKIT_TEST_CACHE="${TRTKIT_PINS_TEST_CACHE:-$PWD/.trtkit-cache-pins}" \
+  TRTKIT_PINS_ENV=1 TRTKIT_TEST_CACHE="${TRTKIT_PINS_TEST_CACHE:-$PWD/.trtkit-cache-pins}" \
     "$pins_python" -m pytest -q -p no:cacheprovider -m "not slow" tests/checkpoint tests/test_sources.py
   "$pins_python" -m pytest -q -p no:cacheprovider tests/test_sources.py -k under_the_containers_transformers
 fi

@@ -28,22 +28,25 @@ MAY_IMPORT: dict[str, set[str]] = {
     "wire": {"tokenizer"},
     "sources": {"config"},
     "store": {"config"},
-    "trtllm_build": {"config", "contracts"},
+    # sources: under build.backend: pytorch an unquantized model is served from its source folder as it is
+    "trtllm_build": {"config", "contracts", "sources"},
     "refengine": {"config", "tokenizer", "wire"},
-    "checkpoint": {"config", "sources", "trtllm_build"},
+    # refengine: the quality report of a unified checkpoint runs the exported files in the CPU reference engine
+    "checkpoint": {"config", "refengine", "sources", "trtllm_build"},
     "repository": {"config", "sources", "tokenizer", "trtllm_build", "wire"},
     "consistency": {"config", "tokenizer", "trtllm_build"},
     "serve": {"config"},
     "triton_models": {"refengine", "tokenizer", "wire"},
     "governance": {"config", "sources", "store", "tokenizer"},  # no transport, no wire: any upstream carries it
     "transport": {"config", "governance", "tokenizer", "wire"},
-    "conversation": {"config", "governance"},
-    "gateway": {"config", "governance", "store", "transport", "wire"},
+    "context": {"config", "governance"},  # the context strategies: the client's conversations and the gateway's
+    "conversation": {"config", "context", "governance"},
+    "gateway": {"config", "context", "governance", "store", "transport", "wire"},
     "bench": {"config", "governance", "transport", "wire"},  # config: the one server-address grammar
     "k8s": {"config", "serve", "trtllm_build"},
     "pipeline": {"checkpoint", "consistency", "config", "governance", "repository", "serve", "sources", "transport",
                  "trtllm_build"},
-    "cli": {"bench", "checkpoint", "config", "consistency", "conversation", "gateway", "governance", "k8s", "pipeline",
+    "cli": {"bench", "checkpoint", "config", "consistency", "context", "conversation", "gateway", "governance", "k8s", "pipeline",
             "repository", "serve", "store", "transport", "trtllm_build", "wire"},
 }
 

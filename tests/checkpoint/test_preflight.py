@@ -31,7 +31,7 @@ def test_unknown_format(tiny_config) -> None:
     with pytest.raises(CalibrationError) as err:
         calibrate(tiny_config, fmt="int3")
     assert str(err.value) == ("unknown quantization format 'int3'; use one of int8_sq, int8_wo, int4_wo, int4_awq, "
-                              "w4a8_awq, fp8, nvfp4")
+                              "w4a8_awq, fp8, fp8_block, nvfp4")
 
 
 def test_unknown_kv_cache_dtype(tiny_config) -> None:

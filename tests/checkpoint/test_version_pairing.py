@@ -4,6 +4,7 @@ the ones it names, so that a newer transformers (outside what tests/checkpoint r
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 from pathlib import Path
 
@@ -11,9 +12,19 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+CONTAINER = Path(__file__).resolve().parents[2] / "tests" / "contracts" / "r26.04-requirements.txt"
+# scripts/test.sh sets it for the run under the GPU container's pins (.venv-pins): that environment holds the
+# container's pairing, not pyproject's, on purpose
+PINS_ENV = os.environ.get("TRTKIT_PINS_ENV") == "1"
 
 
 def pinned(name: str) -> SpecifierSet:
+    """The requirement pyproject.toml states for ``name``; under the pins run, the GPU container's instead."""
+    if PINS_ENV:
+        match = re.search(rf"^{re.escape(name)}(?:\[[^]]*\])?\s*([<>=!~][^\s#]*)", CONTAINER.read_text(encoding="utf-8"),
+                          re.M)
+        assert match is not None, f"{CONTAINER.name} names no {name} requirement"
+        return SpecifierSet(match.group(1))
     match = re.search(rf'^\s*"{re.escape(name)}([<>=!~][^"]*)",', PYPROJECT.read_text(encoding="utf-8"), re.M)
     assert match is not None, f"pyproject.toml names no {name} requirement"
     return SpecifierSet(match.group(1))

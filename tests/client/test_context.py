@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trtkit.conversation.context import RetrievalStrategy, SummaryStrategy, TailStrategy, fit_prompt
+from trtkit.context import RetrievalStrategy, SummaryStrategy, TailStrategy, fit_prompt
 from trtkit.conversation.sessions import SessionStore
 from trtkit.governance.tokens import RawPrompt, TokenCounter, prompt_form
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from tests.repository.live_client import Live, inputs
-from trtkit.conversation.context import fit_prompt
+from trtkit.context import fit_prompt
 from trtkit.governance import SamplingParams
 from trtkit.governance.tokens import prompt_form
 from trtkit.transport import TritonLLMClient

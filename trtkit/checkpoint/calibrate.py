@@ -1,4 +1,5 @@
-"""``trtkit calibrate``: quantize with ModelOpt, measure the cost, write a TensorRT-LLM checkpoint.
+"""``trtkit calibrate``: quantize with ModelOpt, measure the cost, write a TensorRT-LLM checkpoint (build.backend:
+tensorrt) or ModelOpt's unified Hugging Face checkpoint (pytorch; checkpoint/unified.py).
 
 Order of work: cheap checks (plan_calibration) -> skip if an identical result exists -> load the model
 and the text once -> baseline perplexity -> per format: calibrate a copy, measure it, export it.
@@ -40,6 +41,7 @@ from trtkit.checkpoint.quality import (
     top1_agreement,
 )
 from trtkit.checkpoint.report import QualityReport, load_report
+from trtkit.checkpoint.unified import export_unified, reference_perplexity
 from trtkit.config import paths
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import CalibrationError
@@ -67,12 +69,29 @@ class CalibrationPlan:
     out_dir: Path
     manifest: Manifest
     warnings: list[str] = field(default_factory=list)
+    backend: str = "tensorrt"  # pytorch: a unified Hugging Face checkpoint (checkpoint/unified.py)
 
 
 def default_out_dir(config: ModelConfig, fmt: str, kv_cache_dtype: str) -> Path:
     c = config.convert
     kv = "" if kv_cache_dtype == "auto" else f"-kv{kv_cache_dtype}"
+    if config.build.backend == "pytorch":  # one unsharded checkpoint: the LLM API splits it over tp x pp itself
+        return paths.workdir(config) / "checkpoints" / f"hf-{fmt}{kv}-{c.dtype}"
     return paths.workdir(config) / "checkpoints" / f"{fmt}{kv}-{c.dtype}-tp{c.tp_size}-pp{c.pp_size}"
+
+
+def check_backend_format(backend: str, fmt: str, kv_cache_dtype: str) -> None:
+    """The formats each backend takes (the same refusals as the config's, for --format / --kv-cache-dtype)."""
+    from trtkit.config.llm_api import PYTORCH_FORMAT_FIX, PYTORCH_REFUSED_FORMATS
+
+    if backend == "pytorch" and fmt in PYTORCH_REFUSED_FORMATS:
+        raise CalibrationError(f"--format {fmt} ({PYTORCH_REFUSED_FORMATS[fmt]}) under build.backend: pytorch; "
+                               f"{PYTORCH_FORMAT_FIX}")
+    if backend == "pytorch" and kv_cache_dtype == "int8":
+        raise CalibrationError("--kv-cache-dtype int8 is not in the PyTorch backend's support matrix; use fp8 or auto")
+    if backend != "pytorch" and fmt == "fp8_block":
+        raise CalibrationError("--format fp8_block is a PyTorch-backend format (a unified checkpoint); set "
+                               "build.backend: pytorch, or use fp8")
 
 
 def plan_calibration(config: ModelConfig, fmt: str | None = None, kv_cache_dtype: str | None = None,
@@ -88,23 +107,28 @@ def plan_calibration(config: ModelConfig, fmt: str | None = None, kv_cache_dtype
                                "for an unquantized checkpoint")
     spec = None if fmt == "none" else preflight.check_request(fmt, kv, cuda_available=torch.cuda.is_available())
     kv_cache_algo(kv)
+    backend = config.build.backend
+    check_backend_format(backend, fmt, kv)
     docs = load_documents(q.calib_dataset, q.calib_text_field)
     model_dir = resolve_model_dir(config.model.source)
     hf_cfg = preflight.hf_config(model_dir)
     decoder = preflight.check_architecture(hf_cfg)
     warnings: list[str] = []
     if spec is not None:
-        preflight.check_four_bit_widths(spec, hf_cfg, tp_size=config.convert.tp_size, block_size=q.awq_block_size)
+        tp = config.convert.tp_size if backend == "tensorrt" else 1  # the LLM API shards a unified checkpoint itself
+        preflight.check_four_bit_widths(spec, hf_cfg, tp_size=tp, block_size=q.awq_block_size)
         preflight.check_weight_only_exclusions(spec, q.exclude_modules)
-    warning = preflight.target_gpu_warning(spec, config.build.target_gpu, kv_cache_algo(kv))
+    warning = preflight.target_gpu_warning(spec, config.build.target_gpu, kv_cache_algo(kv), backend)
     if warning:
         log.warning(warning)
         warnings.append(warning)
     out = Path(out_dir) if out_dir else default_out_dir(config, fmt, kv)
-    manifest = Manifest("calibrate", config.model.source, model_hash(model_dir), dataset_hash(docs),
-                        {"format": fmt, "kv_cache_dtype": kv, "convert": asdict(config.convert),
-                         "quantization": asdict(q), "model": asdict(config.model)}, library_versions())
-    return CalibrationPlan(fmt, spec, kv, model_dir, decoder, preflight.source_dtype(hf_cfg), out, manifest, warnings)
+    inputs = {"format": fmt, "kv_cache_dtype": kv, "convert": asdict(config.convert), "quantization": asdict(q),
+              "model": asdict(config.model), **({"backend": backend} if backend != "tensorrt" else {})}
+    manifest = Manifest("calibrate", config.model.source, model_hash(model_dir), dataset_hash(docs), inputs,
+                        library_versions())
+    return CalibrationPlan(fmt, spec, kv, model_dir, decoder, preflight.source_dtype(hf_cfg), out, manifest, warnings,
+                           backend)
 
 
 class CalibrationSession:
@@ -119,8 +143,8 @@ class CalibrationSession:
         q = config.quantization
         remote = config.model.trust_remote_code
         self.model_dir = resolve_model_dir(config.model.source)
-        self.tokenizer = load_tokenizer(resolve_tokenizer_dir(config.model.source, config.model.tokenizer),
-                                        trust_remote_code=remote)
+        self.tokenizer_dir = resolve_tokenizer_dir(config.model.source, config.model.tokenizer)
+        self.tokenizer = load_tokenizer(self.tokenizer_dir, trust_remote_code=remote)
         self.blocks: TokenBlocks = blocks or build_blocks(q.calib_dataset, q.calib_text_field, self.tokenizer,
                                                           seq_len=q.calib_max_seq_len, calib_size=q.calib_size,
                                                           eval_samples=q.eval_samples, seed=q.seed)
@@ -158,6 +182,10 @@ class CalibrationSession:
         with atomic_output(plan.out_dir, plan.manifest) as tmp:
             self._export(model, plan, tmp)
             timings["export"] = time.perf_counter() - started
+            if plan.backend == "pytorch":  # the files themselves, in the reference engine (checkpoint/unified.py)
+                started = time.perf_counter()
+                report.reference_engine_perplexity = reference_perplexity(tmp, self.blocks.evaluation)
+                timings["reference_engine"] = time.perf_counter() - started
             timings["total"] = time.perf_counter() - total_started + self.load_s + self.baseline_s
             report.save(tmp)
         del model
@@ -195,6 +223,9 @@ class CalibrationSession:
     def _export(self, model: Any, plan: CalibrationPlan, tmp: Path) -> None:
         import modelopt.torch.quantization as mtq
 
+        if plan.backend == "pytorch":  # real quantized weights and scales for every format the backend takes
+            export_unified(model.cpu(), dtype=self.config.convert.dtype, out_dir=tmp, tokenizer_dir=self.tokenizer_dir)
+            return
         if plan.spec is not None and not plan.spec.modelopt_exports_weights:
             # The report measured per-channel fake quantization; TensorRT-LLM quantizes the float weights
             # the same way at build time, so the checkpoint keeps them in float.

@@ -1,6 +1,8 @@
 """``trtkit convert``: a Hugging Face model -> an unquantized TensorRT-LLM checkpoint (fp16/bf16/fp32, tp/pp).
 
-ModelOpt's exporter writes the layout and the tensor-/pipeline-parallel shards; nothing is calibrated.
+ModelOpt's exporter writes the layout and the tensor-/pipeline-parallel shards; nothing is calibrated. Under
+build.backend: pytorch the PyTorch backend loads Hugging Face folders itself: convert writes one in convert.dtype
+(with its tokenizer), unsharded, since the LLM API splits the weights over tp x pp at load.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ log = logging.getLogger(__name__)
 
 def default_convert_dir(config: ModelConfig) -> Path:
     c = config.convert
+    if config.build.backend == "pytorch":
+        return paths.workdir(config) / "checkpoints" / f"hf-none-{c.dtype}"
     return paths.workdir(config) / "checkpoints" / f"{c.dtype}-tp{c.tp_size}-pp{c.pp_size}"
 
 
@@ -28,10 +32,12 @@ def convert_checkpoint(config: ModelConfig, *, out_dir: Path | None = None, forc
     """Write config.json + rank{N}.safetensors; an identical earlier result is reused unless ``force``."""
     model_dir = resolve_model_dir(config.model.source)
     hf_cfg = preflight.hf_config(model_dir)
-    decoder = preflight.check_architecture(hf_cfg)
+    pytorch = config.build.backend == "pytorch"
+    decoder = "" if pytorch else preflight.check_architecture(hf_cfg)
     out = Path(out_dir) if out_dir else default_convert_dir(config)
-    manifest = Manifest("convert", config.model.source, model_hash(model_dir), None,
-                        {"convert": asdict(config.convert), "model": asdict(config.model)}, library_versions())
+    inputs = {"convert": asdict(config.convert), "model": asdict(config.model), **({"backend": "pytorch"} if pytorch
+                                                                                    else {})}
+    manifest = Manifest("convert", config.model.source, model_hash(model_dir), None, inputs, library_versions())
     if not force and is_up_to_date(out, manifest):
         log.info("%s is up to date; pass --force to redo it", out)
         return out
@@ -39,6 +45,14 @@ def convert_checkpoint(config: ModelConfig, *, out_dir: Path | None = None, forc
     model = load_model(model_dir, device=device, dtype=work_dtype(device, config.convert.dtype),
                        trust_remote_code=config.model.trust_remote_code)
     c = config.convert
+    if pytorch:
+        from trtkit.checkpoint.unified import save_plain
+        from trtkit.sources import resolve_tokenizer_dir
+
+        with atomic_output(out, manifest) as tmp:
+            save_plain(model.cpu(), dtype=c.dtype, out_dir=tmp,
+                       tokenizer_dir=resolve_tokenizer_dir(config.model.source, config.model.tokenizer))
+        return out
     with atomic_output(out, manifest) as tmp:
         export_checkpoint(model.cpu(), decoder_type=decoder, dtype=c.dtype, out_dir=tmp, tp_size=c.tp_size,
                           pp_size=c.pp_size, spec=None, source_dtype=preflight.source_dtype(hf_cfg))

@@ -84,21 +84,22 @@ def check_gpu_support(spec: FormatSpec, *, cuda_available: bool) -> None:
                                f"CUDA-only); run trtkit calibrate on a GPU host, or use fp8, int8_sq or int4_awq here")
 
 
-def target_gpu_warning(spec: FormatSpec | None, target_gpu: str | None, kv_cache_algo: str | None = None) -> str | None:
-    """A warning when build.target_gpu cannot build this checkpoint (the build itself refuses): a GPU
-    older than the format needs, or SM 10.x/11.x for formats TensorRT-LLM 1.2 refuses there
-    (``trtkit.trtllm_build.gpu_support``, shared with plan and build preflight)."""
+def target_gpu_warning(spec: FormatSpec | None, target_gpu: str | None, kv_cache_algo: str | None = None,
+                       backend: str = "tensorrt") -> str | None:
+    """A warning when build.target_gpu cannot run this checkpoint (the build itself refuses): a GPU
+    older than the format needs, or SM 10.x/11.x for formats TensorRT-LLM 1.2 refuses there; under the PyTorch
+    backend, its support matrix (``trtkit.trtllm_build.gpu_support``, shared with plan and build preflight)."""
     if not target_gpu or (spec is None and kv_cache_algo is None):
         return None
     from trtkit.config.gpus import lookup_gpu
-    from trtkit.trtllm_build.gpu_support import refusals
+    from trtkit.trtllm_build.gpu_support import refusals_for
 
     name = spec.name if spec else f"kv_cache_dtype {kv_cache_algo}"
     try:
         gpu = lookup_gpu(target_gpu)
     except BuildError:
         return f"build.target_gpu {target_gpu!r} is not a known GPU; cannot check that it runs {name}"
-    found = refusals(spec.quant_algo if spec else None, kv_cache_algo, gpu.compute_capability)
+    found = refusals_for(backend, spec.quant_algo if spec else None, kv_cache_algo, gpu.compute_capability)
     if not found:
         return None
     return (found[0].sentence(f"build.target_gpu {gpu.kind} ({gpu.architecture})", gpu.compute_capability)

@@ -33,6 +33,8 @@ class QualityReport:
     layer_ranges: list[LayerRange] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # build.backend: pytorch: the exported unified checkpoint as the CPU reference engine runs it
+    reference_engine_perplexity: float | None = None
 
     @property
     def relative_increase(self) -> float:
@@ -92,7 +94,9 @@ def render_table(reports: list[QualityReport]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     note = (f"held-out text: {first.eval_blocks} blocks x {first.seq_len} tokens ({first.eval_tokens} scored); "
             f"calibration: {first.calib_blocks} blocks; device: {first.device}")
-    return "\n".join([*lines, note])
+    engine = [f"{r.label}: the exported checkpoint in the CPU reference engine: perplexity "
+              f"{r.reference_engine_perplexity:.3f}" for r in reports if r.reference_engine_perplexity is not None]
+    return "\n".join([*lines, note, *engine])
 
 
 def render_ranges(report: QualityReport, limit: int | None = None) -> str:

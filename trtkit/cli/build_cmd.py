@@ -30,17 +30,31 @@ def build(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact trtllm-build command, every derived "
                                                              "switch and why, and the preflight verdicts; build nothing.")] = False,
     force: ForceOpt = False,
-    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="TensorRT-LLM checkpoint folder "
+    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="TensorRT-LLM checkpoint folder; under "
+                                                    "build.backend: pytorch the Hugging Face or unified checkpoint "
                                                     "(default: the newest matching one from convert/calibrate).")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Engine folder (default: WORKDIR/engines/...).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Build TensorRT-LLM 1.2 engines with trtllm-build (GPU host); --dry-run works anywhere."""
+    """Build TensorRT-LLM 1.2 engines with trtllm-build (GPU host); --dry-run works anywhere. Under build.backend:
+    pytorch nothing is built: it writes the LLM-API options file after the same kind of preflight."""
     from trtkit.config import load_config
     from trtkit.trtllm_build import build_engines
-    from trtkit.trtllm_build.report import build_result_json, build_result_text
+    from trtkit.trtllm_build.report import (
+        build_result_json,
+        build_result_text,
+        llm_api_build_json,
+        llm_api_build_text,
+    )
 
-    result = build_engines(load_config(config), checkpoint_dir=checkpoint, out_dir=out, force=force, dry_run=dry_run)
+    resolved = load_config(config)
+    if resolved.build.backend == "pytorch":
+        from trtkit.trtllm_build.llm_api_build import build_llm_api
+
+        built = build_llm_api(resolved, checkpoint_dir=checkpoint, out_dir=out, dry_run=dry_run)
+        typer.echo(llm_api_build_json(built) if as_json else llm_api_build_text(built))
+        return
+    result = build_engines(resolved, checkpoint_dir=checkpoint, out_dir=out, force=force, dry_run=dry_run)
     typer.echo(build_result_json(result) if as_json else build_result_text(result))
 
 

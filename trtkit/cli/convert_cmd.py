@@ -17,7 +17,8 @@ from trtkit.config.schema import Dtype, ModelConfig, QuantFormat
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output folder (default: <workdir>/checkpoints/<name>).",
                                              show_default=False)]
 FormatOpt = Annotated[QuantFormat | None, typer.Option(
-    "--format", help="Quantization format (nvfp4: GPU only); default: quantization.format", show_default=False)]
+    "--format", help="Quantization format (fp8_block: build.backend pytorch; nvfp4: GPU only); default: "
+                     "quantization.format", show_default=False)]
 CompareOpt = Annotated[str | None, typer.Option(
     "--compare", help="Comma-separated formats to calibrate against one baseline, e.g. fp8,int8_sq,int8_wo.",
     show_default=False)]
@@ -36,7 +37,8 @@ def _with_convert_overrides(config: ModelConfig, dtype: Dtype | None, tp_size: i
 
 def convert(config: ConfigArg, out: OutOpt = None, force: ForceOpt = False, dtype: DtypeOpt = None,
             tp_size: TpSizeOpt = None, pp_size: PpOpt = None) -> None:
-    """Write an unquantized TensorRT-LLM checkpoint (config.json + rank{N}.safetensors) with ModelOpt's export."""
+    """Write an unquantized TensorRT-LLM checkpoint (config.json + rank{N}.safetensors) with ModelOpt's export; under
+    build.backend: pytorch a Hugging Face folder in convert.dtype (the PyTorch backend loads it as is)."""
     from trtkit.checkpoint import convert_checkpoint
 
     resolved = _with_convert_overrides(load_config(config), dtype, tp_size, pp_size)
@@ -60,7 +62,8 @@ def _compare_formats(compare: str | None, fmt: str | None, out: Path | None) -> 
 
 def calibrate(config: ConfigArg, fmt: FormatOpt = None, kv_cache_dtype: KvCacheDtypeOpt = None,
               compare: CompareOpt = None, out: OutOpt = None, force: ForceOpt = False, as_json: JsonOpt = False) -> None:
-    """Quantize with NVIDIA ModelOpt, print the quality report, write a TensorRT-LLM checkpoint."""
+    """Quantize with NVIDIA ModelOpt, print the quality report, write a TensorRT-LLM checkpoint (build.backend:
+    pytorch: ModelOpt's unified Hugging Face checkpoint with hf_quant_config.json, measured in the CPU engine too)."""
     from trtkit.checkpoint import calibrate as run_calibration
     from trtkit.checkpoint import compare_formats, render_ranges, render_table
 

@@ -26,10 +26,16 @@ deploy_app = group("Write what serves a model: the Triton model repository (the 
 EngineOpt = Annotated[Path, typer.Option("--engine", help="What the engine slot serves: a trtllm-build engine folder "
                                                            "(GPU), or for the CPU reference engine a TensorRT-LLM "
                                                            "checkpoint (trtkit convert's output) or a Hugging Face "
-                                                           "folder (config.json + *.safetensors).")]
+                                                           "folder (config.json + *.safetensors); under build.backend: "
+                                                           "pytorch the (unified) Hugging Face checkpoint or the "
+                                                           "output of trtkit build.")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Repository folder to write, e.g. triton_repo/smollm2-135m.")]
-TargetOpt = Annotated[Literal["auto", "cpu", "gpu"], typer.Option(
-    "--target", help="auto: engines -> gpu, weights -> cpu.")]
+TargetOpt = Annotated[Literal["auto", "cpu", "gpu", "trtllm-serve"], typer.Option(
+    "--target", help="auto: engines or a GPU -> gpu, weights -> cpu; trtllm-serve (build.backend: pytorch): "
+                     "trtllm-serve's YAML and its command line instead of a Triton repository.")]
+ENGINE_LABELS = {("tensorrt", "gpu"): "C++ tensorrtllm backend", ("tensorrt", "cpu"): "CPU reference engine",
+                 ("pytorch", "gpu"): "LLM-API engine model over tensorrt_llm.LLM (PyTorch backend)",
+                 ("pytorch", "cpu"): "LLM-API engine model over the CPU reference engine"}
 
 
 def deploy(config: ConfigArg, engine: EngineOpt, out: OutOpt, profile: ProfileOpt = None,
@@ -38,9 +44,19 @@ def deploy(config: ConfigArg, engine: EngineOpt, out: OutOpt, profile: ProfileOp
     from trtkit.config import load_config
     from trtkit.repository import deploy_repository
 
-    result = deploy_repository(load_config(config, profile=profile), engine, out, target=target)
+    resolved = load_config(config, profile=profile)
+    if target == "trtllm-serve":
+        from trtkit.repository.deploy import deploy_trtllm_serve
+        from trtkit.trtllm_build.report import shell_command
+
+        files = deploy_trtllm_serve(resolved, engine, out)
+        typer.echo(f"trtllm-serve config: {files.config_path}")
+        typer.echo(f"script: {files.script_path}")
+        typer.echo(f"command: {shell_command(files.command)}")
+        return
+    result = deploy_repository(resolved, engine, out, target=target)
     typer.echo(f"repository: {result.out_dir}")
-    typer.echo(f"target: {result.target} ({'C++ tensorrtllm backend' if result.target == 'gpu' else 'CPU reference engine'})")
+    typer.echo(f"target: {result.target} ({ENGINE_LABELS[(result.settings.backend, result.target)]})")
     typer.echo(f"models: {', '.join(result.models)}")
     typer.echo("settings:")
     for item in result.implied:

@@ -24,7 +24,7 @@ def gateway(config_path: ConfigArg,
             host: HostOpt = None,
             no_auth: Annotated[bool, typer.Option("--no-auth", help="No API keys (loopback hosts only)")] = False,
             ) -> None:
-    """OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models) with keys, budgets, rate
+    """OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models) with keys, budgets, rate
     limits, a per-key cache and exact usage, in front of a Triton LLM repository."""
     from trtkit.config import load_config
     from trtkit.gateway import run_gateway
@@ -60,6 +60,9 @@ def keys_create(
         rpm: Annotated[int | None, typer.Option("--rpm", min=1, help="Requests per minute")] = None,
         tpm: Annotated[int | None, typer.Option("--tpm", min=1, help="Tokens per minute (prompt + max_tokens)")] = None,
         models: Annotated[list[str] | None, typer.Option("--models", help="Allowed models (repeat); default all")] = None,
+        conversation_budgets: Annotated[bool, typer.Option(
+            "--conversation-budgets", help="May give a stored conversation its own token budget (Responses API "
+                                           "metadata trtkit_budget_tokens)")] = False,
         store: StoreOpt = None) -> None:
     """Create a key (and the store, the first time). The secret is printed once on stdout and stored only as
     a hash."""
@@ -68,7 +71,8 @@ def keys_create(
     if budget_tokens is not None and budget_cost is not None:
         raise typer.BadParameter("give --budget-tokens or --budget-cost, not both", param_hint="'--budget-cost'")
     key_id, secret = new_secret()
-    key = ApiKey(key_id, name, user, budget_tokens, budget_cost, period, rpm, tpm, tuple(models or ()), time.time())
+    key = ApiKey(key_id, name, user, budget_tokens, budget_cost, period, rpm, tpm, tuple(models or ()), time.time(),
+                 can_budget_conversations=conversation_budgets)
     db = _store(store, create=True)
     try:
         db.add_key(key, hash_secret(secret))
@@ -87,7 +91,8 @@ def keys_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         db.close()
     rows = [{"name": k.name, "id": k.key_id, "user": k.user, "budget_tokens": k.budget_tokens,
              "budget_cost": k.budget_cost, "period": k.period, "rpm": k.rpm, "tpm": k.tpm,
-             "models": list(k.models), "revoked": k.is_revoked} for k in keys]
+             "models": list(k.models), "revoked": k.is_revoked,
+             "conversation_budgets": k.can_budget_conversations} for k in keys]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -97,7 +102,8 @@ def keys_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         state = "revoked" if r["revoked"] else "active"
         typer.echo(f"{r['name']:<20} {r['id']}  {state:<8} user={r['user'] or '-'} budget_tokens="
                    f"{r['budget_tokens'] or '-'} budget_cost={r['budget_cost'] or '-'}/{r['period']} "
-                   f"rpm={r['rpm'] or '-'} tpm={r['tpm'] or '-'} models={','.join(r['models']) or '*'}")
+                   f"rpm={r['rpm'] or '-'} tpm={r['tpm'] or '-'} models={','.join(r['models']) or '*'}"
+                   + (" conversation_budgets" if r["conversation_budgets"] else ""))
 
 
 def keys_revoke(name: Annotated[str, typer.Argument(help="Key name or id")], store: StoreOpt = None) -> None:

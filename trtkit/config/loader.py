@@ -130,6 +130,8 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{path}: must be a string, got {value!r}; quote it in the YAML")
         return value
+    if tp is object:  # plain YAML data another validator checks (pytorch.llm_api_options: config/llm_api.py)
+        return value
     raise ConfigError(f"{path}: unsupported type {_type_name(tp)}")
 
 

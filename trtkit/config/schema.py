@@ -17,7 +17,8 @@ from trtkit.config.k8s_schema import K8sSection
 from trtkit.config.loader import bounded, derived, described
 
 Dtype = Literal["float16", "bfloat16", "float32"]
-QuantFormat = Literal["none", "int8_sq", "int8_wo", "int4_wo", "int4_awq", "w4a8_awq", "fp8", "nvfp4"]
+QuantFormat = Literal["none", "int8_sq", "int8_wo", "int4_wo", "int4_awq", "w4a8_awq", "fp8", "fp8_block", "nvfp4"]
+Backend = Literal["tensorrt", "pytorch"]
 KvCacheDtype = Literal["auto", "fp8", "int8"]
 PluginSwitch = Literal["auto", "disable", "float16", "bfloat16", "float32", "fp8"]
 SchedulerPolicy = Literal["guaranteed_no_evict", "max_utilization"]
@@ -60,6 +61,9 @@ class QuantizationSection:
 
 @dataclass(slots=True)
 class BuildSection:
+    backend: Backend = described("tensorrt", doc="tensorrt: TensorRT engines (trtllm-build) served by the C++ backend; "
+                                                 "pytorch: TensorRT-LLM's LLM API (no engine build), served by trtkit's "
+                                                 "LLM-API engine model (docs/backends.md)")
     max_batch_size: int = bounded(8, ge=1)
     max_input_len: int = bounded(1024, ge=1)
     max_seq_len: int = bounded(2048, ge=2)
@@ -82,6 +86,19 @@ class BuildSection:
     workers: int = bounded(1, ge=1)
     target_gpu: str | None = described(None, doc="GPU kind for planning and SM checks, e.g. H100-80GB",
                                        check=unknown_gpu)
+
+
+@dataclass(slots=True)
+class PytorchSection:
+    """LLM-API options with no counterpart elsewhere in the config; read only under ``build.backend: pytorch``."""
+
+    cuda_graph: bool = described(True, doc="CUDA graphs for decode steps (cuda_graph_config; off: null)")
+    cuda_graph_max_batch_size: int | None = bounded(None, ge=1, doc="largest captured batch; None: serve.max_batch_size")
+    cuda_graph_padding: bool = described(True, doc="round batches up to a captured size (cuda_graph_config.enable_padding)")
+    disable_overlap_scheduler: bool = described(False, doc="TorchLlmArgs.disable_overlap_scheduler")
+    llm_api_options: dict[str, object] = described(
+        factory=dict, doc="any other TorchLlmArgs option, checked against the TensorRT-LLM 1.2.1 allowlist "
+                          "(trtkit/contracts/llm_api_1.2.json); options trtkit maps from other sections are refused here")
 
 
 @dataclass(slots=True)
@@ -183,6 +200,12 @@ class ClientSection:
 
 
 @dataclass(slots=True)
+class ConversationsSection:
+    ttl_seconds: float = bounded(1800.0, gt=0.0, doc="a stored conversation (Responses API) idle this long expires: "
+                                 "continuing it is a 404, its rows are swept; every turn and heartbeat renews it")
+
+
+@dataclass(slots=True)
 class GatewaySection:
     # 9000, not 8000: Triton's HTTP port defaults to 8000, and `serve --gateway` / `quickstart --keep` run both
     port: int = bounded(9000, ge=0, le=65535, doc="OpenAI-compatible HTTP port of `trtkit gateway`; 0 picks one")
@@ -197,6 +220,8 @@ class GatewaySection:
     store_calls: Literal["auto", "loop", "threads"] = described(
         "auto", doc="where the gateway waits on its store: worker threads (a database across the network), the "
                     "event loop (a local one), or auto: threads for a PostgreSQL host other than loopback")
+    conversations: ConversationsSection = described(factory=ConversationsSection,
+                                                    doc="stored conversations of POST /v1/responses")
 
 
 @dataclass(slots=True, frozen=True)
@@ -216,6 +241,7 @@ class ModelConfig:
     convert: ConvertSection = described(factory=ConvertSection)
     quantization: QuantizationSection = described(factory=QuantizationSection)
     build: BuildSection = described(factory=BuildSection)
+    pytorch: PytorchSection = described(factory=PytorchSection, doc="LLM-API options (build.backend: pytorch)")
     serve: ServeSection = described(factory=ServeSection)
     k8s: K8sSection = described(factory=K8sSection, doc="Kubernetes manifests of `trtkit deploy k8s`")
     client: ClientSection = described(factory=ClientSection)

@@ -24,13 +24,22 @@ from trtkit.consistency.rules import (
     sequence_lengths,
 )
 from trtkit.consistency.rules_guided import guided_decoding
+from trtkit.consistency.rules_llmapi import (
+    llm_api_gpu_support,
+    llm_api_guided_decoding,
+    llm_api_options_file,
+    llm_api_tokenizer,
+    llm_api_world_size,
+    load_llm_api_options,
+)
 from trtkit.consistency.rules_runtime import end_and_pad_ids, engine_host, tokenizer_paths, world_size
 from trtkit.errors import RepositoryError
 from trtkit.trtllm_build.host_facts import HostFacts
 
 RULES: tuple[Rule, ...] = (placeholders, engine_path, max_batch_size, sequence_lengths, beam_width,
                            paged_context_fmha, decoupled, tokenizer_paths, end_and_pad_ids, guided_decoding, world_size,
-                           engine_host)
+                           engine_host, llm_api_options_file, llm_api_world_size, llm_api_guided_decoding,
+                           llm_api_tokenizer, llm_api_gpu_support)
 
 __all__ = ["Finding", "check_repository", "engine_world_size", "load_context"]
 
@@ -49,6 +58,7 @@ def load_context(repo_dir: str | Path, *, config: ModelConfig | None = None,
         engine_dir = ctx.resolve(ctx.engine_model, ctx.engine_model.param(ENGINE_PARAM) or "")
         if (engine_dir / "config.json").is_file():
             ctx.engine = load_engine(engine_dir)
+        load_llm_api_options(ctx)
     return ctx
 
 
@@ -75,7 +85,8 @@ def check_repository(repo_dir: str | Path, *, config: ModelConfig | None = None,
 
 
 def engine_world_size(repo_dir: str | Path) -> int:
-    """World size of the repository's engine (1 when unknown): how many ranks `trtkit serve` launches."""
+    """World size of the repository's engine (1 when unknown): how many ranks `trtkit serve` launches. The LLM-API
+    engine model (build.backend: pytorch) is one process: the LLM API starts its own workers, one per GPU."""
     ctx = load_context(repo_dir, gpu_count=0)
     if ctx.engine is None or ctx.engine_model is None or not ctx.engine_model.is_cpp_engine:
         return 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trtkit.config.schema import ModelConfig
 from trtkit.consistency.repository import EngineInfo, RepoModel
@@ -23,6 +24,9 @@ class CheckContext:
     engine_model: RepoModel | None = None
     engine: EngineInfo | None = None
     host: HostFacts | None = None  # GPU and TensorRT facts, for the engine manifest check (probed lazily)
+    # build.backend: pytorch: the LLM-API engine model's options file, as read (None: not one, or unreadable)
+    llm_api_options: dict[str, Any] | None = None
+    llm_api_error: str | None = None
     _tokenizers: dict[Path, TokenizerInfo | None] = field(default_factory=dict)
 
     def resolve(self, model: RepoModel, value: str) -> Path:
@@ -52,6 +56,9 @@ class CheckContext:
         cpu_value = self.engine_model.int_param(f"cpu_{name}") if self.engine_model else None
         if cpu_value is not None and self.engine_model is not None:
             return cpu_value, f"cpu_{name} {cpu_value} in {self.engine_model.config_path}"
+        options = self.llm_api_options or {}
+        if isinstance(options.get(name), int) and self.engine_model is not None:
+            return options[name], f"{name} {options[name]} in {self.engine_model.param('llm_api_options')}"
         if self.config is not None:
             value = getattr(self.config.build, name)
             return value, f"build.{name} {value} in the model config"

@@ -13,22 +13,11 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from trtkit.config.schema import ModelConfig
-from trtkit.conversation.context import (
-    STRATEGIES,
-    BuiltPrompt,
-    ContextStrategy,
-    RetrievalStrategy,
-    SummaryStrategy,
-    TailStrategy,
-    fit_prompt,
-)
-from trtkit.conversation.context.base import MESSAGE_OVERHEAD_TOKENS
+from trtkit.context import BuiltPrompt, ContextStrategy, fit_prompt, history_room, make_strategy
+from trtkit.context.base import MESSAGE_OVERHEAD_TOKENS
 from trtkit.conversation.sessions import SessionStore
-from trtkit.errors import ClientError
 from trtkit.governance.tokens import TokenCounter
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
-
-QUESTION_MARGIN_TOKENS = 16  # role markers and the answer cue around the question
 
 
 class ChatBackend(Protocol):
@@ -58,7 +47,9 @@ class Conversation:
         self.store = store if store is not None else SessionStore(config.client.session_ttl_seconds)
         self.max_input_tokens = config.client.max_input_tokens or config.build.max_input_len
         self._summary_caller = self.caller
-        self.strategy = self._make_strategy(strategy or config.client.context.strategy, list(documents))
+        self.strategy: ContextStrategy = make_strategy(strategy or config.client.context.strategy, counter,
+                                                       config.client.context, self.max_input_tokens, self._summarize,
+                                                       documents)
 
     def start(self, session_id: str | None = None) -> str:
         return self.store.create(session_id).session_id
@@ -66,7 +57,7 @@ class Conversation:
     def prepare(self, session_id: str, question: str) -> BuiltPrompt:
         session = self.store.get(session_id)
         self._summary_caller = self._caller(session_id)  # summarizing is part of this session's cost
-        room = self._history_room(question)
+        room = history_room(self.counter, question, self.max_input_tokens, self.config.client.context.max_context_tokens)
         history = self.strategy.select(session, question, room) if room > 0 else []
         return fit_prompt(self.counter, history, question, self.max_input_tokens)
 
@@ -92,23 +83,8 @@ class Conversation:
     def _caller(self, session_id: str) -> Caller:
         return replace(self.caller, session=session_id)
 
-    def _history_room(self, question: str) -> int:
-        configured = self.config.client.context.max_context_tokens or self.max_input_tokens
-        free = self.max_input_tokens - self.counter.count(question) - QUESTION_MARGIN_TOKENS
-        return min(configured, free)
-
     def _summarize(self, prompt: str, max_tokens: int) -> str:
         return self.client.generate(prompt, SamplingParams(max_tokens=max_tokens), caller=self._summary_caller).text
-
-    def _make_strategy(self, name: str, documents: list[str]) -> ContextStrategy:
-        ctx = self.config.client.context
-        if name == "tail":
-            return TailStrategy(self.counter)
-        if name == "summary":
-            return SummaryStrategy(self.counter, ctx.summary_max_tokens, self.max_input_tokens, self._summarize)
-        if name == "retrieval":
-            return RetrievalStrategy(self.counter, ctx.retrieval_top_k, documents)
-        raise ClientError(f"unknown context strategy {name!r}; use one of {', '.join(STRATEGIES)}")
 
 
 __all__ = ["ChatBackend", "ChatTurn", "Conversation", "MESSAGE_OVERHEAD_TOKENS"]

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from trtkit.context.base import Turn
 from trtkit.errors import ClientError
 
 
@@ -21,13 +22,9 @@ class SessionExpiredError(ClientError):
 
 
 @dataclass(slots=True)
-class Turn:
-    role: str  # "user" or "assistant"
-    content: str
-
-
-@dataclass(slots=True)
 class ChatSession:
+    """A client-side session: a ``trtkit.context.History`` with a TTL (the gateway keeps its chains in its store)."""
+
     session_id: str
     ttl_seconds: float
     last_active: float

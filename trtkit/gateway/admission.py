@@ -2,7 +2,8 @@
 
 The Governor's one admission path (``BudgetGuard.reserve`` → ``settle`` → ``release_rules``) calls
 this RuleBook, which turns a request into holds in the store: the key's RPM/TPM window, the key's
-budget for its period, and every ``client.budgets`` rule that applies (user, key, session, global).
+budget for its period, a stored conversation's own budget, and every ``client.budgets`` rule that applies (user,
+key, session, global).
 All are taken in one transaction with conditional updates, or none is. Nothing else touches a budget.
 """
 
@@ -21,9 +22,14 @@ from trtkit.gateway.keys import ApiKey
 from trtkit.governance.budgets import period_start
 from trtkit.governance.vocabulary import Caller
 from trtkit.store import BudgetLimit, GatewayStore, Hold, RateLimit, Refused
+from trtkit.store.conversations import budget_account
 
 # The key of the request being admitted (set by the serving layer; asyncio tasks copy it).
 current_key: contextvars.ContextVar[ApiKey | None] = contextvars.ContextVar("trtkit_gateway_key", default=None)
+# A stored conversation's own token budget, (conversation id, tokens), while one of its turns is admitted (set by
+# the Responses API's serving class): held in the store like every other budget, in the same transaction.
+conversation_budget: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
+    "trtkit_conversation_budget", default=None)
 
 
 class StoreRuleBook:
@@ -54,6 +60,9 @@ class StoreRuleBook:
         if key is not None and (key.budget_tokens is not None or key.budget_cost is not None):
             limits.append(BudgetLimit(f"key:{key.name}", period_start(key.period, now), key.budget_tokens,
                                       key.budget_cost))
+        conversation = conversation_budget.get()
+        if conversation is not None:
+            limits.append(BudgetLimit(budget_account(conversation[0]), 0.0, conversation[1], None))
         for rule in self.rules:
             subject = "*" if rule.scope == "global" else caller.field(rule.scope)
             limits.append(BudgetLimit(f"{rule.scope}:{subject}:{rule.period}", period_start(rule.period, now),

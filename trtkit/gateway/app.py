@@ -26,6 +26,7 @@ from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.serving_chat import ServingChat
 from trtkit.gateway.serving_completions import ServingCompletions
+from trtkit.gateway.serving_responses import ServingResponses, add_response_routes
 from trtkit.store import GatewayStore
 
 
@@ -151,6 +152,18 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
 
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     app.add_route("/v1/completions", text_completions, methods=["POST"])
+
+    async def keyed(request: Request, endpoint: str, action) -> Response:  # type: ignore[no-untyped-def]
+        """A body-less call of a key on one stored response: action(response_id, key)."""
+        try:
+            key = await door.aauthenticate(request)
+            response: Response = await action(request.path_params["response_id"], key)
+        except Exception as exc:  # every error becomes OpenAI's error body; never a traceback
+            response = _refused(ctx, http_error(exc))
+        metrics.requests.labels(endpoint, str(response.status_code)).inc()
+        return response
+
+    add_response_routes(app, ServingResponses(ctx), generate, keyed)  # POST/GET/DELETE /v1/responses...
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:

@@ -16,6 +16,8 @@ from trtkit.errors import BudgetExceededError, ClientError, InputTooLongError, S
 from trtkit.gateway.errors import (
     AuthenticationError,
     ModelNotFoundError,
+    NotFoundError,
+    PermissionDeniedError,
     RateLimitedError,
     RequestValidationError,
 )
@@ -51,6 +53,10 @@ def http_error(exc: BaseException) -> HttpError:
         return HttpError(401, str(exc), "authentication_error", "invalid_api_key", reason="auth")
     if isinstance(exc, ModelNotFoundError):
         return HttpError(404, str(exc), "invalid_request_error", "model_not_found", "model", reason="model")
+    if isinstance(exc, NotFoundError):
+        return HttpError(404, str(exc), "invalid_request_error", exc.code, exc.param, reason="not_found")
+    if isinstance(exc, PermissionDeniedError):
+        return HttpError(403, str(exc), "permission_error", "permission_denied", exc.param, reason="permission")
     if isinstance(exc, RateLimitedError):
         return HttpError(429, str(exc), "rate_limit_error", "rate_limit_exceeded", headers=exc.headers,
                          reason="rate_limit")

@@ -29,3 +29,20 @@ class RateLimitedError(ClientError):
         super().__init__(message)
         self.retry_after_s = retry_after_s
         self.headers = headers
+
+
+class NotFoundError(ClientError):
+    """A stored response this key cannot reach (unknown, another key's, deleted, expired): 404 naming the field."""
+
+    def __init__(self, message: str, param: str, code: str) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+class PermissionDeniedError(ClientError):
+    """The key may not do what the request asks (set a conversation's budget): 403 naming the field."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param

@@ -97,12 +97,14 @@ def check_model(ctx: ServingContext, model: str, key: ApiKey | None) -> None:
 
 
 async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, params: SamplingParams,
-                           user: str | None, *, at_admission: bool = False) -> Generation:
+                           user: str | None, *, at_admission: bool = False, session: str = "") -> Generation:
     """Admit and send one request; raises the refusal (budget, rate, context) before anything is sent. With
     ``at_admission`` (a stream) it returns once admitted, its first chunk still coming; otherwise with the first
-    chunk in hand (and an engine's refusal raised)."""
+    chunk in hand (and an engine's refusal raised). ``session``: the conversation it belongs to (its ledger row
+    names it; ``client.budgets`` rules of scope session hold it)."""
     key = call.key
-    caller = Caller(user=(key.user if key and key.user else user or ""), key_id=key.name if key else "")
+    caller = Caller(user=(key.user if key and key.user else user or ""), key_id=key.name if key else "",
+                    session=session)
     request_id = uuid.uuid4().hex
     governor = ctx.client.governor
     scope = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+_STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -21,3 +22,8 @@ class GatewayMetrics:
         self.in_flight = Gauge("trtkit_gateway_in_flight_requests", "Generations in progress", registry=r)
         self.disconnects = Counter("trtkit_gateway_client_disconnects", "Clients gone before the end (cancelled)",
                                    ["stream"], registry=r)
+        # stored conversations (Responses API): a turn reads its chain and writes its response
+        self.conversation_store = Histogram("trtkit_gateway_conversation_store_seconds", "Stored-conversation calls",
+                                            ["op"], buckets=_STORE_BUCKETS, registry=r)
+        self.conversation_rows = Counter("trtkit_gateway_conversation_rows", "Stored-conversation rows read or "
+                                         "written", ["op"], registry=r)

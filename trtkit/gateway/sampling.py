@@ -56,7 +56,7 @@ def sampling_params(request: ChatCompletionRequest | CompletionRequest, *, guide
               "presence_penalty": request.presence_penalty, "frequency_penalty": request.frequency_penalty,
               "max_tokens": max_tokens, "min_tokens": request.min_tokens}
     for name, value in values.items():
-        _check_range(name, value)
+        check_range(name, value)
     return SamplingParams(max_tokens=max_tokens, temperature=1.0 if request.temperature is None else request.temperature,
                           top_p=request.top_p, seed=request.seed, presence_penalty=request.presence_penalty,
                           frequency_penalty=request.frequency_penalty, stop_words=_stops(request.stop),
@@ -121,7 +121,7 @@ def _logit_bias(bias: dict[str, Any] | None, vocab_size: int | None) -> tuple[tu
     return tuple(sorted(pairs))
 
 
-def _check_range(name: str, value: float | None) -> None:
+def check_range(name: str, value: float | None) -> None:
     """The model's range, shared with the engine model and the BLS, then OpenAI's narrower bound if any."""
     if value is None:
         return

@@ -1,7 +1,8 @@
 """Pieces shared by the Triton pod templates: labels, probes, volumes, the tritonserver command.
 
 The command is the one `trtkit serve` runs on a GPU host (trtkit.serve.command.build_command): the
-container's tritonserver, or one ``mpirun`` with one ``-n 1`` block per rank for world size > 1.
+container's tritonserver, or one ``mpirun`` with one ``-n 1`` block per rank for world size > 1 (TensorRT engines;
+under build.backend: pytorch one tritonserver holds the pod's GPUs and the LLM API starts its own workers).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def metadata(plan: K8sPlan, name: str, component: str, namespace: str | None = N
 def triton_launch_spec(plan: K8sPlan) -> LaunchSpec:
     return LaunchSpec(tritonserver=CONTAINER_TRITONSERVER, repo_dir=Path(plan.repository_path),
                       http_port=HTTP_PORT, grpc_port=GRPC_PORT, metrics_port=METRICS_PORT,
-                      bind_address="0.0.0.0", world_size=plan.world_size, allow_gpu_metrics=True)
+                      bind_address="0.0.0.0", world_size=plan.launch_ranks, allow_gpu_metrics=True)
 
 
 def triton_argv(plan: K8sPlan) -> list[str]:

@@ -81,7 +81,8 @@ def prepare_engine(config: ModelConfig, report: Reporter) -> tuple[Path, bool]:
     from trtkit.checkpoint import convert_checkpoint
     from trtkit.sources import resolve_model_dir
 
-    line = f"[1/{STAGES}] converting {config.model.source} to a TensorRT-LLM checkpoint ({config.convert.dtype})"
+    kind = "Hugging Face" if config.build.backend == "pytorch" else "TensorRT-LLM"
+    line = f"[1/{STAGES}] converting {config.model.source} to a {kind} checkpoint ({config.convert.dtype})"
     with report.stage(line, steps=2) as advance:
         resolve_model_dir(config.model.source)  # a GGUF file is converted once, here, and cached
         advance("model ready")
@@ -90,6 +91,12 @@ def prepare_engine(config: ModelConfig, report: Reporter) -> tuple[Path, bool]:
     if not can_build_engines():
         report.note(f"[2/{STAGES}] no GPU with TensorRT-LLM here: the CPU reference engine serves the checkpoint")
         return checkpoint_dir, False
+    if config.build.backend == "pytorch":  # no engine: the LLM-API options after their preflight
+        from trtkit.trtllm_build.llm_api_build import build_llm_api
+
+        with report.stage(f"[2/{STAGES}] writing the LLM-API options (PyTorch backend: no engine to build)"):
+            built = build_llm_api(config, checkpoint_dir=checkpoint_dir)
+        return built.output_dir, True
     from trtkit.trtllm_build import build_engines
 
     with report.stage(f"[2/{STAGES}] building TensorRT engines with trtllm-build"):

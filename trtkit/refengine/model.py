@@ -189,7 +189,8 @@ class LlamaModel:
         k = k * cos + rotate_half(k) * sin
         if layer.kv_scale is not None:  # the GPU stores K/V quantized: attend to what it would read back
             quant = fake_quant_fp8 if spec.kv_cache_quant_algo == "FP8" else fake_quant_int8
-            k, v = quant(k, layer.kv_scale), quant(v, layer.kv_scale)
+            v_scale = layer.kv_scale if layer.v_scale is None else layer.v_scale
+            k, v = quant(k, layer.kv_scale), quant(v, v_scale)
         key_cache.index_copy_(0, slots, k)
         value_cache.index_copy_(0, slots, v)
         return q, k, v

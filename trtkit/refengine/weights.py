@@ -16,49 +16,13 @@ import torch
 from safetensors.torch import load_file
 
 from trtkit.errors import EngineError
-from trtkit.refengine.layers import ActQuant, Linear, Projection, fuse
+from trtkit.refengine.layers import ActQuant, Linear, fuse
+from trtkit.refengine.model_spec import LayerWeights, ModelSpec, ModelWeights
 from trtkit.refengine.quantized import dequantize_weight
+from trtkit.refengine.unified_checkpoint import UnifiedReader, read_quant_config
 
 log = logging.getLogger(__name__)
 LLAMA_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
-
-
-@dataclass(slots=True)
-class ModelSpec:
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    rms_norm_eps: float
-    rope_theta: float
-    max_position_embeddings: int
-    eos_token_id: int | None
-    source_format: str  # "hf" or "trtllm"
-    quant_algo: str | None = None
-    kv_cache_quant_algo: str | None = None
-
-
-@dataclass(slots=True)
-class LayerWeights:
-    input_norm: torch.Tensor
-    qkv: Projection
-    o_proj: Projection
-    post_norm: torch.Tensor
-    gate_up: Projection  # output is [gate | up]; the MLP computes silu(gate) * up
-    down: Projection
-    kv_scale: torch.Tensor | None = None  # K/V cache quantization scale (fp8/int8 KV cache)
-
-
-@dataclass(slots=True)
-class ModelWeights:
-    spec: ModelSpec
-    embed: torch.Tensor
-    layers: list[LayerWeights]
-    final_norm: torch.Tensor
-    lm_head: torch.Tensor
 
 
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32) -> ModelWeights:
@@ -70,7 +34,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32) -> ModelWei
     config = json.loads(config_path.read_text(encoding="utf-8"))
     if (folder / "rank0.safetensors").is_file() or "mapping" in config:
         return _load_trtllm(folder, config, dtype)
-    return _load_hf(folder, config, dtype)
+    return _load_hf(folder, config, dtype, read_quant_config(folder))
 
 
 def _check_architecture(folder: Path, architecture: str) -> None:
@@ -98,7 +62,10 @@ def _eos_id(folder: Path, config: dict[str, Any]) -> int | None:
     return int(eos) if eos is not None else None
 
 
-def _load_hf(folder: Path, config: dict[str, Any], dtype: torch.dtype) -> ModelWeights:
+def _load_hf(folder: Path, config: dict[str, Any], dtype: torch.dtype, quant: dict[str, Any] | None = None,
+             ) -> ModelWeights:
+    """An HF folder; with ``quant`` (its hf_quant_config.json), ModelOpt's unified checkpoint: each linear layer
+    dequantized by its exported scales, as refengine/unified_checkpoint.py reads them."""
     _check_architecture(folder, (config.get("architectures") or ["?"])[0])
     if config.get("attention_bias") or config.get("mlp_bias"):
         raise EngineError(f"{folder}: attention or MLP biases are not supported by the CPU engine")
@@ -115,7 +82,11 @@ def _load_hf(folder: Path, config: dict[str, Any], dtype: torch.dtype) -> ModelW
         intermediate_size=config["intermediate_size"], vocab_size=config["vocab_size"],
         rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)), rope_theta=_hf_rope_theta(folder, config),
         max_position_embeddings=config.get("max_position_embeddings", 2048),
-        eos_token_id=_eos_id(folder, config), source_format="hf")
+        eos_token_id=_eos_id(folder, config), source_format="hf",
+        quant_algo=(quant or {}).get("quant_algo"), kv_cache_quant_algo=(quant or {}).get("kv_cache_quant_algo"))
+    if quant is not None:
+        reader = UnifiedReader(folder, tensors, spec, dtype, quant)
+        return reader.model([reader.layer(i) for i in range(spec.num_layers)])
 
     def get(name: str) -> torch.Tensor:
         if name not in tensors:

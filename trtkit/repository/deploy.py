@@ -4,7 +4,8 @@ Layout (the TensorRT-LLM 1.2 ``inflight_batcher_llm`` layout)::
 
     <out>/preprocessing/{config.pbtxt,1/model.py}
     <out>/tensorrt_llm/config.pbtxt            (GPU: C++ tensorrtllm backend)
-    <out>/tensorrt_llm/1/model.py              (CPU: Python model running trtkit.refengine)
+    <out>/tensorrt_llm/1/model.py              (CPU: Python model running trtkit.refengine; build.backend: pytorch:
+                                                the same model over the LLM API, with tensorrt_llm/llm_api_options.yaml)
     <out>/postprocessing/{config.pbtxt,1/model.py}
     <out>/ensemble/{config.pbtxt,1/}
     <out>/tensorrt_llm_bls/{config.pbtxt,1/model.py}
@@ -34,7 +35,9 @@ from pathlib import Path
 from trtkit.config import ImpliedSetting, ModelConfig
 from trtkit.errors import RepositoryError
 from trtkit.repository import ensemble, models, pbtxt
+from trtkit.repository.llm_api_settings import resolve_llm_api_settings
 from trtkit.repository.settings import RepoSettings, resolve_settings
+from trtkit.repository.trtllm_serve import ServeFiles, write_serve_files
 from trtkit.tokenizer import grammar_vocab
 from trtkit.trtllm_build.host_facts import HostFacts
 
@@ -56,13 +59,15 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, t
                       tokenizer_dir: Path | None = None,
                       host: HostFacts | None = None, emulate_cpp_backend: bool = False) -> DeployResult:
     """``host``: this host's GPU and TensorRT facts (probed when None), to refuse engines built elsewhere.
-    ``emulate_cpp_backend`` (tests): the CPU engine answers exactly as the C++ backend does."""
-    settings, implied = resolve_settings(config, Path(engine_dir), target=target, tokenizer_dir=tokenizer_dir)
+    ``emulate_cpp_backend`` (tests): the CPU engine answers exactly as the C++ backend does. Under build.backend:
+    pytorch, ``engine_dir`` is the (unified) Hugging Face checkpoint or a trtkit build output."""
+    resolve = resolve_llm_api_settings if config.build.backend == "pytorch" else resolve_settings
+    settings, implied = resolve(config, Path(engine_dir), target=target, tokenizer_dir=tokenizer_dir)
     if emulate_cpp_backend:
-        if settings.target != "cpu":
+        if settings.target != "cpu" or settings.backend == "pytorch":
             raise RepositoryError("emulate_cpp_backend is a CPU test switch; the GPU target runs the C++ backend itself")
         settings = replace(settings, emulate_cpp_backend=True)
-    if settings.target == "gpu":
+    if settings.target == "gpu" and settings.backend != "pytorch":
         _guard_engines(settings.engine_dir, host)
     out_dir = Path(out_dir).resolve()
     _prepare(out_dir)
@@ -70,7 +75,7 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, t
         settings = replace(settings, xgrammar_tokenizer_info_path=out_dir / "tensorrt_llm" / grammar_vocab.FILE_NAME)
     configs = {
         "preprocessing": models.preprocessing(settings),
-        "tensorrt_llm": models.engine_gpu(settings) if settings.target == "gpu" else models.engine_cpu(settings),
+        "tensorrt_llm": _engine_model(config, settings, out_dir),
         "postprocessing": models.postprocessing(settings),
         "ensemble": ensemble.ensemble(settings),
         "tensorrt_llm_bls": models.bls(settings),
@@ -80,7 +85,8 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, t
     for name, model_config in configs.items():
         pbtxt.write(model_config, out_dir / name)
         (out_dir / name / "1").mkdir(exist_ok=True)
-    for name in PYTHON_MODELS + (("tensorrt_llm",) if settings.target == "cpu" else ()) + (
+    python_engine = settings.target == "cpu" or settings.backend == "pytorch"
+    for name in PYTHON_MODELS + (("tensorrt_llm",) if python_engine else ()) + (
             (models.STREAM_GATE,) if settings.gated_stream else ()):
         _install_adapter(name, out_dir / name / "1" / "model.py")
     if settings.xgrammar_tokenizer_info_path is not None:
@@ -91,6 +97,28 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, t
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     log.info("wrote %s repository for %s to %s", settings.target, config.name, out_dir)
     return DeployResult(out_dir, settings.target, settings, implied, list(configs))
+
+
+def _engine_model(config: ModelConfig, settings: RepoSettings, out_dir: Path):  # type: ignore[no-untyped-def]
+    if settings.backend == "pytorch":  # the options file the LLM API (or the reference engine's facade) reads
+        from trtkit.trtllm_build.llm_api_options import OPTIONS_FILE, options_for, write_options
+
+        path = write_options(out_dir / "tensorrt_llm" / OPTIONS_FILE, options_for(
+            config, settings.engine_dir, tokenizer_dir=settings.tokenizer_dir, max_batch_size=settings.max_batch_size))
+        return models.engine_llmapi(settings, path)
+    return models.engine_gpu(settings) if settings.target == "gpu" else models.engine_cpu(settings)
+
+
+def deploy_trtllm_serve(config: ModelConfig, engine_dir: Path, out_dir: Path,
+                        tokenizer_dir: Path | None = None) -> ServeFiles:
+    """``--target trtllm-serve``: trtllm-serve's YAML and its exact command line (repository/trtllm_serve.py)."""
+    from trtkit.repository.trtllm_serve import manifest
+
+    out_dir = Path(out_dir).resolve()
+    _prepare(out_dir)
+    files = write_serve_files(config, Path(engine_dir), out_dir, tokenizer_dir)
+    (out_dir / MANIFEST).write_text(manifest(config, files), encoding="utf-8")
+    return files
 
 
 def _guard_engines(engine_dir: Path, host: HostFacts | None) -> None:

@@ -131,6 +131,23 @@ def engine_cpu(s: RepoSettings) -> mc.ModelConfig:
     return config
 
 
+def engine_llmapi(s: RepoSettings, options_path: object) -> mc.ModelConfig:
+    """The LLM-API engine model (build.backend: pytorch): the CPU engine model's tensors and extras, answered by
+    ``tensorrt_llm.LLM`` (gpu) or the reference engine's LLM facade (cpu) over the options file deploy writes."""
+    config = _base(ENGINE, s.max_batch_size, backend="python")
+    _engine_common(config, s, batcher=s.max_queue_delay_us > 0)
+    pbtxt.add_outputs(config, pbtxt.tensors(ENGINE, "outputs") + EXTRA_OUTPUTS + [ENGINE_KEY_OUTPUT])
+    params = {k: v for k, v in engine_gpu_parameters(s).items() if k in CPU_SHARED_PARAMETERS}
+    params.update({"llm_api_engine": s.llm_api_engine, "llm_api_options": options_path,
+                   "max_batch_size": s.max_batch_size, "max_input_len": s.max_input_len, "max_seq_len": s.max_seq_len,
+                   "tokens_per_block": s.tokens_per_block, "cancellation_check_period_ms": 100})
+    if s.llm_api_engine == "reference":  # the CPU engine's own knobs; its limits come from the options file
+        params.update({"cpu_kv_cache_bytes": s.cpu_kv_cache_bytes, "cpu_max_queue_size": s.max_queue_size,
+                       "cpu_dtype": s.cpu_dtype, "cpu_threads": s.cpu_threads, "cpu_attention": s.cpu_attention})
+    pbtxt.set_parameters(config, params)
+    return config
+
+
 CPU_SHARED_PARAMETERS = ("gpt_model_type", "gpt_model_path", "max_beam_width", "batch_scheduler_policy",
                          "max_tokens_in_paged_kv_cache", "enable_kv_cache_reuse", "enable_chunked_context",
                          "exclude_input_in_output", "normalize_log_probs", "stats_check_period_ms",

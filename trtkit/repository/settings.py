@@ -16,6 +16,7 @@ from trtkit.trtllm_build.upstream_rules import engine_logits_dtype
 
 log = logging.getLogger(__name__)
 Target = Literal["cpu", "gpu"]
+LLM_API_ENGINES = {"gpu": "tensorrt_llm", "cpu": "reference"}  # build.backend: pytorch, by target
 CPU_DEFAULT_QUEUE = 1024
 
 
@@ -53,11 +54,18 @@ class RepoSettings:
     xgrammar_tokenizer_info_path: Path | None = None
     # test switch: the CPU engine answers exactly as the C++ backend does (per-response counts, no extras)
     emulate_cpp_backend: bool = False
+    backend: str = "tensorrt"  # pytorch: the engine slot is the LLM-API engine model
+
+    @property
+    def llm_api_engine(self) -> str | None:
+        """pytorch: tensorrt_llm.LLM (gpu) or the reference engine's LLM facade (cpu), behind the same adapter."""
+        return LLM_API_ENGINES[self.target] if self.backend == "pytorch" else None
 
     @property
     def engine_extras(self) -> bool:
-        """The engine answers trtkit's num_cached_tokens / finish_reason (the CPU engine, unless emulating)."""
-        return self.target == "cpu" and not self.emulate_cpp_backend
+        """The engine answers trtkit's num_cached_tokens / finish_reason: the Python engine models (the CPU
+        engine, unless emulating the C++ backend; the LLM-API engine model on either target)."""
+        return (self.target == "cpu" and not self.emulate_cpp_backend) or self.backend == "pytorch"
 
     @property
     def gated_stream(self) -> bool:

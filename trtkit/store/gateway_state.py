@@ -1,5 +1,5 @@
 """The gateway's shared state on one database (SQLite or PostgreSQL): keys, budget holds with leases,
-rate windows. Every limit is enforced by a conditional statement inside one transaction, so concurrent
+rate windows, stored conversations (``conversations.py``). Every limit is enforced by a conditional statement inside one transaction, so concurrent
 requests on any number of replicas can never reserve past a limit: the database decides."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Protocol
 
 from trtkit.config.store_url import StoreUrl
 from trtkit.errors import ClientError, StoreUnavailable
-from trtkit.store import holds
+from trtkit.store import holds, leases
+from trtkit.store.conversations import ConversationStore
 from trtkit.store.db import Database, Session
 from trtkit.store.leases import LeaseKeeper
 from trtkit.store.migrations import migrate
@@ -36,6 +37,7 @@ class GatewayStore(Protocol):
 
     lease_seconds: float
     url: StoreUrl
+    conversations: ConversationStore  # the Responses API's stored chains, leased like holds
 
     def add_key(self, key: ApiKey, secret_hash: str) -> None: ...
     def find_key(self, key_id: str) -> tuple[ApiKey, str] | None: ...
@@ -46,6 +48,7 @@ class GatewayStore(Protocol):
     def renew(self) -> int: ...
     def retry_settles(self) -> int: ...
     def release_expired(self, now: float | None = None) -> int: ...
+    def expire_conversations(self) -> int: ...
     def account(self, account: str, period_start: float) -> tuple[int, int, float, float] | None: ...
     def reservations(self) -> int: ...
     def close(self) -> None: ...
@@ -71,6 +74,7 @@ class SqlGatewayStore:
         self._live: dict[str, Hold] = {}  # in-flight holds: the keeper renews their leases
         self._unsettled: dict[str, tuple[int, float]] = {}  # hold id -> use, settles deferred by an outage
         self._live_lock = threading.Lock()
+        self.conversations = ConversationStore(db)
         self._keeper = LeaseKeeper(self, self.lease_seconds) if keep_leases else None
 
     # -- keys -------------------------------------------------------------------------------------------
@@ -81,9 +85,11 @@ class SqlGatewayStore:
                 raise ClientError(f"an active key named '{key.name}' exists; pick another --name, or "
                                   f"`trtkit keys revoke {key.name}` first to give the name a new secret")
             s.execute('INSERT INTO api_keys (key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, '
-                      "rpm, tpm, models, created_at, revoked_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL)",
+                      "rpm, tpm, models, created_at, revoked_at, can_budget_conversations) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL,?)",
                       (key.key_id, key.name, secret_hash, key.user, key.budget_tokens, key.budget_cost, key.period,
-                       key.rpm, key.tpm, json.dumps(list(key.models)), key.created_at))
+                       key.rpm, key.tpm, json.dumps(list(key.models)), key.created_at,
+                       int(key.can_budget_conversations)))
         self.db.transact(work)
 
     def find_key(self, key_id: str) -> tuple[ApiKey, str] | None:
@@ -164,14 +170,10 @@ class SqlGatewayStore:
         """Push the lease of every in-flight hold of this store one lease ahead; returns how many."""
         with self._live_lock:
             ids = list(self._live)
-        renewed = 0
-        for batch, marks in holds.id_batches(ids):
-            # The new expiry is read inside the transaction: a renewal that waited for the database (a queue of
-            # commits, a lock) must not write a lease that has already run out.
-            renewed += self.db.transact(lambda s, b=batch, m=marks: s.execute(  # type: ignore[misc]
-                f"UPDATE reservations SET expires_at = ? WHERE id IN ({m})",
-                (time.time() + self.lease_seconds, *b)).rowcount, durable=False)
-        return renewed
+        # The new expiry is read inside the transaction: a renewal that waited for the database (a queue of
+        # commits, a lock) must not write a lease that has already run out.
+        return int(self.db.transact(lambda s: leases.extend(s, "reservations", ids, time.time() + self.lease_seconds),
+                                    durable=False))
 
     def release_expired(self, now: float | None = None) -> int:
         """Free every hold (of any replica) whose lease ran out, except this store's own in-flight ones (their
@@ -180,7 +182,11 @@ class SqlGatewayStore:
         when = time.time() if now is None else now
         with self._live_lock:
             mine = set(self._live)
-        return int(self.db.transact(lambda s: holds.free_expired(s, when, self.owner, mine), durable=False))
+        return int(self.db.transact(lambda s: holds.free_expired(s, when, mine), durable=False))
+
+    def expire_conversations(self) -> int:
+        """Sweep the stored conversations idle past their TTL (any replica's: each is claimed once)."""
+        return self.conversations.expire()
 
     def prune_rate_windows(self, now: float | None = None) -> int:
         cutoff = int((time.time() if now is None else now) - RATE_WINDOW_KEEP_S)
@@ -207,7 +213,7 @@ class SqlGatewayStore:
 
 
 _KEY_SELECT = ('SELECT key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, rpm, tpm, models, '
-               "created_at, revoked_at FROM api_keys")
+               "created_at, revoked_at, can_budget_conversations FROM api_keys")
 
 
 def _key_of(row: tuple) -> ApiKey:
@@ -216,4 +222,4 @@ def _key_of(row: tuple) -> ApiKey:
                   budget_cost=None if row[5] is None else float(row[5]), period=row[6],
                   rpm=None if row[7] is None else int(row[7]), tpm=None if row[8] is None else int(row[8]),
                   models=tuple(json.loads(row[9])), created_at=float(row[10]),
-                  revoked_at=None if row[11] is None else float(row[11]))
+                  revoked_at=None if row[11] is None else float(row[11]), can_budget_conversations=bool(row[12]))

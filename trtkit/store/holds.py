@@ -12,8 +12,9 @@ admission (``benchmarks/store_throughput.py``). A change to one is a change to b
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
+from trtkit.store import leases
 from trtkit.store.records import BudgetLimit, Hold, RateLimit, Refused
 from trtkit.store.session import Result, Session, Statement
 
@@ -158,26 +159,10 @@ def settled_a_live_hold(results: list[Result], dialect: str) -> bool:
     return results[-1].rowcount == 1
 
 
-IN_LIST_MAX = 500  # ids per ``IN (...)`` list: well under either database's limit on bound parameters
-
-
-def id_batches(ids: list[str]) -> Iterator[tuple[list[str], str]]:
-    """``ids`` in batches of at most IN_LIST_MAX, each with its ``?, ?, ...`` placeholder list."""
-    for start in range(0, len(ids), IN_LIST_MAX):
-        batch = ids[start:start + IN_LIST_MAX]
-        yield batch, ", ".join("?" * len(batch))
-
-
-def free_expired(session: Session, now: float, owner: str, in_flight: set[str]) -> int:
-    """Delete every reservation whose lease ran out, but for ``owner``'s ``in_flight`` ones, and give back what
-    it held, in one transaction. The DELETE is the claim: a second sweeper (or a late settle) finds the row
-    gone and frees nothing twice; it checks the expiry again, so a hold renewed meanwhile stays."""
-    expired = session.execute("SELECT id, owner FROM reservations WHERE expires_at < ?", (now,)).fetchall()
-    ids = [i for i, o in expired if not (o == owner and i in in_flight)]
-    rows: list = []
-    for batch, marks in id_batches(ids):
-        rows += session.execute(f"DELETE FROM reservations WHERE expires_at < ? AND id IN ({marks}) RETURNING body",
-                                (now, *batch)).fetchall()
+def free_expired(session: Session, now: float, in_flight: set[str]) -> int:
+    """Delete every reservation whose lease ran out, but this store's ``in_flight`` ones, and give back what it
+    held, in one transaction (``leases.claim_expired``: each hold is freed exactly once, whoever sweeps)."""
+    rows = leases.claim_expired(session, "reservations", now, "body", spared=in_flight)
     rate_back: dict[tuple[str, int], int] = {}
     budget_back: dict[tuple[str, float], tuple[int, float]] = {}
     for (body,) in rows:

@@ -22,7 +22,7 @@ from trtkit.store.db import Database, Session
 log = logging.getLogger(__name__)
 
 _KEY_COLUMNS = ('key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, rpm, tpm, models, '
-                'created_at, revoked_at')
+                'created_at, revoked_at, can_budget_conversations')
 _MIGRATION_LOCK_ID = 7_400_113  # pg_advisory_xact_lock key: replicas starting together migrate one at a time
 
 
@@ -158,17 +158,37 @@ MIGRATIONS: tuple[Migration, ...] = (
             RETURN deleted;
         END
         $fn$""",), dialects=("postgresql",)),
+    # Stored conversations (the Responses API): a conversation is a leased row like a hold (``leases.py``:
+    # ``expires_at`` = last touch + its TTL, swept by any replica); its responses each hold what they added to the
+    # chain (``messages``, JSON), the summary state their context ended with, and their body as answered; an expired
+    # conversation's responses leave tombstones (``expired_responses``, leased too) that say so. A key may be
+    # allowed to give a conversation its own token budget (``metadata.trtkit_budget_tokens``).
+    Migration(7, "m007_stored_conversations", (
+        """CREATE TABLE IF NOT EXISTS conversations (
+            id TEXT PRIMARY KEY, key_id TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL, ttl_seconds DOUBLE PRECISION NOT NULL, budget_tokens BIGINT)""",
+        "CREATE INDEX conversations_expires ON conversations (expires_at)",
+        """CREATE TABLE IF NOT EXISTS stored_responses (
+            id TEXT PRIMARY KEY, conversation_id TEXT NOT NULL, key_id TEXT NOT NULL, previous_id TEXT,
+            created_at DOUBLE PRECISION NOT NULL, messages TEXT NOT NULL, summary TEXT NOT NULL,
+            summarized_turns BIGINT NOT NULL, body TEXT NOT NULL)""",
+        "CREATE INDEX stored_responses_conversation ON stored_responses (conversation_id)",
+        """CREATE TABLE IF NOT EXISTS expired_responses (
+            id TEXT PRIMARY KEY, key_id TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX expired_responses_expires ON expired_responses (expires_at)",
+        "ALTER TABLE api_keys ADD COLUMN can_budget_conversations INTEGER NOT NULL DEFAULT 0")),
     # A key name is unique among active keys only, so a revoked name can be given to a new key (rotating a
     # secret keeps the tenant: ledger rows and budget accounts are by name); revoked rows stay as history.
     # Neither database drops an inline UNIQUE in place portably, so the table is rebuilt.
-    Migration(7, "m007_key_names_unique_while_active", (
-        """CREATE TABLE api_keys_m007 (
+    Migration(8, "m008_key_names_unique_while_active", (
+        """CREATE TABLE api_keys_m008 (
             key_id TEXT PRIMARY KEY, name TEXT NOT NULL, secret_hash TEXT NOT NULL, "user" TEXT NOT NULL,
             budget_tokens BIGINT, budget_cost DOUBLE PRECISION, period TEXT NOT NULL, rpm BIGINT, tpm BIGINT,
-            models TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, revoked_at DOUBLE PRECISION)""",
-        f"INSERT INTO api_keys_m007 ({_KEY_COLUMNS}) SELECT {_KEY_COLUMNS} FROM api_keys",
+            models TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, revoked_at DOUBLE PRECISION,
+            can_budget_conversations INTEGER NOT NULL DEFAULT 0)""",
+        f"INSERT INTO api_keys_m008 ({_KEY_COLUMNS}) SELECT {_KEY_COLUMNS} FROM api_keys",
         "DROP TABLE api_keys",
-        "ALTER TABLE api_keys_m007 RENAME TO api_keys",
+        "ALTER TABLE api_keys_m008 RENAME TO api_keys",
         "CREATE UNIQUE INDEX api_keys_active_name ON api_keys (name) WHERE revoked_at IS NULL")),
 )
 

@@ -18,6 +18,7 @@ class ApiKey:
     models: tuple[str, ...] = field(default_factory=tuple)  # empty: every model
     created_at: float = 0.0
     revoked_at: float | None = None
+    can_budget_conversations: bool = False  # may give a conversation its own budget (Responses API metadata)
 
     @property
     def is_revoked(self) -> bool:

@@ -66,9 +66,38 @@ class StatsPublisher:
     def _run(self) -> None:
         while not self.stop.wait(self.period_s):
             try:
-                self.publish(self.read())
+                stats = self.read()
+                if stats is not None:  # an LLM-API engine may have no new iteration to report
+                    self.publish(stats)
             except Exception:  # metrics must never take the model down
                 log.exception("publishing engine stats failed")
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=2)
+
+
+@dataclass(slots=True)
+class CancellationWatch:
+    """Every ``period_s`` (the backend's cancellation_check_period_ms), cancel the requests whose clients went away:
+    a request still queued or in prefill sends nothing, so its cancellation is seen only by asking."""
+
+    sweep: Callable[[], int]
+    period_s: float
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="trtkit-cancellation", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.period_s):
+            try:
+                self.sweep()
+            except Exception:
+                log.exception("checking for cancelled requests failed")
 
     def close(self) -> None:
         self.stop.set()

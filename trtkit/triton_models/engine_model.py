@@ -1,9 +1,11 @@
-"""The CPU ``tensorrt_llm`` model: the TensorRT-LLM backend's tensors, served by ``trtkit.refengine``.
+"""The engine slot's Python model: the TensorRT-LLM backend's tensors, answered by an engine behind a port.
 
-One :class:`EngineModel` per model instance owns an ``EngineLoop``. Each request is checked, turned
-into ``SamplingParams`` and submitted; the loop thread calls back once per step and the request's
-:class:`RequestStream` decides what to send (see ``token_gate``). Streaming requests get one response
-per released chunk, the last one flagged final; other requests get exactly one response.
+One :class:`EngineModel` per model instance owns an engine port (engine_ports.py): the CPU reference engine's
+``EngineLoop``, or an LLM-API engine (``tensorrt_llm.LLM`` on a GPU, the reference engine's LLM facade on CPU).
+Each request is checked (engine_request.py) and started; the port calls back once per engine output and the
+request's :class:`RequestStream` decides what to send (see ``token_gate``). Streaming requests get one response
+per released chunk, the last one flagged final; other requests get exactly one response. Whatever the engine,
+the responses carry the same tensors: running counts, cached tokens, the finish reason, the engine request key.
 
 ``cpp_responses`` (a test switch, parameter ``cpu_cpp_responses``) makes the responses look exactly like
 the C++ tensorrtllm backend's: raw new tokens per response (nothing held back), ``num_output_tokens``
@@ -19,30 +21,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions
 from trtkit.triton_models.batching import ElementSink, FinalCounter, batch_size, per_element, same_for_all
+from trtkit.triton_models.engine_ports import EnginePort, LoopPort
+from trtkit.triton_models.engine_request import ParsedRequest, parse_request
 from trtkit.triton_models.outputs import engine_outputs
-from trtkit.triton_models.requests import (
-    InvalidRequest,
-    Sampling,
-    Tensors,
-    embedding_bias_of,
-    guide_of,
-    max_tokens_of,
-    reject_unsupported,
-    sampling_from,
-    scalar,
-)
+from trtkit.triton_models.requests import InvalidRequest, Tensors, scalar
 from trtkit.triton_models.token_gate import TokenGate
-from trtkit.wire.names import ENGINE_NAMES
 from trtkit.wire.stop_request import NOT_RUNNING
-from trtkit.wire.tensors import list_to_words
 
 log = logging.getLogger(__name__)
+__all__ = ["EngineModel", "ParsedRequest", "RequestStream", "ResponseSink", "as_cpp_backend"]
 
 
 class ResponseSink(Protocol):
@@ -54,23 +47,6 @@ class ResponseSink(Protocol):
         """End the request with an error response (never an empty success, never a bare final flag)."""
 
     def is_cancelled(self) -> bool: ...
-
-
-@dataclass(slots=True)
-class ParsedRequest:
-    prompt_ids: list[int]
-    max_tokens: int
-    sampling: Sampling
-    end_id: int | None
-    pad_id: int | None
-    stop_ids: list[list[int]]
-    bad_ids: list[list[int]]
-    stream: bool
-    exclude_input: bool
-    return_counts: tuple[bool, bool] = (True, True)  # return_num_input_tokens, return_num_output_tokens
-    guide: tuple[str | None, str | None] = (None, None)  # guided_decoding_guide_type, guided_decoding_guide
-    embedding_bias: dict[int, float] = field(default_factory=dict)  # sparse: token id -> bias
-    return_perf_metrics: bool = True  # the C++ backend sends kv_cache_* and the timings only when asked
 
 
 @dataclass(slots=True)
@@ -91,11 +67,14 @@ class RequestStream:
 
 
 class EngineModel:
-    def __init__(self, loop, tokenizer, anchor: list[int], *, tokens_per_block: int, exclude_input_default: bool,
-                 decoupled: bool, options: DecodeOptions = DEFAULT_OPTIONS, cpp_responses: bool = False) -> None:
+    def __init__(self, engine: Any, tokenizer, anchor: list[int], *, tokens_per_block: int,
+                 exclude_input_default: bool, decoupled: bool, options: DecodeOptions = DEFAULT_OPTIONS,
+                 cpp_responses: bool = False) -> None:
+        """``engine``: an engine port, or the reference engine's ``EngineLoop`` (run through a LoopPort)."""
         self.cpp_responses = cpp_responses
-        self.loop = loop
-        self.vocab_size = int(loop.engine.spec.vocab_size)  # embedding_bias: one value per entry
+        self.port: EnginePort = engine if hasattr(engine, "start_request") else LoopPort(engine)
+        self.loop = getattr(self.port, "loop", None)  # the CPU engine's loop, when that is the engine
+        self.vocab_size = int(self.port.vocab_size)  # embedding_bias: one value per entry
         self.tokenizer = tokenizer
         self.anchor = anchor
         self.tokens_per_block = tokens_per_block
@@ -104,32 +83,12 @@ class EngineModel:
         self.options = options
         self.live: dict[str, set[str]] = {}  # Triton request id -> engine request ids, for the template's `stop` input
         self.engine_ids: set[str] = set()  # live engine request ids: `stop` also takes one as the request id
+        self.streams: dict[str, RequestStream] = {}  # engine request id -> its stream, for sweep_cancelled
         self.live_lock = threading.Lock()
 
     def parse(self, inputs: Tensors) -> ParsedRequest:
-        reject_unsupported(inputs)
-        ids = inputs.get("input_ids")
-        if ids is None or ids.size == 0:
-            raise InvalidRequest("input_ids is empty; send a non-empty prompt")
-        prompt = [int(i) for i in ids.reshape(-1)]
-        length = scalar(inputs, "input_lengths")
-        if length is not None and 0 < int(length) < len(prompt):
-            prompt = prompt[:int(length)]
-        sampling = sampling_from(inputs, ENGINE_NAMES)  # beam_width > 1 was refused with the unsupported inputs
-        stream = bool(scalar(inputs, "streaming", False))
-        if stream and not self.decoupled:
-            raise InvalidRequest("streaming needs a decoupled model; deploy with serve.streaming: true")
-        end_id, pad_id = scalar(inputs, "end_id"), scalar(inputs, "pad_id")
-        return ParsedRequest(
-            prompt, max_tokens_of(inputs, "request_output_len", "request_output_len"), sampling,
-            None if end_id is None or int(end_id) < 0 else int(end_id),
-            None if pad_id is None else int(pad_id),
-            _words(inputs, "stop_words_list"), _words(inputs, "bad_words_list"), stream,
-            bool(scalar(inputs, "exclude_input_in_output", self.exclude_input_default)),
-            (bool(scalar(inputs, "return_num_input_tokens", False)),
-             bool(scalar(inputs, "return_num_output_tokens", False))),
-            guide_of(inputs), embedding_bias_of(inputs, self.vocab_size),
-            bool(scalar(inputs, "return_perf_metrics", False)))
+        return parse_request(inputs, vocab_size=self.vocab_size, decoupled=self.decoupled,
+                             exclude_input_default=self.exclude_input_default)
 
     def submit(self, inputs: Tensors, sink: ResponseSink, request_id: str | None = None, triton_id: str = "") -> str:
         """Check and enqueue one request; bad requests raise :class:`InvalidRequest` before anything is sent.
@@ -155,40 +114,40 @@ class EngineModel:
         except Exception:
             counter.failed = True  # the elements already started answer nothing more: the error is the answer
             for rid in rids:
-                self.loop.cancel(rid)
+                self.port.cancel(rid)
             raise
         return ",".join(rids)
 
     def _start(self, parsed: ParsedRequest, sink: ResponseSink, request_id: str | None, triton_id: str) -> str:
-        from trtkit.errors import EngineError
-        from trtkit.refengine import SamplingParams
-
         stops = [self.tokenizer.decode(w, skip_special_tokens=False, clean_up_tokenization_spaces=False)
                  for w in parsed.stop_ids]
-        s = parsed.sampling
-        params = SamplingParams(
-            max_tokens=parsed.max_tokens, end_id=parsed.end_id, pad_id=parsed.pad_id,
-            stop_token_ids=parsed.stop_ids, bad_token_ids=parsed.bad_ids, temperature=s.temperature, top_k=s.top_k,
-            top_p=s.top_p, seed=s.seed, repetition_penalty=s.repetition_penalty,
-            presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty, min_tokens=s.min_tokens,
-            exclude_input_in_output=True, return_log_probs=s.return_log_probs,
-            guided_decoding_guide_type=parsed.guide[0], guided_decoding_guide=parsed.guide[1],
-            embedding_bias=parsed.embedding_bias)
         stream = RequestStream(parsed, TokenGate(self.tokenizer, self.anchor, stops, self.options), sink,
                                self.tokens_per_block, triton_id=triton_id)
         holder: dict[str, str] = {}
         try:
-            rid = self.loop.submit(parsed.prompt_ids, params, lambda out: self._on_output(stream, out, holder),
-                                   request_id=request_id)
-        except EngineError as exc:
+            rid = self.port.start_request(parsed, lambda out: self._on_output(stream, out, holder), request_id)
+        except InvalidRequest:
+            raise
+        except Exception as exc:  # the engine refused the request (EngineError, or the LLM API's ValueError)
             raise InvalidRequest(str(exc)) from exc
         holder["rid"] = stream.engine_id = rid
         with self.live_lock:
             if not stream.done:
                 self.engine_ids.add(rid)
+                self.streams[rid] = stream
                 if triton_id:
                     self.live.setdefault(triton_id, set()).add(rid)
         return rid
+
+    def sweep_cancelled(self) -> int:
+        """Cancel every live request whose client went away (a Triton cancellation), even one that has produced
+        nothing yet; the engine's final output then closes it. Upstream's LLM-API model polls the same way
+        (is_cancelled every 100 ms, then abort()). Returns how many were cancelled."""
+        with self.live_lock:
+            gone = [rid for rid, stream in self.streams.items() if not stream.done and stream.sink.is_cancelled()]
+        for rid in gone:
+            self.port.cancel(rid)
+        return len(gone)
 
     def stop(self, triton_id: str) -> None:
         """Cancel the live request with this Triton request id, or with this engine request id (the key
@@ -200,11 +159,12 @@ class EngineModel:
         if not rids:
             raise InvalidRequest(NOT_RUNNING.format(request_id=triton_id))
         for rid in rids:  # a batched request: every element
-            self.loop.cancel(rid)
+            self.port.cancel(rid)
 
     def _forget(self, stream: RequestStream) -> None:
         with self.live_lock:
             self.engine_ids.discard(stream.engine_id)
+            self.streams.pop(stream.engine_id, None)
             if stream.triton_id:
                 rids = self.live.get(stream.triton_id, set())
                 rids.discard(stream.engine_id)
@@ -221,7 +181,7 @@ class EngineModel:
         if stream.sink.is_cancelled():  # the client went away: nobody reads an answer
             stream.done = True
             self._forget(stream)
-            self.loop.cancel(rid)
+            self.port.cancel(rid)
             stream.sink.close()
             return
         if out.finish_reason == "cancelled":  # a `stop` (or the BLS, or postprocessing): answer what it made
@@ -237,7 +197,7 @@ class EngineModel:
         if stream.gate.stopped:
             final, reason = True, "stop"
             if not out.finished:
-                self.loop.cancel(rid)
+                self.port.cancel(rid)
         elif final and not self.cpp_responses:
             ids += stream.gate.finish()
             if stream.gate.stopped:
@@ -298,13 +258,6 @@ def as_cpp_backend(outputs: dict[str, np.ndarray], num_tokens: int, return_count
     if return_counts[1]:
         shaped["num_output_tokens"] = np.array([[num_tokens]], dtype=np.int32)
     return shaped
-
-
-def _words(inputs: Tensors, name: str) -> list[list[int]]:
-    array = inputs.get(name)
-    if array is None or array.size == 0:
-        return []
-    return list_to_words(array)
 
 
 def _now_ns() -> int:

@@ -117,7 +117,11 @@ def upstream_notes(config: ModelConfig, ckpt: CheckpointInfo) -> list[str]:
 
 def build_engines(config: ModelConfig, *, facts: HostFacts | None = None, checkpoint_dir: Path | None = None,
                   out_dir: Path | None = None, force: bool = False, dry_run: bool = False) -> BuildResult:
-    """Build (or skip, when identical) the engines for ``config``. ``facts`` defaults to probing this host."""
+    """Build (or skip, when identical) the engines for ``config``. ``facts`` defaults to probing this host.
+    Under build.backend: pytorch there is no engine: see ``llm_api_build.build_llm_api``."""
+    if config.build.backend == "pytorch":
+        raise BuildError("build.backend is pytorch: the PyTorch backend builds no engine; use "
+                         "trtkit.trtllm_build.llm_api_build.build_llm_api (trtkit build does)")
     if facts is None:
         from trtkit.trtllm_build.host_facts import collect_host_facts
 

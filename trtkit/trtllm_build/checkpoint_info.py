@@ -16,7 +16,8 @@ from trtkit.errors import BuildError
 
 # quantization.format -> the checkpoint's quant_algo (TensorRT-LLM QuantAlgo names)
 QUANT_ALGO = {"none": None, "int8_sq": "W8A8_SQ_PER_CHANNEL", "int8_wo": "W8A16", "int4_wo": "W4A16",
-              "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ", "fp8": "FP8", "nvfp4": "NVFP4"}
+              "int4_awq": "W4A16_AWQ", "w4a8_awq": "W4A8_AWQ", "fp8": "FP8", "fp8_block": "FP8_BLOCK_SCALES",
+              "nvfp4": "NVFP4"}
 KV_QUANT_ALGO = {"auto": None, "fp8": "FP8", "int8": "INT8"}
 
 
@@ -89,5 +90,46 @@ def find_checkpoint(config: ModelConfig) -> Path | None:
             continue
         if (info.dtype, info.quant_algo, info.kv_cache_quant_algo, info.tp_size, info.pp_size) == (
                 wanted.dtype, wanted.quant_algo, wanted.kv_cache_quant_algo, wanted.tp_size, wanted.pp_size):
+            matches.append(((candidate / "config.json").stat().st_mtime, candidate))
+    return max(matches)[1] if matches else None
+
+
+# ModelOpt's unified Hugging Face checkpoint (build.backend: pytorch): hf_quant_config.json names the quantization
+UNIFIED_QUANT_CONFIG = "hf_quant_config.json"
+MODELOPT_ALGO_NAMES = {"fp8_pb_wo": "FP8_BLOCK_SCALES"}  # the PyTorch backend reads ModelOpt's name so (contract)
+
+
+def read_unified_info(model_dir: Path) -> CheckpointInfo:
+    """A Hugging Face folder, quantized (hf_quant_config.json beside it) or not, as the PyTorch backend loads it:
+    one unsharded checkpoint that the LLM API splits over tp x pp ranks itself."""
+    try:
+        data = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BuildError(f"{model_dir}: cannot read config.json ({exc}); pass a Hugging Face or calibrated folder") from exc
+    quant: dict = {}
+    if (model_dir / UNIFIED_QUANT_CONFIG).is_file():
+        quant = json.loads((model_dir / UNIFIED_QUANT_CONFIG).read_text(encoding="utf-8")).get("quantization") or {}
+    algo = quant.get("quant_algo")
+    dtype = str(data.get("dtype") or data.get("torch_dtype") or "bfloat16")
+    return CheckpointInfo(path=model_dir, architecture=str((data.get("architectures") or ["unknown"])[0]),
+                          dtype=dtype, quant_algo=MODELOPT_ALGO_NAMES.get(str(algo), algo),
+                          kv_cache_quant_algo=quant.get("kv_cache_quant_algo"), tp_size=1, pp_size=1,
+                          max_position_embeddings=data.get("max_position_embeddings"), logits_dtype=dtype)
+
+
+def find_unified_checkpoint(config: ModelConfig) -> Path | None:
+    """The newest ``hf-*`` checkpoint under ``workdir/checkpoints`` with the config's quantization (trtkit calibrate
+    or convert under build.backend: pytorch)."""
+    root = paths.workdir(config) / "checkpoints"
+    wanted = info_from_config(config)
+    matches: list[tuple[float, Path]] = []
+    for candidate in root.glob("hf-*") if root.is_dir() else ():
+        if not (candidate / "config.json").is_file():
+            continue
+        try:
+            info = read_unified_info(candidate)
+        except BuildError:
+            continue
+        if (info.quant_algo, info.kv_cache_quant_algo) == (wanted.quant_algo, wanted.kv_cache_quant_algo):
             matches.append(((candidate / "config.json").stat().st_mtime, candidate))
     return max(matches)[1] if matches else None

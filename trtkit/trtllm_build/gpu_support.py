@@ -9,6 +9,10 @@ Two kinds of limit, both keyed by the checkpoint's ``quant_algo`` / ``kv_cache_q
   per-channel or per-token scaling, and an INT8 KV cache. SM 12.x (RTX PRO 6000 Blackwell, RTX 5090, GB10) is
   outside that range: the builder accepts them there. Sources in ``trtkit/contracts/trtllm_1.2_rules.json``
   (rule ``sm100_refusals``).
+
+The PyTorch backend (``build.backend: pytorch``) builds nothing; what it runs is its Hardware Support Matrix
+(docs/source/features/quantization.md, recorded in ``trtkit/contracts/llm_api_1.2.json``): ``pytorch_refusals``.
+``refusals_for`` picks the table by backend, so plan, preflight and calibrate ask one function.
 """
 
 from __future__ import annotations
@@ -90,6 +94,46 @@ def builder_refusal(quant_algo: str | None, kv_cache_quant_algo: str | None, sm:
     if kv_cache_quant_algo == "INT8":
         refused.append("an int8 KV cache")
     return " and ".join(refused) or None
+
+
+# PyTorch backend: quant_algo -> the GPU families that run it ("Blackwell sm100/103" = major 10, "sm120" = major 12)
+PYTORCH_MATRIX: dict[str, tuple[str, ...]] = {
+    "NVFP4": ("blackwell", "blackwell_rtx"), "FP8": ("ada", "hopper", "blackwell", "blackwell_rtx"),
+    "FP8_BLOCK_SCALES": ("hopper", "blackwell"), "W4A8_AWQ": ("ada", "hopper"),
+    "W4A16_AWQ": ("ampere", "ada", "hopper"),
+}
+PYTORCH_KV_MATRIX: dict[str, tuple[str, ...]] = {"FP8": ("ampere", "ada", "hopper", "blackwell", "blackwell_rtx")}
+FAMILY_NAMES = {"ampere": "Ampere", "ada": "Ada", "hopper": "Hopper", "blackwell": "Blackwell SM 10.x (B200, B300)",
+                "blackwell_rtx": "Blackwell SM 12.x (RTX PRO 6000, RTX 5090)"}
+
+
+def family(cc: tuple[int, int]) -> str:
+    """The support-matrix row of a compute capability ("older" before Ampere, "other" for SM 11.x)."""
+    if cc == (8, 9):
+        return "ada"
+    return {8: "ampere", 9: "hopper", 10: "blackwell", 12: "blackwell_rtx"}.get(cc[0], "older" if cc[0] < 8 else "other")
+
+
+def pytorch_refusals(quant_algo: str | None, kv_cache_quant_algo: str | None, cc: tuple[int, int]) -> list[Refusal]:
+    """Every reason the PyTorch backend's support matrix gives for this GPU not running this checkpoint."""
+    row, found = family(cc), []
+    for what, table, algo in (("quant_algo", PYTORCH_MATRIX, quant_algo), ("kv_cache_quant_algo", PYTORCH_KV_MATRIX,
+                                                                          kv_cache_quant_algo)):
+        rows = table.get(algo or "")
+        if rows is not None and row not in rows:
+            runs_on = ", ".join(FAMILY_NAMES[r] for r in rows)
+            found.append(Refusal(f"{what} {algo} on the PyTorch backend", f"runs only on {runs_on} (TensorRT-LLM's "
+                                 f"quantization support matrix)", "pick a format this GPU runs (trtkit plan CONFIG "
+                                 "--gpu KIND lists the blockers), or serve it on one of those GPUs"))
+    return found
+
+
+def refusals_for(backend: str, quant_algo: str | None, kv_cache_quant_algo: str | None,
+                 cc: tuple[int, int]) -> list[Refusal]:
+    """What a GPU cannot run, by backend: the 1.2 builder and kernels (tensorrt) or the PyTorch support matrix."""
+    if backend == "pytorch":
+        return pytorch_refusals(quant_algo, kv_cache_quant_algo, cc)
+    return refusals(quant_algo, kv_cache_quant_algo, cc)
 
 
 def architecture(cc: tuple[int, int]) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from trtkit.config.gpus import GpuSpec, lookup_gpu, match_nvml_name
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
-from trtkit.trtllm_build.gpu_support import refusals
+from trtkit.trtllm_build.gpu_support import refusals_for
 from trtkit.trtllm_build.planner import GIB, KvPlan, PlanVariant, compare_variants
 from trtkit.trtllm_build.shapes import (
     ModelShape,
@@ -83,19 +83,27 @@ def plan_for_config(config: ModelConfig, overrides: PlanOverrides) -> ConfigPlan
         max_num_tokens=b.max_num_tokens, max_batch_size=b.max_batch_size, input_len=input_len,
         output_len=output_len, max_seq_len=max_seq_len, max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache)
     kv = overrides.kv_dtype or config.quantization.kv_cache_dtype
-    blockers = plan_blockers(variants[0].plan, gpu, shape, config.quantization.format, kv, b.max_num_tokens)
+    blockers = plan_blockers(variants[0].plan, gpu, shape, config.quantization.format, kv, b.max_num_tokens,
+                             backend=config.build.backend)
     return ConfigPlan(shape, gpu, variants, notes, blockers)
 
 
 def plan_blockers(plan: KvPlan, gpu: GpuSpec, shape: ModelShape, quant_format: str, kv_dtype: str,
-                  max_num_tokens: int) -> list[str]:
-    """Why a plan cannot run: what the GPU cannot build (``gpu_support``, shared with build preflight and
-    calibrate), weights that do not fit, and a KV cache too small for one sequence. Each names a fix."""
+                  max_num_tokens: int, *, backend: str = "tensorrt") -> list[str]:
+    """Why a plan cannot run: what the GPU cannot build or run (``gpu_support`` by backend, shared with build
+    preflight and calibrate), weights that do not fit, and a KV cache too small for one sequence. Each names a fix."""
     from trtkit.trtllm_build.checkpoint_info import KV_QUANT_ALGO, QUANT_ALGO
 
     where = f"{gpu.kind} ({gpu.architecture})"
     found = [r.sentence(where, gpu.compute_capability)
-             for r in refusals(QUANT_ALGO[quant_format], KV_QUANT_ALGO.get(kv_dtype), gpu.compute_capability)]
+             for r in refusals_for(backend, QUANT_ALGO[quant_format], KV_QUANT_ALGO.get(kv_dtype),
+                                   gpu.compute_capability)]
+    return found + memory_blockers(plan, gpu, shape, quant_format, max_num_tokens)
+
+
+def memory_blockers(plan: KvPlan, gpu: GpuSpec, shape: ModelShape, quant_format: str, max_num_tokens: int) -> list[str]:
+    """Weights that do not load on the GPU, or a KV cache too small for one sequence; each names a fix."""
+    found = []
     loaded = plan.weight_bytes + plan.activation_bytes + plan.runtime_overhead_bytes
     if loaded >= plan.gpu_memory_bytes:
         tp = _smallest_tp_that_loads(plan, gpu, shape, quant_format, max_num_tokens)

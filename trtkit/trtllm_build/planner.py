@@ -31,8 +31,9 @@ NVFP4_BLOCK = 16
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 KV_DTYPE_BYTES = {"fp8": 1, "int8": 1}
 # bytes per weight element of a quantized linear layer
-WEIGHT_BYTES = {"fp8": 1.0, "int8_sq": 1.0, "int8_wo": 1.0, "int4_wo": 0.5, "int4_awq": 0.5, "w4a8_awq": 0.5,
-                "nvfp4": 0.5}
+WEIGHT_BYTES = {"fp8": 1.0, "fp8_block": 1.0, "int8_sq": 1.0, "int8_wo": 1.0, "int4_wo": 0.5, "int4_awq": 0.5,
+                "w4a8_awq": 0.5, "nvfp4": 0.5}
+FP8_BLOCK = 128  # FP8 block scales: one fp32 scale per 128 x 128 weight block
 ASSUMPTIONS = (
     "KV cache = kv_cache_free_gpu_mem_fraction x (GPU memory - weights - activations - runtime overhead), "
     "as TensorRT-LLM applies the fraction to memory still free after the engine is loaded",
@@ -102,6 +103,8 @@ def _linear_bytes(in_f: int, out_f: int, quant_format: str, dtype_bytes: int) ->
         return weight + math.ceil(in_f / AWQ_GROUP) * out_f * 2 + in_f * 2  # group scales + pre-quant scale
     if quant_format == "nvfp4":
         return weight + math.ceil(in_f / NVFP4_BLOCK) * out_f + 4  # fp8 block scales + global scale
+    if quant_format == "fp8_block":
+        return weight + math.ceil(in_f / FP8_BLOCK) * math.ceil(out_f / FP8_BLOCK) * 4
     return weight                                               # fp8: per-tensor scales only
 
 

@@ -201,17 +201,20 @@ def assumed_gpus(kind: str, count: int) -> tuple[GpuFact, ...]:
                  for i in range(count))
 
 
-def run_preflight(target: BuildTarget, facts: HostFacts) -> PreflightReport:
+def run_preflight(target: BuildTarget, facts: HostFacts, rules: tuple[tuple[str, Rule], ...] = RULES,
+                  gpu_rules: frozenset[str] | set[str] = GPU_RULES) -> PreflightReport:
     """Every rule's verdict (for --dry-run, which reports instead of stopping): ``ok``, ``failed`` or
-    ``skipped`` with the reason. Without a local GPU, the GPU rules are judged against build.target_gpu when the
-    config names one (so a dry run on a laptop already says "fp8 will not build on an A100"), else skipped.
+    ``skipped`` with the reason. ``rules``: the engine build's by default; the PyTorch backend's preflight
+    (llm_api_build.py) passes its own. Without a local GPU, the GPU rules are judged against build.target_gpu
+    when the config names one (so a dry run on a laptop already says "fp8 will not build on an A100"), else
+    skipped.
     """
     report = PreflightReport()
     target_gpu = target.config.build.target_gpu
     stand_in = replace(facts, gpus=assumed_gpus(target_gpu, target.checkpoint.world_size)) if target_gpu else None
-    for name, rule in RULES:
+    for name, rule in rules:
         rule_facts, against = facts, ""
-        if name in GPU_RULES and not facts.gpus:
+        if name in gpu_rules and not facts.gpus:
             if stand_in is None:
                 report.results.append(RuleResult(name, "skipped", "no GPU visible here and no build.target_gpu "
                                                                   "to judge instead; set build.target_gpu"))
@@ -225,10 +228,10 @@ def run_preflight(target: BuildTarget, facts: HostFacts) -> PreflightReport:
     return report
 
 
-def check_preflight(target: BuildTarget, facts: HostFacts) -> None:
+def check_preflight(target: BuildTarget, facts: HostFacts, rules: tuple[tuple[str, Rule], ...] = RULES) -> None:
     """Raise BuildError with the first failing rule's one-line message (a real build: a rule that cannot run
     here is no failure)."""
-    for name, rule in RULES:
+    for name, rule in rules:
         outcome = rule(target, facts)
         if outcome and not isinstance(outcome, Skipped):
             raise BuildError(outcome + (DRY_RUN_HINT if name in HOST_RULES else ""))

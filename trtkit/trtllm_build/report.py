@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from trtkit.trtllm_build.builder import BuildResult
+from trtkit.trtllm_build.llm_api_build import LlmApiBuild
 from trtkit.trtllm_build.plan_config import ConfigPlan
 from trtkit.trtllm_build.planner import KvPlan
 
@@ -53,6 +54,39 @@ def build_result_json(result: BuildResult) -> str:
     if plan.preflight is not None:
         data["preflight"] = [r.to_json() for r in plan.preflight.results]
     return json.dumps(data, indent=2)
+
+
+def llm_api_build_text(result: LlmApiBuild) -> str:
+    """`trtkit build` under build.backend: pytorch: what the LLM API will be given, the KV plan, the preflight."""
+    import yaml
+
+    lines = [f"LLM-API options for {result.config_name}: {result.reason}", f"model: {result.model_dir}"
+             + ("" if result.model_found else " (not found yet)"),
+             f"options file: {result.options_path}" + ("" if result.written else " (not written)"), "",
+             *("  " + line for line in yaml.safe_dump(result.options, sort_keys=False).splitlines())]
+    if result.kv_plan is not None:
+        plan = result.kv_plan.variants[0].plan
+        lines += ["", f"KV plan on {plan.gpu} (trtkit plan):", *("  " + line for line in _plan_lines(plan))]
+    if result.preflight is not None:
+        lines += ["", "preflight on this host:"]
+        for rule in result.preflight.results:
+            verdict = "skip" if not rule.checked else "ok" if rule.ok else "FAIL"
+            lines.append(f"  {verdict:<5} {rule.name}" + (f": {rule.message}" if rule.message else ""))
+    lines += [f"note: {note}" for note in result.notes]
+    return "\n".join(lines)
+
+
+def llm_api_build_json(result: LlmApiBuild) -> str:
+    data: dict[str, Any] = {
+        "config": result.config_name, "backend": "pytorch", "built": False, "written": result.written,
+        "reason": result.reason, "model_dir": str(result.model_dir), "model_found": result.model_found,
+        "options_file": str(result.options_path), "options": result.options, "notes": result.notes}
+    if result.kv_plan is not None:
+        data["kv_plan"] = asdict(result.kv_plan.variants[0].plan)
+        data["kv_plan_blockers"] = result.kv_plan.blockers
+    if result.preflight is not None:
+        data["preflight"] = [asdict(r) for r in result.preflight.results]
+    return json.dumps(data, indent=2, default=str)
 
 
 def _plan_lines(p: KvPlan) -> list[str]:

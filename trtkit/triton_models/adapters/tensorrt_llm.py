@@ -1,7 +1,9 @@
-"""Triton adapter of the CPU ``tensorrt_llm`` model (installed as <repo>/tensorrt_llm/1/model.py).
+"""Triton adapter of the Python ``tensorrt_llm`` model (installed as <repo>/tensorrt_llm/1/model.py).
 
-It runs trtkit's reference engine behind the tensors of TensorRT-LLM's C++ backend. All logic lives
-in trtkit.triton_models.engine_model / engine_host / metrics; this file only talks to Triton."""
+It answers the tensors of TensorRT-LLM's C++ backend with an engine behind a port: trtkit's reference engine
+(its own loop), or, with parameter ``llm_api_engine``, TensorRT-LLM's LLM API (``tensorrt_llm.LLM``, the
+PyTorch backend, or the reference engine's LLM facade on CPU). All logic lives in
+trtkit.triton_models.engine_model / engine_host / llmapi_host / metrics; this file only talks to Triton."""
 
 import time
 
@@ -10,7 +12,13 @@ import triton_python_backend_utils as pb_utils
 from trtkit.heap import freeze_startup_heap
 from trtkit.tokenizer.detokenizer import find_anchor
 from trtkit.triton_models import triton_io
-from trtkit.triton_models.engine_host import StatsPublisher, StreamSink, WaitingSink, start_engine
+from trtkit.triton_models.engine_host import (
+    CancellationWatch,
+    StatsPublisher,
+    StreamSink,
+    WaitingSink,
+    start_engine,
+)
 from trtkit.triton_models.engine_model import EngineModel
 from trtkit.triton_models.metrics import EngineMetrics
 from trtkit.triton_models.preprocessing import load_tokenizer
@@ -35,18 +43,30 @@ class TritonPythonModel:
     def initialize(self, args):
         params = triton_io.parameters(args)
         self.decoupled = triton_io.is_decoupled(args)
-        self.loop = start_engine(params)
+        if params.get("llm_api_engine"):
+            from trtkit.triton_models.llmapi_host import start_llm_api
+
+            self.engine = start_llm_api(params, args.get("model_instance_name", ""))
+        else:
+            self.engine = start_engine(params)
         tokenizer = load_tokenizer(params["tokenizer_dir"])
-        self.model = EngineModel(self.loop, tokenizer, find_anchor(tokenizer),
-                                 tokens_per_block=int(params["cpu_tokens_per_block"]),
+        self.model = EngineModel(self.engine, tokenizer, find_anchor(tokenizer),
+                                 tokens_per_block=int(params.get("cpu_tokens_per_block")
+                                                      or params["tokens_per_block"]),
                                  exclude_input_default=triton_io.flag(params, "exclude_input_in_output", True),
                                  decoupled=self.decoupled,
                                  cpp_responses=triton_io.flag(params, "cpu_cpp_responses", False))
         self.metrics = EngineMetrics(_family, args["model_name"], str(args["model_version"]),
-                                     int(params["cpu_max_batch_size"]))
+                                     int(params.get("cpu_max_batch_size") or params.get("max_batch_size") or 1))
         period = int(params.get("stats_check_period_ms") or 100) / 1000
-        self.publisher = StatsPublisher(self.loop.stats, self.metrics.publish, period)
+        self.publisher = StatsPublisher(self.engine.stats, self.metrics.publish, period)
         self.publisher.start()
+        # LLM API: a queued request sends nothing, so ask Triton whether its client left, as upstream's LLM-API
+        # model does (the CPU engine's loop sees its requests every step and needs no watch)
+        self.watch = CancellationWatch(self.model.sweep_cancelled,
+                                       int(params.get("cancellation_check_period_ms") or 100) / 1000)
+        if params.get("llm_api_engine"):
+            self.watch.start()
         # a non-decoupled request waits for its one answer at most this long (never forever)
         self.request_timeout_s = float(params.get("cpu_request_timeout_s") or 600)
         freeze_startup_heap()  # full collections skip torch, the weights' objects and the tokenizer
@@ -78,7 +98,7 @@ class TritonPythonModel:
         failure = sink.wait(max(0.0, deadline - time.monotonic()))
         if failure is None:
             return triton_io.response(pb_utils, sink.outputs)
-        self.loop.cancel(rid)  # a request nobody waits for any more frees its blocks
+        self.model.port.cancel(rid)  # a request nobody waits for any more frees its blocks
         return triton_io.error_response(pb_utils, RuntimeError(failure))
 
     def _submit_streaming(self, request):
@@ -102,8 +122,9 @@ class TritonPythonModel:
             sender.send(triton_io.error_response(pb_utils, exc), flags=FINAL)
 
     def finalize(self):
+        self.watch.close()
         self.publisher.close()
-        self.loop.shutdown()
+        self.engine.shutdown()
         # Drop the custom metrics while the stub can still delete them: left to interpreter exit, each
         # Metric's destructor runs after the stub freed its shared memory and segfaults (python_backend
         # r24.10 src/metric.cc Metric::Clear -> SaveToSharedMemory on a null pool).

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 from rank_bm25 import BM25Okapi
 
-from trtkit.conversation.context.base import MESSAGE_OVERHEAD_TOKENS, as_messages
-from trtkit.conversation.sessions import ChatSession
+from trtkit.context.base import MESSAGE_OVERHEAD_TOKENS, History, Selection, as_messages
 from trtkit.governance.tokens import TokenCounter
 
 RECENT_TURNS = 2  # the last user/assistant exchange stays verbatim: follow-up questions refer to it
+NOTE_HEADER = "Relevant earlier context:\n"
 
 
 @dataclass(slots=True)
@@ -24,20 +24,22 @@ class RetrievalStrategy:
     documents: list[str] = field(default_factory=list)
     name: str = "retrieval"
 
-    def select(self, session: ChatSession, question: str, room: int) -> list[dict[str, str]]:
-        recent = session.turns[-RECENT_TURNS:]
+    def select(self, history: History, question: str, room: int) -> Selection:
+        recent = history.turns[-RECENT_TURNS:]
         used = sum(self.counter.count(t.content) + MESSAGE_OVERHEAD_TOKENS for t in recent)
-        earlier = [f"{t.role}: {t.content}" for t in session.turns[:-RECENT_TURNS]] if len(session.turns) > \
+        earlier = [f"{t.role}: {t.content}" for t in history.turns[:-RECENT_TURNS]] if len(history.turns) > \
             RECENT_TURNS else []
         passages = [*self.documents, *earlier]
         chosen = self._relevant(passages, question, room - used)
-        history = as_messages(recent)
+        messages = as_messages(recent)
         if chosen:
-            notes = "\n".join(f"- {p}" for p in chosen)
-            history.insert(0, {"role": "system", "content": f"Relevant earlier context:\n{notes}"})
-        return history
+            notes = "\n".join(f"- {passages[i]}" for i in chosen)
+            messages.insert(0, {"role": "system", "content": f"{NOTE_HEADER}{notes}"})
+        retrieved = tuple(i - len(self.documents) for i in chosen if i >= len(self.documents))  # not documents
+        return Selection(messages, verbatim=len(recent), retrieved=retrieved)
 
-    def _relevant(self, passages: list[str], question: str, room: int) -> list[str]:
+    def _relevant(self, passages: list[str], question: str, room: int) -> list[int]:
+        """Indices of the passages picked, in conversation order."""
         if not passages or room <= MESSAGE_OVERHEAD_TOKENS:
             return []
         corpus = [[str(i) for i in self.counter.encode(p)] or ["<empty>"] for p in passages]
@@ -49,4 +51,4 @@ class RetrievalStrategy:
             if used + cost <= room:
                 picked.append(index)
                 used += cost
-        return [passages[i] for i in sorted(picked)]  # in conversation order
+        return sorted(picked)
