@@ -12,6 +12,9 @@ import pytest
 from deadlines import deadline
 from hypothesis import settings
 
+# ci_skips: under CI=true a skipped postgres or chromium test fails the run; pytester: its own test
+pytest_plugins = ["ci_skips", "pytester"]
+
 # Property tests draw the same examples on every machine and every run: CI must not pass or fail by luck
 # (and no per-example deadline: a busy machine is not a failure).
 settings.register_profile("ci", derandomize=True, deadline=None)
