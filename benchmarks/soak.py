@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import tempfile
 import threading
@@ -40,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from figures import print_bench  # noqa: E402
 from robustness.gateway_soak import run_gateway_clients  # noqa: E402
 from robustness.gateway_target import GatewayHealthWatch, GatewayProcess, served_model  # noqa: E402
 from robustness.server import (  # noqa: E402
@@ -277,7 +277,7 @@ def main() -> int:
     result["targets"]["server_inflight_at_exit"] = 0
     result["met"]["server_inflight_at_exit"] = not inflight
     print_tables(result)
-    print("BENCH " + json.dumps(result))
+    print_bench(result)
     return 0 if all(result["met"].values()) else 1
 
 
