@@ -22,8 +22,8 @@ its HTTP stream after 1-3 content chunks. The HTTP clients run in a process of t
 driver (which only measures). The RSS table adds ``gateway`` (its process alone; until 2026-12-04 the gateway ran
 in a thread of this process, and until 2026-12-06 the clients ran in this process), and the samples add
 ``http-clients`` and ``driver``. A leak is told from a cache or pool filling by the shape of the gateway's samples
-(``gateway_rss_trend``): growth over the second half of the load against the first half; a leak keeps its pace,
-a filling levels off. Extra targets: the gateway's RSS grows < 5% after the warm-up, and its ledger holds exactly
+(``gateway_rss_trend``): the slope over the last third of the load against the middle third, with the pace per
+hour it would come to; a leak keeps its pace, a filling levels off. Extra targets: the gateway's RSS grows < 5% after the warm-up, and its ledger holds exactly
 one row per request that completed or was cancelled (polled until it settles).
 
 Real run time: --minutes plus --warm-up-s plus about 60 s (server start, draining) on a shared 2-core machine.
@@ -216,7 +216,7 @@ def soak(server, args: argparse.Namespace, gateway: GatewayProcess | None = None
         result["met"]["ledger_rows"] = rows == expected
         growth = result["figures"]["rss"][GATEWAY_PROCESS]["growth_pct"]
         result["figures"]["gateway_rss_trend"] = rss_trend(rss_start[GATEWAY_PROCESS], tally.rss_samples,
-                                                           rss_end[GATEWAY_PROCESS], GATEWAY_PROCESS)
+                                                           rss_end[GATEWAY_PROCESS], GATEWAY_PROCESS, args.rss_every)
         result["figures"]["gateway_rss_anon_kb"] = {"start": gateway_anon_start,
                                                     "end": rss_kb(gateway.pid, "RssAnon")}
         result["targets"]["gateway_rss_growth_pct"] = "< 5"
@@ -224,19 +224,30 @@ def soak(server, args: argparse.Namespace, gateway: GatewayProcess | None = None
     return result
 
 
-def rss_trend(start_kb: int, samples: list[dict[str, int]], end_kb: int, name: str) -> dict:
-    """Growth over the first and the second half of the load (from the samples): a leak keeps its pace, a cache
-    or a pool filling levels off (the second half grows by less than a quarter of the first, or by < 0.5%)."""
-    series = [start_kb, *(s[name] for s in samples if s.get(name)), end_kb]
-    middle = series[len(series) // 2]
-    first, second = middle - start_kb, end_kb - middle
-    if first <= 0 and second <= 0:
-        shape = "flat"
-    elif second <= max(0.25 * first, 0.005 * start_kb):
+def rss_trend(start_kb: int, samples: list[dict[str, int]], end_kb: int, name: str, period_s: float) -> dict:
+    """Whether a process's memory levels off or keeps growing, from its samples during the load: the slope (kB per
+    minute) of the middle third against the last third (the step from the start to the first sample is left out:
+    the load settling). A leak keeps its pace; a cache or pool filling slows as it fills. A slope of a few kB per
+    minute is a trend all the same: the projection per hour says what it would come to."""
+    series = [s[name] for s in samples if s.get(name)]
+    if len(series) < 6:
+        return {"series_kb": [start_kb, *series, end_kb], "shape": "too few samples (--rss-every) to tell"}
+    third = len(series) // 3
+    middle, last = series[third:2 * third + 1], series[2 * third:]
+
+    def per_minute(part: list[int]) -> float:
+        return (part[-1] - part[0]) / ((len(part) - 1) * period_s / 60)
+
+    middle_slope, last_slope = per_minute(middle), per_minute(last)
+    if last_slope <= 0:
+        shape = "flat or shrinking at the end"
+    elif last_slope < 0.5 * middle_slope:
         shape = "levels off (a cache or pool filling)"
     else:
-        shape = "keeps growing (a leak, or a filling not yet full)"
-    return {"series_kb": series, "first_half_kb": first, "second_half_kb": second, "shape": shape}
+        shape = "keeps growing at the end of the run (a leak, or a filling not yet full)"
+    return {"series_kb": [start_kb, *series, end_kb], "middle_kb_per_min": round(middle_slope, 1),
+            "last_kb_per_min": round(last_slope, 1), "first_step_kb": series[0] - start_kb,
+            "projected_pct_per_hour": round(100 * 60 * last_slope / start_kb, 2), "shape": shape}
 
 
 def rss_growth(start: dict[str, int], end: dict[str, int]) -> dict[str, dict]:
@@ -281,8 +292,10 @@ def print_tables(result: dict) -> None:
               f"{f['ledger_rows_expected']}); all rows by finish_reason: {f['ledger_rows_by_finish_reason']}; "
               f"'{GATEWAY_PROCESS}' is the RSS of the gateway's own process")
         trend = f["gateway_rss_trend"]
-        print(f"gateway RSS after the warm-up: {trend['first_half_kb']:+} kB in the first half, "
-              f"{trend['second_half_kb']:+} kB in the second: {trend['shape']}; heap (RssAnon) "
+        slopes = (f"{trend['first_step_kb']:+} kB to the first sample, then {trend['middle_kb_per_min']:+} kB/min in "
+                  f"the middle third and {trend['last_kb_per_min']:+} kB/min in the last ("
+                  f"{trend['projected_pct_per_hour']:+}%/hour at that pace)" if "last_kb_per_min" in trend else "")
+        print(f"gateway RSS after the warm-up: {slopes}: {trend['shape']}; heap (RssAnon) "
               f"{f['gateway_rss_anon_kb']['start']} -> {f['gateway_rss_anon_kb']['end']} kB")
     print(f"KV blocks before {f['kv_blocks_before']}, after {f['kv_blocks_after']}")
     print(f"requests tritonserver still counted in flight at exit: {f['server_inflight_at_exit'] or 'none'}")
