@@ -35,6 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from figures import print_bench  # noqa: E402
+
 ECHO_STREAM_MODEL = '''
 import json
 import time
@@ -174,7 +176,7 @@ def main() -> int:
         print(f"{label:<{width}}  {value:>12}  {target}")
     met_rate = throughput["responses_per_s"] >= 1000
     met_ttft = accuracy["ttft_added_p50_ms"] <= 2.0
-    print("BENCH " + json.dumps({
+    print_bench({
         "bench": "bench_self", "responses_per_s": round(throughput["responses_per_s"], 1),
         "ttft_added_p50_ms": round(accuracy["ttft_added_p50_ms"], 3),
         "ttft_added_p90_ms": round(accuracy["ttft_added_p90_ms"], 3),
@@ -183,7 +185,7 @@ def main() -> int:
         "targets": {"responses_per_s": 1000, "ttft_added_p50_ms": 2.0},
         "met": {"responses_per_s": met_rate, "ttft_added_p50_ms": met_ttft},
         "load_avg_1m": round(load, 2), "cpus": os.cpu_count(), "requests": requests,
-        "max_tokens": args.max_tokens, "concurrency": args.concurrency}))
+        "max_tokens": args.max_tokens, "concurrency": args.concurrency})
     return 0
 
 

@@ -7,8 +7,10 @@ Part 1 (ledger): every row is acknowledged only after it is committed with WAL +
 synchronous=FULL (an fsync per commit): nothing is acknowledged before it is durable. Measured
 one writer at a time (one fsync per row), with 32 writer threads, and with 512 asyncio request
 tasks each awaiting its own row's commit (group commit: rows that arrive together share one
-transaction and one fsync). Target: >= 10,000 records/s under concurrent load. The fsync latency
-of the disk sets the single-writer figure; group commit is what lifts the concurrent ones.
+transaction and one fsync). Target: >= 10,000 records/s, judged in every mode (one writer, 32 writer threads,
+512 asyncio tasks), each a way a caller records: the sync client one row at a time, threads, the gateway's
+asyncio client. The fsync latency of the disk sets the single-writer figure (one fsync per row: it cannot reach
+10,000/s on a disk whose fsync takes over 0.1 ms); group commit is what lifts the concurrent ones.
 
 Part 2 (client): the tiny model served by a real tritonserver (started here unless --url).
 Pairs of greedy requests with the same inputs (min_tokens = max_tokens, so both produce the same
@@ -231,9 +233,9 @@ def main() -> None:
 def report(ledger: dict[str, Any], client: dict[str, Any]) -> None:
     low, high = client["e2e_overhead"]["interval"]
     rows = [
-        ("ledger records/s, 1 writer (1 fsync per row)", f"{ledger['sequential_records_per_s']:,.0f}", ""),
+        ("ledger records/s, 1 writer (1 fsync per row)", f"{ledger['sequential_records_per_s']:,.0f}", ">= 10,000"),
         (f"ledger records/s, {ledger['writers']} writer threads (group commit)",
-         f"{ledger['concurrent_records_per_s']:,.0f}", ""),
+         f"{ledger['concurrent_records_per_s']:,.0f}", ">= 10,000"),
         (f"ledger records/s, {ledger['async_tasks']} asyncio requests (group commit)",
          f"{ledger['async_records_per_s']:,.0f}", ">= 10,000"),
         ("bare tritonclient e2e (reused channel), median ms", f"{client['raw_e2e_ms_median']:.1f}", ""),
@@ -257,8 +259,18 @@ def report(ledger: dict[str, Any], client: dict[str, Any]) -> None:
           "before it is on disk)")
     print(straddle_note("client e2e overhead <= 2%", client["e2e_overhead"], lambda v: f"{v:.2%}"))
     targets = {"ledger_records_per_s_min": 10_000, "e2e_overhead_share_max": TARGET_SHARE}
-    met = {"ledger_records_per_s": ledger["async_records_per_s"] >= targets["ledger_records_per_s_min"],
-           "e2e_overhead_share": client["e2e_overhead"]["met"]}
+    floor = targets["ledger_records_per_s_min"]
+    met = {f"ledger_records_per_s_{mode}": ledger[f"{mode}_records_per_s"] >= floor
+           for mode in ("sequential", "concurrent", "async")}
+    met["e2e_overhead_share"] = client["e2e_overhead"]["met"]
+    for mode, how in (("sequential", "one writer waits for its own fsync per row: the rate is 1 / the disk's fsync "
+                                     "time, which group commit cannot lift with one row in flight"),
+                      ("concurrent", "32 threads share group commits, but each row still crosses to the writer "
+                                     "thread and back under the GIL"),
+                      ("async", "512 tasks share group commits")):
+        if not met[f"ledger_records_per_s_{mode}"]:
+            print(f"MISSED ledger records/s ({mode}): {ledger[f'{mode}_records_per_s']:,.0f} < {floor:,}; where the "
+                  f"time goes: {how}")
     figures = {**{k: round(v, 5) if isinstance(v, float) else v for k, v in ledger.items()},
                **{k: round(v, 5) if isinstance(v, float) else v for k, v in client.items()}}
     print_bench({"benchmark": "client_overhead", "figures": figures, "targets": targets, "met": met,

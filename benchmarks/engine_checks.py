@@ -95,3 +95,22 @@ def decode_growth(model_dir: Path, dtype: str, threads: int) -> dict[str, float]
     return {"b16_ctx128_ms": round(short, 1), "b16_one_at_2048_ms": round(one_long, 1),
             "b16_all_at_2048_ms": round(all_long, 1), "growth_longest": round(one_long / short, 3),
             "growth_all": round(all_long / short, 3), "steps": GROWTH_STEPS}
+
+
+def greedy_agreement(ours: dict[int, list[int]], reference: dict[int, list[int]]) -> dict[str, object]:
+    """Our greedy outputs against transformers' for the requests both ran: how many are identical, the share of
+    tokens before each output's first divergence, and where each diverged (None: never)."""
+    shared = sorted(set(ours) & set(reference))
+    matched = total = identical = 0
+    divergence: list[int | None] = []
+    for index in shared:
+        mine, theirs = ours[index], reference[index]
+        first = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), None)
+        if first is None and len(mine) != len(theirs):
+            first = min(len(mine), len(theirs))
+        divergence.append(first)
+        identical += first is None
+        matched += len(theirs) if first is None else first
+        total += len(theirs)
+    return {"requests": len(shared), "identical": identical, "tokens": total,
+            "token_agreement": round(matched / total, 4) if total else None, "first_divergence": divergence}

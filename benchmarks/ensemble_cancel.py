@@ -30,7 +30,6 @@ Real run time: about 30 s on a shared 2-core machine. Ends with one ``BENCH {jso
 from __future__ import annotations
 
 import argparse
-import json
 import queue
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from figures import print_bench  # noqa: E402
 from robustness.server import inflight_at_exit, tiny_repository  # noqa: E402
 from server_gauges import model_requests_released, settled_engine, wait_for_released  # noqa: E402
 
@@ -113,7 +113,7 @@ def main() -> int:
     print(f"{'server stop took (s)':<34}{figures['stop_s']}")
     targets = {"engine_steps_below": steps_limit, "released": args.streams, "kv_blocks_used_after": 0,
                "inflight_at_exit": 0}
-    print("BENCH " + json.dumps({"figures": figures, "targets": targets, "met": met}))
+    print_bench({"benchmark": "ensemble_cancel", "figures": figures, "targets": targets, "met": met})
     return 0 if all(met.values()) else 1
 
 

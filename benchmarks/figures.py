@@ -32,17 +32,21 @@ def bootstrap_interval(statistic: Callable[[np.ndarray], float], units: int, *, 
     return float(low), float(high)
 
 
-def verdict_at_most(value: float, interval: tuple[float, float], limit: float) -> dict[str, Any]:
+def verdict_at_most(value: float, interval: Sequence[float] | None, limit: float) -> dict[str, Any]:
     """A ``value <= limit`` target judged on the point figure, and whether the interval straddles the limit
-    (then the run cannot tell met from missed)."""
+    (then the run cannot tell met from missed). ``interval`` None: the run has too few units for one."""
+    if interval is None:
+        return {"met": value <= limit, "interval": None, "interval_straddles_target": None}
     low, high = interval
     return {"met": value <= limit, "interval": [round(low, 5), round(high, 5)],
             "interval_straddles_target": low <= limit < high}
 
 
-def verdict_at_least(value: float, interval: tuple[float, float], floor: float) -> dict[str, Any]:
+def verdict_at_least(value: float, interval: Sequence[float] | None, floor: float) -> dict[str, Any]:
     """A ``value >= floor`` target, as verdict_at_most: the point figure judges, the interval says whether
     the run can tell."""
+    if interval is None:
+        return {"met": value >= floor, "interval": None, "interval_straddles_target": None}
     low, high = interval
     return {"met": value >= floor, "interval": [round(low, 5), round(high, 5)],
             "interval_straddles_target": low < floor <= high}
@@ -50,8 +54,10 @@ def verdict_at_least(value: float, interval: tuple[float, float], floor: float) 
 
 def straddle_note(name: str, verdict: dict[str, Any], unit: Callable[[float], str]) -> str:
     """One line: the verdict, and that the noise leaves it open when the interval straddles the target."""
-    low, high = verdict["interval"]
     state = "met" if verdict["met"] else "MISSED"
+    if verdict["interval"] is None:
+        return f"{name}: {state} on the point figure (no interval: too few rounds for a 95% interval)"
+    low, high = verdict["interval"]
     if verdict["interval_straddles_target"]:
         return f"{name}: {state} on the point figure, but the 95% interval [{unit(low)}, {unit(high)}] straddles the " \
                f"target: this run cannot tell met from missed"
@@ -64,7 +70,36 @@ def machine() -> dict[str, Any]:
 
 
 def print_bench(payload: dict[str, Any]) -> None:
-    print("BENCH " + json.dumps({**payload, "machine": machine()}), flush=True)
+    """The one way a benchmark prints its BENCH line: checked first (check_bench), with the machine's load."""
+    line = {**payload, "machine": machine()}
+    check_bench(line)
+    print("BENCH " + json.dumps(line), flush=True)
+
+
+def check_bench(payload: dict[str, Any]) -> None:
+    """Every ``met`` in a BENCH line is a boolean: the top-level ``met`` a flat {target: bool} (empty for a profile
+    with no target), and any other key named ``met`` or ending in ``_met`` a bool or such a flat dict. A dict or a
+    verdict where a bool belongs reads as met under ``all(met.values())`` whatever it holds. Raises ValueError
+    naming the key."""
+    if not isinstance(payload.get("met"), dict):
+        raise ValueError("BENCH line: 'met' must be a {target: bool} dict (empty when nothing is judged)")
+    for path, value in _met_entries(payload, ""):
+        values = list(value.values()) if isinstance(value, dict) else [value]
+        if not all(isinstance(v, bool) for v in values):
+            raise ValueError(f"BENCH line: {path} must hold booleans only, got {json.dumps(value)[:200]}")
+
+
+def _met_entries(value: Any, path: str):  # type: ignore[no-untyped-def]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "met" or str(key).endswith("_met"):
+                yield where, item
+            else:
+                yield from _met_entries(item, where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _met_entries(item, f"{path}[{index}]")
 
 
 def process_tree_cpu_s(root_pid: int) -> dict[int, tuple[str, float]]:

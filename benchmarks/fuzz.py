@@ -29,7 +29,6 @@ Real run time on a shared 2-core machine: about 10 s to start, then roughly 30-6
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -37,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from figures import print_bench  # noqa: E402
 from robustness.fuzz_cases import CaseGenerator, specs_from_config  # noqa: E402
 from robustness.fuzz_run import FAILURES, FuzzReport, run_cases  # noqa: E402
 from robustness.gateway_cases import GatewayCaseGenerator  # noqa: E402
@@ -149,7 +149,7 @@ def main() -> int:
     print_table(report)
     result = summary(report, events, seconds, args)
     print(f"\n{report.num_cases} requests in {seconds:.0f} s; health events: {len(events)}")
-    print("BENCH " + json.dumps(result))
+    print_bench(result)
     return 0 if all(result["met"].values()) else 1
 
 

@@ -291,10 +291,17 @@ def pooled_rate(rounds: list[dict]) -> float:
     return sum(r["tokens"] for r in rounds) / sum(r["wall_s"] for r in rounds)
 
 
-def paired_round_intervals(path: list[dict], direct: list[dict]) -> dict[str, tuple[float, float]]:
+MIN_ROUNDS_FOR_INTERVAL = 10  # below this a bootstrap over rounds has too few distinct resamples to mean 95%
+
+
+def paired_round_intervals(path: list[dict], direct: list[dict]) -> dict[str, tuple[float, float] | None]:
     """95% bootstrap intervals of the TTFT overhead and the tokens/s ratio, resampling round indices: round i
-    of a path and round i of the direct client ran back to back, so a slow minute of the VM stays paired."""
+    of a path and round i of the direct client ran back to back, so a slow minute of the VM stays paired. None
+    with fewer than MIN_ROUNDS_FOR_INTERVAL rounds (4 rounds have 35 distinct resamples: no 95% interval)."""
     from figures import bootstrap_interval
+
+    if len(direct) < MIN_ROUNDS_FOR_INTERVAL:
+        return {"ttft_overhead_ms": None, "tokens_per_s_ratio": None}
 
     def pick(rounds: list[dict], idx) -> list[dict]:  # type: ignore[no-untyped-def]
         return [rounds[i] for i in idx]

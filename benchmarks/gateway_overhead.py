@@ -13,7 +13,9 @@ gateway's (HTTP, auth, the store, SSE) and the OpenAI SDK's, not one Triton path
 Both tiny repositories are deployed with ``--max-batch`` (default 64) as the engine's batch limit, above the
 concurrency of every phase: TTFT then measures the paths, not a queue behind the batch limit.
 
-Two CPU layouts of the tiny model (``--layout both``, the default, runs both; the split one is judged):
+Two CPU layouts of the tiny model (``--layout both``, the default, runs both, and both are judged against the same
+targets, side by side: the split one is the GPU host's separation, the shared one is what a user running the CPU
+engine unpinned gets):
 - split (judged): the tiny repository's engine has one torch thread (``serve.cpu_threads: 1``) and its
   tritonserver (server, Python stubs, every thread) is pinned to the first core; the gateway, the openai SDK
   and the direct client run on the other cores (benchmarks/cpu_layout.py). On a GPU host the engine computes
@@ -21,7 +23,7 @@ Two CPU layouts of the tiny model (``--layout both``, the default, runs both; th
   compute; pinning gives the CPU engine that separation. It is the same work for both paths: one server, one
   engine configuration, one placement; the paths differ only in the gateway + SDK against the direct client,
   and both run on the frontend cores. Triton's own frontend shares the engine's core on both paths alike.
-- shared (printed, not judged; the layout of every run before 2026-12-06): nothing pinned, the engine's torch
+- shared (judged beside it, as ``unpinned_*``; the layout of every run before 2026-12-06): nothing pinned, the engine's torch
   threads on every core. At concurrency 16 the engine keeps both cores busy, so each CPU-ms the gateway and the
   SDK take is taken from the engine (and a 2-thread OpenMP region stalls while one thread is preempted): the
   figures then measure CPU contention more than the gateway.
@@ -42,7 +44,9 @@ Per layout:
    httpx, parsing the first chunk) and a loopback round trip, which no gateway can remove from the SDK path.
 1. Same streamed greedy requests, `--concurrency` at a time, alternating rounds of
    (a) `openai.AsyncOpenAI` -> gateway -> Triton and (b) `AsyncTritonLLMClient` -> Triton.
-   Targets: median TTFT overhead (a - b) <= 3 ms; tokens/s of (a) >= 95% of (b).
+   Targets: median TTFT overhead (a - b) <= 3 ms; tokens/s of (a) >= 95% of (b). ``--rounds`` (default 12)
+   alternating rounds of ``--requests / --rounds`` requests each way; the 95% intervals are bootstraps over the
+   paired rounds, given only with 10 rounds or more (``--quick``'s 4 give none, and the report says so).
    Also alternating, not judged (where the time goes): (a') a bare HTTP/1.1 client (kept-alive connections,
    SSE read by hand, ~0.05 ms of CPU per token against the SDK's ~0.25) -> gateway -> Triton. (a') - (b) is
    the gateway's share of the overhead; (a) - (a') the SDK's own CPU on the shared core. And (b') the direct
@@ -98,7 +102,7 @@ from gateway_report import report  # noqa: E402
 from trtkit.gateway.server import GATEWAY_TRITON_MODEL  # noqa: E402  (the direct client calls the gateway's model)
 from trtkit.heap import freeze_startup_heap  # noqa: E402
 
-ROUNDS = 4  # alternating rounds per path at --concurrency
+ROUNDS = 12  # alternating rounds per path at --concurrency (--rounds): enough for a 95% interval over rounds
 
 
 def bench_config(work: Path, max_batch: int = 64, cpu_threads: int = 0, name: str = "tiny-llama-nocache") -> Path:
@@ -228,9 +232,9 @@ async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type
             await via_gateway(null_sdk, 4, 1, 4)  # warm
             alone["sdk_floor"] = await via_gateway(null_sdk, args.alone, 1, 4)
             print(f"{stack.layout} layout: gateway vs direct ...", file=sys.stderr)
-            per_round = args.requests // ROUNDS
+            per_round = args.requests // args.rounds
             cpu = {name: [0.0, 0.0, 0.0] for name in paths}  # gateway process, this process, Triton
-            for _ in range(ROUNDS):  # alternate, so drift in the shared machine hits every path alike
+            for _ in range(args.rounds):  # alternate, so drift in the shared machine hits every path alike
                 for name, run in paths.items():
                     before = cpu_seconds(stack.gateway.pid), time.process_time(), cpu_seconds(triton_pid)
                     rounds[name].append(await run(per_round, args.concurrency, args.max_tokens))
@@ -257,9 +261,13 @@ async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type
           "alone_ttft_overhead_ms": f["gateway_alone_ttft_ms"] - f["direct_alone_ttft_ms"]}
     f |= {f"{name}_round_tokens_per_s": [round(r["tokens"] / r["wall_s"]) for r in rounds[name]] for name in rounds}
     intervals = paired_round_intervals(rounds["gateway"], rounds["direct"])
-    f |= {"ttft_overhead_interval_ms": list(intervals["ttft_overhead_ms"]),
-          "tokens_per_s_ratio_interval": list(intervals["tokens_per_s_ratio"])}
+    f |= {"ttft_overhead_interval_ms": _listed(intervals["ttft_overhead_ms"]),
+          "tokens_per_s_ratio_interval": _listed(intervals["tokens_per_s_ratio"]), "rounds": args.rounds}
     return f | per_token_cpu(cpu, rounds)
+
+
+def _listed(interval: tuple[float, float] | None) -> list[float] | None:
+    return None if interval is None else list(interval)
 
 
 async def echo_paths(config, echo_url: str, echo_gw_url: str, secret: str, args,  # type: ignore[no-untyped-def]
@@ -295,7 +303,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layout", choices=("both", "split", "shared"), default="both",
                         help="CPU layout(s) of the tiny model's phases; split is judged when it runs")
-    parser.add_argument("--requests", type=int, default=128, help=f"per path, in {ROUNDS} alternating rounds")
+    parser.add_argument("--requests", type=int, default=32 * ROUNDS, help="per path, over --rounds alternating rounds")
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help="alternating rounds per path; with fewer than 10 no 95%% interval is given")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--echo-requests", type=int, default=2000)
@@ -303,8 +313,8 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=64, help="the engine's batch limit in the repositories")
     parser.add_argument("--quick", action="store_true", help="fewer requests")
     args = parser.parse_args()
-    if args.quick:
-        args.requests, args.echo_requests = 32, 300
+    if args.quick:  # a check of the script: 4 rounds give no interval, and it says so
+        args.requests, args.echo_requests, args.rounds = 32, 300, 4
     split = split_cores(1) if args.layout != "shared" else None
     layouts = [name for name in ("shared", "split") if args.layout in ("both", name)]
     if "split" in layouts and split is None:

@@ -17,10 +17,14 @@ throughout, nothing in flight at exit.
 ``--gateway``: the same load through the OpenAI gateway, ``trtkit gateway`` in a process of its own in
 front of the tritonserver (it calls the engine model ``tensorrt_llm`` with token ids): streamed requests to
 ``/v1/chat/completions`` and ``/v1/completions`` on one httpx AsyncClient, a cancelled request closes
-its HTTP stream after 1-3 content chunks. The RSS table adds ``gateway``: the RSS of the gateway's process
-alone (until 2026-12-04 the gateway ran in a thread of this process, and the figure counted the 64 clients
-too). Extra target: the gateway's ledger holds exactly one
-row per request that completed or was cancelled (polled until it settles).
+its HTTP stream after 1-3 content chunks. The HTTP clients run in a process of their own too (spawned:
+``robustness.gateway_soak.ClientsProcess``), so three processes stand apart: the gateway, the clients and this
+driver (which only measures). The RSS table adds ``gateway`` (its process alone; until 2026-12-04 the gateway ran
+in a thread of this process, and until 2026-12-06 the clients ran in this process), and the samples add
+``http-clients`` and ``driver``. A leak is told from a cache or pool filling by the shape of the gateway's samples
+(``gateway_rss_trend``): the slope over the last third of the load against the middle third, with the pace per
+hour it would come to; a leak keeps its pace, a filling levels off. Extra targets: the gateway's RSS grows < 5% after the warm-up, and its ledger holds exactly
+one row per request that completed or was cancelled (polled until it settles).
 
 Real run time: --minutes plus --warm-up-s plus about 60 s (server start, draining) on a shared 2-core machine.
 Ends with one ``BENCH {json}`` line.
@@ -29,8 +33,6 @@ Ends with one ``BENCH {json}`` line.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import sys
 import tempfile
 import threading
@@ -40,7 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from robustness.gateway_soak import run_gateway_clients  # noqa: E402
+from figures import print_bench  # noqa: E402
+from robustness.gateway_soak import ClientsProcess  # noqa: E402
 from robustness.gateway_target import GatewayHealthWatch, GatewayProcess, served_model  # noqa: E402
 from robustness.server import (  # noqa: E402
     HealthWatch,
@@ -59,6 +62,8 @@ DEADLINE_S = 180.0
 
 
 GATEWAY_PROCESS = "gateway"
+CLIENTS_PROCESS = "http-clients"
+DRIVER_PROCESS = "driver"
 
 
 def snapshot(server_pid: int, gateway_pid: int | None) -> dict[str, int]:
@@ -70,10 +75,13 @@ def snapshot(server_pid: int, gateway_pid: int | None) -> dict[str, int]:
 
 
 class RssSampler:
-    """RSS of every process every ``period_s`` during the load, to tell a trend from a one-off step."""
+    """RSS of every process every ``period_s`` during the load, to tell a trend from a one-off step; with the
+    gateway, also the clients' process and this driver (each apart), and the gateway's heap (RssAnon)."""
 
-    def __init__(self, server_pid: int, period_s: float = 60.0, gateway_pid: int | None = None) -> None:
+    def __init__(self, server_pid: int, period_s: float = 60.0, gateway_pid: int | None = None,
+                 clients: ClientsProcess | None = None) -> None:
         self.server_pid, self.period_s, self.gateway_pid = server_pid, period_s, gateway_pid
+        self.clients = clients
         self.samples: list[dict[str, int]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
@@ -83,8 +91,17 @@ class RssSampler:
         return self
 
     def _run(self) -> None:
+        import os
+
         while not self.stop.wait(self.period_s):
-            self.samples.append(snapshot(self.server_pid, self.gateway_pid))
+            sample = snapshot(self.server_pid, self.gateway_pid)
+            if self.gateway_pid is not None:
+                sample[f"{GATEWAY_PROCESS}:RssAnon"] = rss_kb(self.gateway_pid, "RssAnon") or 0
+                sample[DRIVER_PROCESS] = rss_kb(os.getpid()) or 0
+                clients_pid = self.clients.pid if self.clients is not None else None
+                if clients_pid is not None:
+                    sample[CLIENTS_PROCESS] = rss_kb(clients_pid) or 0
+            self.samples.append(sample)
 
     def close(self) -> list[dict[str, int]]:
         self.stop.set()
@@ -119,14 +136,18 @@ def triton_load(server):  # type: ignore[no-untyped-def]
     return run, HealthWatch(server)
 
 
-def gateway_load(server, gateway: GatewayProcess, secret: str):  # type: ignore[no-untyped-def]
-    """The same through the gateway (HTTP streams on one AsyncClient)."""
+def gateway_load(server, gateway: GatewayProcess, secret: str, on_start=None):  # type: ignore[no-untyped-def]
+    """The same through the gateway (HTTP streams on one AsyncClient), from a process of its own; ``on_start``
+    gets that process once it runs (the RSS sampler reads it)."""
     model = served_model(gateway.url, secret)
 
     def run(args: argparse.Namespace, seconds: float, seed: int, per_client: int | None) -> SoakTally:
-        return asyncio.run(run_gateway_clients(gateway.url, secret, model, clients=args.clients, seconds=seconds,
-                                               seed=seed, cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S,
-                                               requests_per_client=per_client))
+        clients = ClientsProcess(gateway.url, secret, model, clients=args.clients, seconds=seconds, seed=seed,
+                                 cancel_fraction=args.cancel_fraction, deadline_s=DEADLINE_S,
+                                 requests_per_client=per_client)
+        if on_start is not None:
+            on_start(clients)
+        return clients.tally(timeout_s=seconds + DEADLINE_S + 120)
 
     return run, GatewayHealthWatch(server, gateway_url=gateway.url, gateway_thread=gateway)
 
@@ -152,12 +173,18 @@ def served_rows(by_reason: Counter) -> int:
 
 def soak(server, args: argparse.Namespace, gateway: GatewayProcess | None = None) -> dict:
     key_name = ""
+    samples_box: list[RssSampler] = []
+
+    def clients_started(clients: ClientsProcess) -> None:
+        if samples_box:
+            samples_box[0].clients = clients
+
     if gateway is None:
         load, watch = triton_load(server)
     else:
         _, warm_secret = gateway.new_key("soak-warm-up")
         key_name, secret = gateway.new_key("soak")
-        load, watch = gateway_load(server, gateway, secret)
+        load, watch = gateway_load(server, gateway, secret, on_start=clients_started)
         load_warm, _ = gateway_load(server, gateway, warm_secret)
     # warm-up at full concurrency: buffers, threads and arenas sized by the peak load are there before the
     # start RSS is taken, so growth measures what the load leaves behind, not what it needs
@@ -167,6 +194,8 @@ def soak(server, args: argparse.Namespace, gateway: GatewayProcess | None = None
     kv_start = settled_kv_blocks(server.metrics_url)
     watch.start()
     samples = RssSampler(server.pid, args.rss_every, gateway_pid).start()
+    samples_box.append(samples)
+    gateway_anon_start = rss_kb(gateway_pid, "RssAnon") if gateway_pid is not None else None
     started = time.monotonic()
     tally = load(args, args.minutes * 60, args.seed, None)
     seconds = time.monotonic() - started
@@ -185,7 +214,40 @@ def soak(server, args: argparse.Namespace, gateway: GatewayProcess | None = None
                                  ledger_rows_by_finish_reason=dict(by_reason))
         result["targets"]["ledger_rows"] = "completed + cancelled"
         result["met"]["ledger_rows"] = rows == expected
+        growth = result["figures"]["rss"][GATEWAY_PROCESS]["growth_pct"]
+        result["figures"]["gateway_rss_trend"] = rss_trend(rss_start[GATEWAY_PROCESS], tally.rss_samples,
+                                                           rss_end[GATEWAY_PROCESS], GATEWAY_PROCESS, args.rss_every)
+        result["figures"]["gateway_rss_anon_kb"] = {"start": gateway_anon_start,
+                                                    "end": rss_kb(gateway.pid, "RssAnon")}
+        result["targets"]["gateway_rss_growth_pct"] = "< 5"
+        result["met"]["gateway_rss_growth_lt_5pct"] = growth is not None and growth < 5.0
     return result
+
+
+def rss_trend(start_kb: int, samples: list[dict[str, int]], end_kb: int, name: str, period_s: float) -> dict:
+    """Whether a process's memory levels off or keeps growing, from its samples during the load: the slope (kB per
+    minute) of the middle third against the last third (the step from the start to the first sample is left out:
+    the load settling). A leak keeps its pace; a cache or pool filling slows as it fills. A slope of a few kB per
+    minute is a trend all the same: the projection per hour says what it would come to."""
+    series = [s[name] for s in samples if s.get(name)]
+    if len(series) < 6:
+        return {"series_kb": [start_kb, *series, end_kb], "shape": "too few samples (--rss-every) to tell"}
+    third = len(series) // 3
+    middle, last = series[third:2 * third + 1], series[2 * third:]
+
+    def per_minute(part: list[int]) -> float:
+        return (part[-1] - part[0]) / ((len(part) - 1) * period_s / 60)
+
+    middle_slope, last_slope = per_minute(middle), per_minute(last)
+    if last_slope <= 0:
+        shape = "flat or shrinking at the end"
+    elif last_slope < 0.5 * middle_slope:
+        shape = "levels off (a cache or pool filling)"
+    else:
+        shape = "keeps growing at the end of the run (a leak, or a filling not yet full)"
+    return {"series_kb": [start_kb, *series, end_kb], "middle_kb_per_min": round(middle_slope, 1),
+            "last_kb_per_min": round(last_slope, 1), "first_step_kb": series[0] - start_kb,
+            "projected_pct_per_hour": round(100 * 60 * last_slope / start_kb, 2), "shape": shape}
 
 
 def rss_growth(start: dict[str, int], end: dict[str, int]) -> dict[str, dict]:
@@ -229,6 +291,12 @@ def print_tables(result: dict) -> None:
         print(f"gateway ledger rows of served requests: {f['ledger_rows']} (completed + cancelled: "
               f"{f['ledger_rows_expected']}); all rows by finish_reason: {f['ledger_rows_by_finish_reason']}; "
               f"'{GATEWAY_PROCESS}' is the RSS of the gateway's own process")
+        trend = f["gateway_rss_trend"]
+        slopes = (f"{trend['first_step_kb']:+} kB to the first sample, then {trend['middle_kb_per_min']:+} kB/min in "
+                  f"the middle third and {trend['last_kb_per_min']:+} kB/min in the last ("
+                  f"{trend['projected_pct_per_hour']:+}%/hour at that pace)" if "last_kb_per_min" in trend else "")
+        print(f"gateway RSS after the warm-up: {slopes}: {trend['shape']}; heap (RssAnon) "
+              f"{f['gateway_rss_anon_kb']['start']} -> {f['gateway_rss_anon_kb']['end']} kB")
     print(f"KV blocks before {f['kv_blocks_before']}, after {f['kv_blocks_after']}")
     print(f"requests tritonserver still counted in flight at exit: {f['server_inflight_at_exit'] or 'none'}")
     print(f"\n{'minute':>6}{'completed':>11}{'p50 s':>9}{'p99 s':>9}")
@@ -277,7 +345,7 @@ def main() -> int:
     result["targets"]["server_inflight_at_exit"] = 0
     result["met"]["server_inflight_at_exit"] = not inflight
     print_tables(result)
-    print("BENCH " + json.dumps(result))
+    print_bench(result)
     return 0 if all(result["met"].values()) else 1
 
 

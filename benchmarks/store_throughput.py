@@ -1,40 +1,53 @@
-"""Governance store throughput: budget admission + settle on SQLite and on PostgreSQL, 1, 8 and 32 writers.
+"""Governance store throughput on SQLite and on PostgreSQL: the store's admission + settle, and the admission path a
+gateway request actually runs (key lookup, reserve, settle, ledger row), with every writer on its own key or on one
+hot key.
 
     python benchmarks/store_throughput.py [--seconds 8] [--writers 1,8,32] [--quick]
 
 A writer is a separate OS process (forked), each with its own ``open_gateway_store`` (its own connections),
-as gateway replicas are. Every operation is what the gateway does per request: ``reserve`` (a key budget
-and an RPM/TPM window, one transaction: the admission) then ``settle`` (the hold turned into use). Each
-writer has its own key (a fleet serves many tenants; one hot key is the `--hot-key` variant, where every
-admission waits on one budget row). Admission latency is timed around ``reserve`` alone.
+as gateway replicas are. Two kinds of work per request:
+- store (the 1/8/32-writer and paced rows): ``reserve`` (a key budget and an RPM/TPM window, one transaction: the
+  admission) then ``settle`` (the hold turned into use). Admission latency is timed around ``reserve`` alone.
+- gateway (the ``gateway`` rows, PostgreSQL; 4 replica processes with 8 requests in flight each, threads, 32 in
+  flight in all, and one replica with one): what the gateway does per request against its database, with the
+  gateway's own code: the key looked up by id and its secret's hash compared (``Door.authenticate``), the
+  admission through the gateway's ``StoreRuleBook`` (the key's budget and RPM/TPM window), the settle, and one
+  durable ledger row (``Ledger.record``: synchronous commit, the replica's writer thread committing its requests'
+  rows together) in the same database, as a PostgreSQL gateway keeps it. Admission latency is timed from the key lookup to the hold. SQLite has no gateway row: it serves one replica,
+  whose ledger group-commits its concurrent rows in its own file (``client_overhead.py`` measures that).
+Keys: ``distinct`` (each writer its own key: a fleet serving many tenants) or ``hot`` (every writer on one key:
+one budget row and one RPM window that every admission updates, the worst case for row locks).
 
 PostgreSQL is a throwaway cluster started here (``trtkit.testing.postgres``: initdb + pg_ctl, loopback,
 ``synchronous_commit = off`` for holds as the gateway opens it); SQLite is a WAL file in a temp folder.
 The PostgreSQL server, the writers and this script share the machine's cores: on 2 cores, 32 writer
-processes and the server's 32 backends compete for the same two CPUs.
+processes and the server's backends compete for the same two CPUs.
 
 Two ways to load the store:
-- closed loop (the 1/8/32-writer rows): each writer admits again as soon as its settle returns. Its rate is
-  the store's capacity; its latency is mostly the writers' own queue (32 writers that never pause wait on
-  each other: mean cycle = 32 / rate, Little's law).
+- closed loop: each writer starts its next request as soon as its last one is done. Its rate is the store's
+  capacity; its latency is mostly the writers' own queue (32 writers that never pause wait on each other:
+  mean cycle = 32 / rate, Little's law).
 - paced (``--paced-rate``, default 2,000/s): 32 writers each admit on a fixed schedule that adds up to the
   offered rate; latency is timed from each admission's scheduled start, so falling behind counts.
 
 Targets (issue 13), on PostgreSQL with 32 writers: >= 2,000 admissions/s (closed loop), and p99 admission
 latency <= 10 ms at 2,000 admissions/s (paced: the latency of the store at that load; the cell counts only
-if it carried the offered rate within 2%). The closed-loop p99 is printed too. Each row gives the CPU
-milliseconds an admission + settle costs in the writers and in PostgreSQL's processes (from /proc), and a
-missed target names where the time goes, with a profile of one admission on PostgreSQL (statements, round
-trips, time of each, measured from the client).
+if it carried the offered rate within 2%); and (issue 39) >= 2,000 gateway requests/s on the gateway path, 32 in
+flight, with distinct keys and with one hot key. Each row gives the CPU milliseconds a request costs in the writers and in
+PostgreSQL's processes (from /proc): that figure moves little with the machine's load, and 1,000 ms per core
+divided by it bounds what one database on this machine's cores can carry. A missed target names where the time
+goes: the CPU split, what PostgreSQL's backends were waiting on (pg_stat_activity samples), and a profile of one
+admission (statements, round trips, time of each, measured from the client). The client-path probe compares
+the client's CPU per admission + settle through libpq's prepared call (``trtkit/store/pg_prepared.py``) with the
+same statements through a psycopg cursor, on one writer.
 
-Real run time on the 2-core machine (measured): the full run (8 s per cell, 7 cells, one cluster start)
-about 65 s; ``--quick`` (2 s per cell) about 30 s. Ends with one ``BENCH {json}`` line.
+Real run time on the 2-core machine: the full run (8 s per cell, 12 cells, one cluster start) about 2 minutes;
+``--quick`` (2 s per cell) about 40 s. Ends with one ``BENCH {json}`` line.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import statistics
@@ -46,51 +59,139 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trtkit.store import BudgetLimit, RateLimit, open_gateway_store  # noqa: E402
+from figures import print_bench  # noqa: E402
+
+from trtkit.gateway.admission import StoreRuleBook, current_key  # noqa: E402
+from trtkit.gateway.keys import ApiKey, hash_secret, key_id_of, new_secret, secret_matches  # noqa: E402
+from trtkit.governance.vocabulary import Caller  # noqa: E402
+from trtkit.store import BudgetLimit, LedgerRow, RateLimit, open_gateway_store, open_ledger  # noqa: E402
 
 TARGET_ADMISSIONS_PER_S = 2000.0
 PACED_WRITERS = 32  # the writers of the paced cell and of the judged closed-loop cell
+GATEWAY_REPLICAS = 4  # the gateway rows: 4 replica processes x 8 requests in flight = 32 in flight, as judged
 SAMPLE_EVERY_S = 0.02  # pg_stat_activity sampling: often enough for shares, cheap enough not to load the server
 TARGET_P99_MS = 10.0
 WARMUP_OPS = 20
 PROMPT_PLUS_MAX_TOKENS = 96
+HUGE = 10**15  # a budget or window no run can exhaust: every admission succeeds, and still runs the conditions
 
 
 def limits_for(key: str) -> tuple[list[BudgetLimit], RateLimit]:
     """A key budget no run can exhaust and an RPM/TPM window no run can fill: every admission succeeds,
     and still runs the conditional statements that would refuse it."""
     window = int(time.time() // 60) * 60
-    return ([BudgetLimit(f"key:{key}", 0.0, 10**15, None)],
-            RateLimit(key, window, 10**9, 10**15))
+    return ([BudgetLimit(f"key:{key}", 0.0, HUGE, None)],
+            RateLimit(key, window, 10**9, HUGE))
 
 
-def writer(url: str, key: str, seconds: float, interval: float, offset: float,  # type: ignore[no-untyped-def]
+class StoreWork:
+    """One request of the store rows: reserve a key budget and an RPM/TPM window, then settle."""
+
+    def __init__(self, store, key: str) -> None:  # type: ignore[no-untyped-def]
+        self.store = store
+        self.budgets, self.rate = limits_for(key)
+
+    def admit(self):  # type: ignore[no-untyped-def]
+        return self.store.reserve(PROMPT_PLUS_MAX_TOKENS, 0.0, self.budgets, self.rate)
+
+    def finish(self, hold) -> None:  # type: ignore[no-untyped-def]
+        self.store.settle(hold, 64, 0.0)
+
+
+class GatewayWork:
+    """One request as the gateway runs it against its database: the key found by id and its secret checked, the
+    admission through the gateway's StoreRuleBook, the settle, and one durable ledger row in the same database
+    (the replica's one ledger, whose writer thread commits the rows of its concurrent requests together)."""
+
+    def __init__(self, store, ledger, secret: str) -> None:  # type: ignore[no-untyped-def]
+        self.store, self.ledger, self.secret = store, ledger, secret
+        self.book = StoreRuleBook(store, [])
+        self.count = 0
+
+    def admit(self):  # type: ignore[no-untyped-def]
+        found = self.store.find_key(key_id_of(self.secret) or "")
+        assert found is not None and secret_matches(self.secret, found[1]), "the bench key does not authenticate"
+        key = found[0]
+        self.count += 1
+        request_id = f"{os.getpid()}-{id(self)}-{self.count}"
+        token = current_key.set(key)
+        try:
+            hold = self.book.reserve(Caller(user=key.user or "", key_id=key.name), PROMPT_PLUS_MAX_TOKENS, 0.0,
+                                     request_id)
+        finally:
+            current_key.reset(token)
+        self.book.rate_headers.pop(request_id, None)  # the gateway sends them with the response
+        return hold, key, request_id
+
+    def finish(self, admitted) -> None:  # type: ignore[no-untyped-def]
+        hold, key, request_id = admitted
+        self.book.settle(hold, 64, 0.0)
+        self.ledger.record(LedgerRow(time.time(), "bench", key.user or "", key.name, "", request_id, 32, 64, 0, 5.0,
+                                     50.0, "length", 0.0))
+
+
+def writer(url: str, kind: str, keys: list[str], seconds: float, interval: float, offset: float,  # type: ignore[no-untyped-def]
            barrier, results, done) -> None:
-    """Closed loop (``interval`` 0): the next admission as soon as the last settle returns. Paced: one
-    admission every ``interval`` seconds on a fixed schedule, its latency timed from its scheduled start,
-    so time spent queued behind a late one counts (no coordinated omission)."""
+    """One process (a replica) with one request in flight per key: its own store connections (and, for the
+    gateway rows, its own ledger), one thread per request in flight. Closed loop (``interval`` 0): the next request
+    as soon as the last one is done. Paced (one request in flight): one admission every ``interval`` seconds on a
+    fixed schedule, its latency timed from its scheduled start, so time spent queued behind a late one counts (no
+    coordinated omission)."""
+    import threading
+
     store = open_gateway_store(url, lease_seconds=300, keep_leases=False)
-    budgets, rate = limits_for(key)
-    for _ in range(WARMUP_OPS):  # connections made, statements prepared, rows created
-        store.settle(store.reserve(PROMPT_PLUS_MAX_TOKENS, 0.0, budgets, rate), 64, 0.0)
+    ledger = open_ledger(url) if kind == "gateway" else None  # a PostgreSQL gateway keeps it in its store's database
+    works = [StoreWork(store, key) if kind == "store" else GatewayWork(store, ledger, key) for key in keys]
+    for work in works:
+        for _ in range(WARMUP_OPS):  # connections made, statements prepared, rows created
+            work.finish(work.admit())
     barrier.wait()
-    latencies: list[float] = []
+    latencies: list[list[float]] = [[] for _ in works]
     cpu_start = time.process_time()
     start = time.perf_counter()
-    stop_at = start + seconds
-    due = start + offset  # paced writers spread their starts over one interval
-    now = start
-    while due < stop_at:
-        if now < due:
-            time.sleep(due - now)
-        hold = store.reserve(PROMPT_PLUS_MAX_TOKENS, 0.0, budgets, rate)
-        latencies.append(time.perf_counter() - due)
-        store.settle(hold, 64, 0.0)
-        now = time.perf_counter()
-        due = due + interval if interval else now
-    results.put((len(latencies), now - start, latencies, time.process_time() - cpu_start))
+
+    def loop(work, out: list[float]) -> None:  # type: ignore[no-untyped-def]
+        stop_at = start + seconds
+        due = start + offset  # paced writers spread their starts over one interval
+        now = start
+        while due < stop_at:
+            if now < due:
+                time.sleep(due - now)
+            admitted = work.admit()
+            out.append(time.perf_counter() - due)
+            work.finish(admitted)
+            now = time.perf_counter()
+            due = due + interval if interval else now
+
+    threads = [threading.Thread(target=loop, args=(w, out)) for w, out in zip(works[1:], latencies[1:], strict=True)]
+    for thread in threads:
+        thread.start()
+    loop(works[0], latencies[0])
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    flat = [x for part in latencies for x in part]
+    results.put((len(flat), elapsed, flat, time.process_time() - cpu_start))
     done.wait()  # the server's CPU is read while this writer's connections (their backends) still exist
+    if ledger is not None:
+        ledger.close()
     store.close()
+
+
+def bench_keys(url: str, count: int, hot: bool) -> list[str]:
+    """The API keys the gateway rows authenticate with (budget and RPM/TPM no run exhausts): one per writer, or
+    one for all of them (hot). Returns the secrets, one per writer."""
+    store = open_gateway_store(url, keep_leases=False)
+    try:
+        secrets_ = []
+        for i in range(1 if hot else count):
+            key_id, secret = new_secret()
+            store.add_key(ApiKey(key_id, f"bench-{key_id}", created_at=time.time(), user=f"u{i}",
+                                 budget_tokens=HUGE, rpm=10**9, tpm=HUGE), hash_secret(secret))
+            secrets_.append(secret)
+    finally:
+        store.close()
+    return secrets_ * count if hot else secrets_
 
 
 class WaitSampler:
@@ -126,11 +227,12 @@ class WaitSampler:
         return {k: round(v / total, 3) for k, v in top}
 
 
-def run_cell(url: str, writers: int, seconds: float, hot_key: bool, pg_dir: Path | None,
-             paced_rate: float = 0.0) -> dict:
+def run_cell(url: str, writers: int, seconds: float, pg_dir: Path | None, *, kind: str = "store", hot: bool = False,
+             paced_rate: float = 0.0, in_flight: int = 1) -> dict:
     sampler = WaitSampler(url) if url.startswith("postgresql") else None
     try:
-        cell = _run_writers(url, writers, seconds, hot_key, pg_dir if sampler is not None else None, paced_rate)
+        cell = _run_writers(url, writers, seconds, pg_dir if sampler is not None else None, kind, hot, paced_rate,
+                            in_flight)
     finally:
         waits = sampler.stop() if sampler is not None else None
     if waits is not None:
@@ -155,15 +257,20 @@ def server_cpu_s(pg_dir: Path | None) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _run_writers(url: str, writers: int, seconds: float, hot_key: bool, pg_dir: Path | None,
-                 paced_rate: float) -> dict:
+def _run_writers(url: str, writers: int, seconds: float, pg_dir: Path | None, kind: str, hot: bool,
+                 paced_rate: float, in_flight: int = 1) -> dict:
+    """``writers`` processes, each with ``in_flight`` requests in flight (threads): writers x in_flight in all."""
     ctx = mp.get_context("fork")
     barrier, done, results = ctx.Barrier(writers + 1), ctx.Barrier(writers + 1), ctx.Queue()
     tag = f"{time.time_ns()}"
     interval = writers / paced_rate if paced_rate else 0.0
-    procs = [ctx.Process(target=writer, args=(url, "hot" if hot_key else f"w{i}-{tag}", seconds, interval,
-                                              interval * i / writers, barrier, results, done))
-             for i in range(writers)]
+    total = writers * in_flight
+    if kind == "gateway":
+        keys = bench_keys(url, total, hot)
+    else:
+        keys = [f"hot-{tag}" if hot else f"w{i}-{tag}" for i in range(total)]
+    procs = [ctx.Process(target=writer, args=(url, kind, keys[i * in_flight:(i + 1) * in_flight], seconds, interval,
+                                              interval * i / writers, barrier, results, done)) for i in range(writers)]
     for p in procs:
         p.start()
     barrier.wait()  # every writer warmed up: the measured window starts
@@ -177,13 +284,13 @@ def _run_writers(url: str, writers: int, seconds: float, hot_key: bool, pg_dir: 
     elapsed = max(e for _, e, _, _ in got)
     lat_ms = sorted(x * 1000 for _, _, lats, _ in got for x in lats)
     writers_s = sum(c for _, _, _, c in got)
-    # CPU milliseconds one admission + settle cost, by process: what bounds the rate on a few cores.
+    # CPU milliseconds one request costs, by process: what bounds the rate on a few cores
     cpu_ms = {"writers": round(1000 * writers_s / ops, 3), "postgresql": round(1000 * server_s / ops, 3),
               "sampler_and_script": round(1000 * main_s / ops, 3)}
-    return {"writers": writers, "paced_rate": paced_rate or None, "admissions": ops, "seconds": round(elapsed, 3),
-            "admissions_per_s": round(ops / elapsed, 1), "ops_per_s": round(2 * ops / elapsed, 1),
-            "p50_ms": round(percentile(lat_ms, 50), 3), "p99_ms": round(percentile(lat_ms, 99), 3),
-            "cpu_ms_per_admission_and_settle": cpu_ms}
+    return {"work": kind, "keys": "hot" if hot else "distinct", "writers": writers, "in_flight_each": in_flight,
+            "paced_rate": paced_rate or None, "admissions": ops, "seconds": round(elapsed, 3),
+            "admissions_per_s": round(ops / elapsed, 1), "p50_ms": round(percentile(lat_ms, 50), 3),
+            "p99_ms": round(percentile(lat_ms, 99), 3), "cpu_ms_per_request": cpu_ms}
 
 
 def percentile(sorted_values: list[float], pct: float) -> float:
@@ -275,13 +382,45 @@ def _summary(samples: list[dict]) -> dict:
             "median_in_python_ms": round(total - wire, 3)}
 
 
+def client_path_probe(url: str, cycles: int) -> dict[str, float]:
+    """The client's CPU per admission + settle on one writer, through libpq's prepared call (what the store runs)
+    and through a psycopg cursor running the same statements (what it ran before pg_prepared.py); the two
+    alternate in blocks, so a change in the machine's speed falls on both."""
+    from trtkit.store import postgres_db
+    from trtkit.store.dialect import POSTGRESQL
+    from trtkit.store.session import Result
+
+    def via_cursor(conn, sql, params):  # type: ignore[no-untyped-def]
+        cursor = conn.execute(POSTGRESQL.sql(sql), tuple(params), prepare=True)
+        return Result(cursor.fetchall() if cursor.description else [], cursor.rowcount)
+
+    store = open_gateway_store(url, lease_seconds=300, keep_leases=False)
+    work = StoreWork(store, f"probe-{time.time_ns()}")
+    original = postgres_db.run_prepared
+    spent = {"libpq_prepared": 0.0, "psycopg_cursor": 0.0}
+    try:
+        for _ in range(WARMUP_OPS):
+            work.finish(work.admit())
+        for _ in range(10):
+            for path, call in (("libpq_prepared", original), ("psycopg_cursor", via_cursor)):
+                postgres_db.run_prepared = call  # type: ignore[assignment]
+                work.finish(work.admit())  # the path's statements prepared on this connection
+                started = time.process_time()
+                for _ in range(cycles // 10):
+                    work.finish(work.admit())
+                spent[path] += time.process_time() - started
+    finally:
+        postgres_db.run_prepared = original
+        store.close()
+    return {path: round(1000 * seconds / (cycles // 10 * 10), 4) for path, seconds in spent.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per cell")
-    parser.add_argument("--writers", default="1,8,32", help="writer process counts, comma-separated")
+    parser.add_argument("--writers", default="1,8,32", help="writer process counts of the store rows, comma-separated")
     parser.add_argument("--paced-rate", type=float, default=TARGET_ADMISSIONS_PER_S,
                         help="admissions/s offered in total by 32 paced PostgreSQL writers (0: no paced cell)")
-    parser.add_argument("--hot-key", action="store_true", help="every writer uses one key (one budget row)")
     parser.add_argument("--quick", action="store_true", help="2 s per cell, for a check")
     args = parser.parse_args()
     seconds = 2.0 if args.quick else args.seconds
@@ -291,35 +430,56 @@ def main() -> None:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="store-bench-") as tmp, ThrowawayPostgres() as pg:
         backends = {"sqlite": f"sqlite:///{Path(tmp) / 'gateway.db'}", "postgresql": pg.url}
+
+        def cell(backend: str, writers: int, **kw: object) -> None:
+            rows.append({"backend": backend, **run_cell(backends[backend], writers, seconds, pg.data_dir, **kw)})  # type: ignore[arg-type]
+            print_row(rows[-1])
+
         for backend, url in backends.items():
             open_gateway_store(url, keep_leases=False).close()  # migrated once, before the writers
+            open_ledger(url).close()
             for n in levels:
-                rows.append({"backend": backend, **run_cell(url, n, seconds, args.hot_key, pg.data_dir)})
-                print_row(rows[-1])
+                cell(backend, n)
+            cell(backend, PACED_WRITERS, hot=True)
         if args.paced_rate:
-            rows.append({"backend": "postgresql", **run_cell(pg.url, PACED_WRITERS, seconds, args.hot_key,
-                                                             pg.data_dir, args.paced_rate)})
-            print_row(rows[-1])
+            cell("postgresql", PACED_WRITERS, paced_rate=args.paced_rate)
+        cell("postgresql", 1, kind="gateway")
+        cell("postgresql", GATEWAY_REPLICAS, kind="gateway", in_flight=PACED_WRITERS // GATEWAY_REPLICAS)
+        cell("postgresql", GATEWAY_REPLICAS, kind="gateway", in_flight=PACED_WRITERS // GATEWAY_REPLICAS, hot=True)
         profile = profile_admission(backends["postgresql"])
-    report(rows, profile, seconds, args.hot_key)
+        client_path = client_path_probe(backends["postgresql"], 500 if args.quick else 2000)
+    report(rows, profile, client_path, seconds)
 
 
 def print_row(row: dict) -> None:
     if not getattr(print_row, "header", False):
-        print(f"{'backend':<11} {'writers':>14} {'admissions/s':>13} {'adm+settle/s':>13} {'p50 ms':>8} {'p99 ms':>8}  "
-              f"{'CPU ms per admission+settle':>28}  PostgreSQL backends' time")
+        print(f"{'backend':<11} {'work':<8} {'keys':<9} {'writers':>14} {'requests/s':>11} {'p50 ms':>8} {'p99 ms':>8}  "
+              f"{'CPU ms per request':>30}  PostgreSQL backends' time")
         print_row.header = True  # type: ignore[attr-defined]
-    cpu = row["cpu_ms_per_admission_and_settle"]
+    cpu = row["cpu_ms_per_request"]
     who = f"{row['writers']} paced {row['paced_rate']:.0f}/s" if row.get("paced_rate") else f"{row['writers']}"
+    if row["in_flight_each"] > 1:
+        who = f"{row['writers']} x {row['in_flight_each']} in flight"
     split = f"writers {cpu['writers']:.3f} + server {cpu['postgresql']:.3f}"
-    print(f"{row['backend']:<11} {who:>14} {row['admissions_per_s']:>13,.0f} {row['ops_per_s']:>13,.0f} "
-          f"{row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f}  {split:>28}  {row.get('pg_backend_states', '')}", flush=True)
+    print(f"{row['backend']:<11} {row['work']:<8} {row['keys']:<9} {who:>14} {row['admissions_per_s']:>11,.0f} "
+          f"{row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f}  {split:>30}  {row.get('pg_backend_states', '')}", flush=True)
 
 
-def report(rows: list[dict], profile: dict, seconds: float, hot_key: bool) -> None:
-    pg = [r for r in rows if r["backend"] == "postgresql"]
-    closed = next((r for r in pg if r["writers"] == PACED_WRITERS and not r.get("paced_rate")), None)
-    paced = next((r for r in pg if r.get("paced_rate")), None)
+def find_row(rows: list[dict], work: str, keys: str, in_flight: int, paced: bool = False) -> dict | None:
+    """The PostgreSQL row of this work and keys with ``in_flight`` requests in flight in all."""
+    return next((r for r in rows if r["backend"] == "postgresql" and r["work"] == work and r["keys"] == keys
+                 and r["writers"] * r["in_flight_each"] == in_flight and bool(r.get("paced_rate")) == paced), None)
+
+
+def per_request_cpu(row: dict) -> float:
+    cpu = row["cpu_ms_per_request"]
+    return cpu["writers"] + cpu["postgresql"] + cpu["sampler_and_script"]
+
+
+def report(rows: list[dict], profile: dict, client_path: dict[str, float], seconds: float) -> None:
+    closed, paced = find_row(rows, "store", "distinct", PACED_WRITERS), find_row(rows, "store", "distinct",
+                                                                                 PACED_WRITERS, paced=True)
+    gateway = {keys: find_row(rows, "gateway", keys, PACED_WRITERS) for keys in ("distinct", "hot")}
     rate = closed["admissions_per_s"] if closed else None
     # The paced cell counts only if it was offered the target rate and carried it (within 2%).
     paced_ok = paced is not None and paced["paced_rate"] >= TARGET_ADMISSIONS_PER_S and \
@@ -327,34 +487,52 @@ def report(rows: list[dict], profile: dict, seconds: float, hot_key: bool) -> No
     p99 = paced["p99_ms"] if paced else None
     met = {"pg_32_writers_admissions_per_s": rate is not None and rate >= TARGET_ADMISSIONS_PER_S,
            "pg_32_writers_p99_ms_at_2000_per_s": paced_ok and p99 is not None and p99 <= TARGET_P99_MS}
+    for keys, row in gateway.items():
+        met[f"pg_32_writers_gateway_requests_per_s_{keys}_keys"] = \
+            row is not None and row["admissions_per_s"] >= TARGET_ADMISSIONS_PER_S
     for name, part in profile.items():
         print(f"{'' if name == 'settle' else chr(10)}one PostgreSQL {name}, 1 writer: {part['round_trips']} round "
               f"trip(s), statements {part['statements']}, median {part['median_total_ms']} ms "
               f"({part['median_on_the_wire_ms']} ms waiting on the server, {part['median_in_python_ms']} ms in Python)")
-    if closed is not None:
-        cpu = closed["cpu_ms_per_admission_and_settle"]
-        per_op = cpu["writers"] + cpu["postgresql"] + cpu["sampler_and_script"]
-        print(f"closed loop, 32 writers: {per_op:.3f} CPU ms per admission + settle (writers {cpu['writers']:.3f}, "
-              f"PostgreSQL {cpu['postgresql']:.3f}) x {rate:,.0f}/s = {per_op * (rate or 0) / 1000:.2f} cores busy of "
-              f"{os.cpu_count()}; its p99 {closed['p99_ms']:.1f} ms is the queue of 32 writers that never pause "
-              f"(Little's law: mean cycle = 32 / rate), not the store's latency at a given load: that is the paced row")
+    print(f"client CPU per admission + settle, 1 writer: {client_path['libpq_prepared']:.3f} ms through libpq's "
+          f"prepared call, {client_path['psycopg_cursor']:.3f} ms through a psycopg cursor")
+    capacity = {}
+    for label, row in (("store admission + settle", closed), ("gateway request, distinct keys", gateway["distinct"]),
+                       ("gateway request, one hot key", gateway["hot"])):
+        if row is None:
+            continue
+        per_op = per_request_cpu(row)
+        capacity[label] = round(1000 * (os.cpu_count() or 1) / per_op)
+        cpu = row["cpu_ms_per_request"]
+        print(f"{label}, 32 in flight: {per_op:.3f} CPU ms (writers {cpu['writers']:.3f}, PostgreSQL "
+              f"{cpu['postgresql']:.3f}) x {row['admissions_per_s']:,.0f}/s = "
+              f"{per_op * row['admissions_per_s'] / 1000:.2f} cores busy of {os.cpu_count()}; the CPU alone bounds "
+              f"this machine at {capacity[label]:,}/s (database, its clients and the gateways' store work all on "
+              f"these cores)")
+    print("the closed loop's p99 is the queue of 32 writers that never pause (Little's law: mean cycle = 32 / rate), "
+          "not the store's latency at a given load: that is the paced row")
     for name, ok in met.items():
         if ok:
             continue
         if name.startswith("pg_32_writers_admissions"):
             print(f"MISSED {name}: {rate} (target {TARGET_ADMISSIONS_PER_S}); where the time goes: the CPU line above "
-                  "(the writers' Python + libpq and PostgreSQL's backends share the cores; with 32 processes of each "
-                  "on 2 cores both cost more per operation than with 8: scheduling and cache misses)")
+                  "(the writers' Python + libpq and PostgreSQL's backends share the cores)")
+        elif name.startswith("pg_32_writers_gateway"):
+            row = gateway["hot" if name.endswith("hot_keys") else "distinct"]
+            print(f"MISSED {name}: {row['admissions_per_s'] if row else None}/s (target {TARGET_ADMISSIONS_PER_S:.0f}); "
+                  f"where the time goes: {per_request_cpu(row) if row else 0:.3f} CPU ms per request (above) and the "
+                  f"backends' waits {row.get('pg_backend_states') if row else None} (a durable ledger commit per "
+                  f"request: WAL flush; one hot key: its budget row and RPM window locked by every admission)")
         else:
             print(f"MISSED {name}: p99 {p99} ms at {paced['admissions_per_s'] if paced else None}/s carried of "
                   f"{paced['paced_rate'] if paced else None}/s offered (target {TARGET_P99_MS} ms at "
                   f"{TARGET_ADMISSIONS_PER_S:.0f}/s)")
-    print("BENCH " + json.dumps({"benchmark": "store_throughput", "writers_are": "processes",
-                                 "seconds_per_cell": seconds, "hot_key": hot_key,
-                                 "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "rows": rows,
-                                 "profile": profile,
-                                 "targets": {"pg_32_writers_admissions_per_s": TARGET_ADMISSIONS_PER_S,
-                                             "pg_32_writers_p99_ms_at_2000_per_s": TARGET_P99_MS}, "met": met}))
+    print_bench({"benchmark": "store_throughput", "writers_are": "processes", "seconds_per_cell": seconds,
+                 "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "rows": rows, "profile": profile,
+                 "client_cpu_ms_per_admission_and_settle": client_path, "cpu_bound_requests_per_s": capacity,
+                 "targets": {"pg_32_writers_admissions_per_s": TARGET_ADMISSIONS_PER_S,
+                             "pg_32_writers_p99_ms_at_2000_per_s": TARGET_P99_MS,
+                             "pg_32_writers_gateway_requests_per_s": TARGET_ADMISSIONS_PER_S}, "met": met})
 
 
 if __name__ == "__main__":

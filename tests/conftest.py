@@ -12,6 +12,9 @@ import pytest
 from deadlines import deadline
 from hypothesis import settings
 
+# ci_skips: under CI=true a skipped postgres or chromium test fails the run; pytester: its own test
+pytest_plugins = ["ci_skips", "pytester"]
+
 # Property tests draw the same examples on every machine and every run: CI must not pass or fail by luck
 # (and no per-example deadline: a busy machine is not a failure).
 settings.register_profile("ci", derandomize=True, deadline=None)
@@ -86,6 +89,25 @@ def live_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 
     repo = tmp_path_factory.mktemp("client-live") / "repo"
     deploy_repository(load_config(TINY_CONFIG), tiny_llama_dir, repo, target="cpu")
+    with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
+        yield server
+
+
+# Every step of the paced server's engine lasts at least this long: a generation of N tokens takes at least
+# N x 20 ms on any machine, so a test can act on a request while it surely still runs (cancel it, let a deadline
+# pass, close its stream, kill a replica) without racing how fast the machine is.
+MIN_STEP_MS = 20.0
+
+
+@pytest.fixture(scope="session")
+def paced_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """ONE tritonserver on the tiny reference engine whose steps last at least MIN_STEP_MS (a deploy test switch)."""
+    from trtkit.config import load_config
+    from trtkit.repository import deploy_repository
+    from trtkit.serve import TritonServer
+
+    repo = tmp_path_factory.mktemp("paced-live") / "repo"
+    deploy_repository(load_config(TINY_CONFIG), tiny_llama_dir, repo, target="cpu", min_step_ms=MIN_STEP_MS)
     with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
         yield server
 

@@ -20,6 +20,9 @@ class EngineGauges:
     iteration: float
     active: float
     used_blocks: float
+    # every token the engine generated for a finished request (its nv_llm_output_token_len histogram's sum,
+    # observed once per request as it ends): the engine's own count, to hold a bill to
+    output_tokens: float
 
 
 def scrape(metrics_url: str) -> str:
@@ -38,7 +41,14 @@ def engine_gauges(metrics_url: str) -> EngineGauges:
     text = scrape(metrics_url)
     return EngineGauges(gauge(text, "nv_trt_llm_general_metrics", "general_type", "iteration_counter"),
                         gauge(text, "nv_trt_llm_request_metrics", "request_type", "active"),
-                        gauge(text, "nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "used"))
+                        gauge(text, "nv_trt_llm_kv_cache_block_metrics", "kv_cache_block_type", "used"),
+                        engine_output_tokens(text))
+
+
+def engine_output_tokens(text: str) -> float:
+    found = re.findall(r'^nv_llm_output_token_len_sum{[^}]*model="tensorrt_llm"[^}]*} ([0-9.e+-]+)$', text, flags=re.M)
+    assert found, "nv_llm_output_token_len_sum of tensorrt_llm not on the metrics endpoint"
+    return float(found[0])
 
 
 def settled_engine(metrics_url: str, *, after_iteration: float, timeout_s: float = 60.0) -> EngineGauges:

@@ -87,3 +87,42 @@ async def run_gateway_clients(url: str, secret: str, served_model: str, *, clien
 
         await asyncio.gather(*(one_client(i) for i in range(clients)))
     return tally
+
+
+class ClientsProcess:
+    """The gateway load from a process of its own (spawned, so it shares no memory with this one): the gateway's
+    RSS and the driver's each stand alone, and the clients' own RSS is read apart. ``pid`` while it runs."""
+
+    def __init__(self, url: str, secret: str, served_model: str, **load: object) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.results = context.Queue()
+        self.process = context.Process(target=_clients_main, args=(url, secret, served_model, load, self.results),
+                                       name="soak-http-clients")
+        self.process.start()
+        self.pid: int | None = self.process.pid
+
+    def tally(self, timeout_s: float) -> SoakTally:
+        """Wait for the load to end; its tally, rebuilt here."""
+        plain = self.results.get(timeout=timeout_s)
+        self.process.join(timeout=60)
+        self.pid = None
+        if isinstance(plain, str):
+            raise RuntimeError(f"the clients' process failed: {plain}")
+        tally = SoakTally()
+        tally.counts.update(plain["counts"])
+        for minute, latencies in plain["latency_by_minute"].items():
+            tally.latency_by_minute[minute].extend(latencies)
+        tally.failures.extend(plain["failures"])
+        return tally
+
+
+def _clients_main(url: str, secret: str, served_model: str, load: dict, results) -> None:  # type: ignore[no-untyped-def]
+    try:
+        tally = asyncio.run(run_gateway_clients(url, secret, served_model, **load))  # type: ignore[arg-type]
+        results.put({"counts": dict(tally.counts), "latency_by_minute": dict(tally.latency_by_minute),
+                     "failures": tally.failures})
+    except BaseException as exc:  # the driver waits on the queue: it must hear of a failure
+        results.put(f"{type(exc).__name__}: {exc}")
+        raise

@@ -14,7 +14,7 @@ from trtkit.bench.workloads import LengthDist, WorkloadSpec
 
 from .conftest import bench_once
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.chromium]  # under CI=true a skip fails the run (tests/ci_skips.py)
 
 C0_BLUE = (31, 119, 180)  # matplotlib's first two cycle colours; the report's own CSS uses neither
 C1_ORANGE = (255, 127, 14)

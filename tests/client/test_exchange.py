@@ -86,8 +86,8 @@ def test_a_stop_that_fails_is_counted_by_the_clients_fallback(setup: ClientSetup
     core = _start(setup)
     core.send(AsSent())
     assert core.send(CANCELLED) == "cancelled"  # client.cancel(request_id)
-    assert core.send(None).name == "wait_ended"
-    assert core.send(False).name == "send_stop"
+    assert core.send(None) == Op("next", (0.0,))  # what already arrived, first
+    assert core.send(None).name == "send_stop"  # nothing more: stop the engine
     before = _early_ends(setup, "let_go")
     assert core.send("failed") == Op("release", (False, False))
     assert _early_ends(setup, "let_go") == before + 1
@@ -102,6 +102,36 @@ def test_the_deadline_ends_the_request_with_its_own_reason(setup: ClientSetup) -
     time.sleep(0.06)
     assert core.send(None) == "deadline"  # nothing came within the wait, and the deadline passed
     _finish(core)
+
+
+@pytest.mark.parametrize("how", ["deadline", "cancel"])
+def test_after_a_client_side_stop_what_the_engine_generated_is_handed_on(setup: ClientSetup, how: str) -> None:
+    """The stop's reason first, then the responses already here, the engine's stop, and the rest of the stream to
+    its final response: each one is handed on (the flow bills its counts), and the request needs no other stop."""
+    core = _start(setup, deadline_s=0.05 if how == "deadline" else 30.0)
+    core.send(AsSent())
+    if how == "deadline":
+        time.sleep(0.06)
+        assert core.send(None) == "deadline"
+    else:
+        assert core.send(CANCELLED) == "cancelled"
+    assert core.send(None) == Op("next", (0.0,))
+    assert core.send((_delta(" queued"), None)).text == " queued"  # arrived before the stop: handed on
+    assert core.send(None) == Op("next", (0.0,))
+    assert core.send(None).name == "send_stop"
+    step = core.send("not running")  # not at the engine yet: read on a little, then send again
+    assert step.name == "next" and 0 < step.args[0] <= 0.25
+    time.sleep(step.args[0])  # nothing came in that wait
+    assert core.send(None).name == "send_stop"
+    assert core.send("stopped").name == "next"
+    assert core.send((_delta(" late"), None)).text == " late"  # generated before the stop took
+    assert core.send(None).name == "next"
+    assert core.send((_delta("", final=True), None)).is_final
+    before = _early_ends(setup, "stop")
+    assert core.send(None) == Op("release", (True, False))
+    assert _early_ends(setup, "stop") == before + 1
+    with pytest.raises(StopIteration):
+        core.send(None)
 
 
 def test_a_final_response_from_a_still_running_engine_is_stopped(setup: ClientSetup) -> None:

@@ -48,11 +48,15 @@ def test_without_a_guard_or_a_stream_the_caller_gets_only_the_result(tiny_config
     assert flow.take(_delta(" a", 1)) == (None, False)
 
 
-def test_a_client_side_stop_ends_the_request_with_its_reason(tiny_config, tiny_counter) -> None:
+def test_a_client_side_stop_ends_the_request_with_its_reason_and_bills_what_the_engine_generated(
+        tiny_config, tiny_counter) -> None:
     flow = _flow(tiny_config, tiny_counter, server_stream=True)
     flow.take(_delta(" a", 1))
-    assert flow.take("deadline") == (None, True)
-    assert flow.outcome().finish_reason == "deadline"
+    assert flow.take("deadline") == (None, False)  # the upstream stops the request, then ends
+    assert flow.take(_delta(" b", 2)) == (None, False)  # generated before the stop took: counted, not shown
+    assert flow.take(_delta(" c", 3, final=True)) == (None, False)
+    outcome = flow.outcome()
+    assert (outcome.finish_reason, outcome.text, outcome.num_output_tokens) == ("deadline", " a", 3)
 
 
 def test_a_runaway_stream_is_stopped_by_the_guard(tiny_config, tiny_counter) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import threading
-import time
 import uuid
 from dataclasses import replace
 
@@ -203,32 +201,40 @@ LONG_PARAMS = SamplingParams(max_tokens=LONG, min_tokens=LONG)
 DEADLINE_S = 3.0
 
 
-def test_cancel_and_deadline(live_server, nocache_config) -> None:
+def test_cancel_and_deadline_stop_the_engine_and_bill_what_it_generated(paced_server, nocache_config) -> None:
+    """On the paced server LONG tokens take at least LONG x MIN_STEP_MS (8 s), so the cancel and the 3 s deadline
+    act while the engine still generates, on any machine. Each must stop the engine (fewer steps than tokens asked,
+    its KV blocks back) and bill exactly what the engine generated, by the engine's own count (its output-token
+    histogram), not only what the caller had read: the caller here reads nothing more after its first chunk."""
+    from tests.conftest import MIN_STEP_MS
+
+    assert LONG * MIN_STEP_MS / 1000 > 2 * DEADLINE_S
+    metrics = paced_server.metrics_url
     config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
-    with TritonLLMClient(live_server.grpc_url, config=config, model_name=BLS) as client:
-        before = settled_engine(live_server.metrics_url, after_iteration=-1)
+    with TritonLLMClient(paced_server.grpc_url, config=config, model_name=BLS) as client:
+        before = settled_engine(metrics, after_iteration=-1)
         stream = client.stream("Count slowly", LONG_PARAMS)
         first = next(stream)
         assert client.active_requests() == [first.request_id]
-        canceller = threading.Thread(target=client.cancel, args=(first.request_id,))
-        canceller.start()
-        canceller.join()
+        client.cancel(first.request_id)
         cancelled = [c for c in stream][-1].result
-        engine = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
+        after_cancel = settled_engine(metrics, after_iteration=before.iteration)
         late_stream = client.stream("Count slowly", LONG_PARAMS, deadline_s=DEADLINE_S)
         late_first = next(late_stream)
-        # read on only once the deadline has passed: it fires then, whatever the server did meanwhile
-        time.sleep(DEADLINE_S)
-        late = [c for c in late_stream][-1].result
+        late = [c for c in late_stream][-1].result  # the caller reads on; the deadline ends it at 3 s
+        after_deadline = settled_engine(metrics, after_iteration=after_cancel.iteration)
         after = client.generate("Still serving?", SamplingParams(max_tokens=4))
     assert first.text and cancelled is not None and cancelled.finish_reason == "cancelled"
-    assert cancelled.usage.completion_tokens < LONG
-    assert engine.iteration - before.iteration < LONG  # the engine stopped it early: fewer steps than tokens asked
-    assert engine.used_blocks <= before.used_blocks  # and its KV blocks are back
     assert late_first.text and late is not None and late.finish_reason == "deadline"
-    assert late.latency_s >= DEADLINE_S and late.usage.completion_tokens < LONG
+    assert late.latency_s >= DEADLINE_S
+    for result, start, end in ((cancelled, before, after_cancel), (late, after_cancel, after_deadline)):
+        generated = end.output_tokens - start.output_tokens
+        assert 1 <= generated < LONG and end.iteration - start.iteration < LONG  # the engine stopped it early
+        assert end.used_blocks <= before.used_blocks  # and its KV blocks are back
+        assert result.usage.completion_tokens == generated  # billed what the engine generated
     assert after.finish_reason == "length"
-    assert [r[0] for r in ledger_rows("finish_reason")] == ["cancelled", "deadline", "length"]
+    assert [r[:2] for r in ledger_rows("finish_reason, completion_tokens")] == [
+        ("cancelled", cancelled.usage.completion_tokens), ("deadline", late.usage.completion_tokens), ("length", 4)]
 
 
 def test_async_client_batch_order_and_task_cancellation(live_server, nocache_config) -> None:

@@ -3,7 +3,9 @@
 Three replicas on one PostgreSQL database, and the same suite on SQLite with one replica. Each burst
 is 150 concurrent requests spread round-robin over the replicas. Every admitted generation runs to
 exactly ``max_tokens`` (``min_tokens`` = ``max_tokens``), so a request spends exactly what it reserved
-and the counts below are exact whatever the machine's speed; every wait is a polled condition.
+and the counts below are exact whatever the machine's speed; every wait is a polled condition. The replicas
+serve the paced tritonserver, whose engine steps last at least MIN_STEP_MS, so a long stream is still running
+when the test acts on it.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class Fleet:
 @pytest.fixture(scope="module", params=[pytest.param(("sqlite", 1), id="sqlite-1-replica"),
                                         pytest.param(("postgresql", 3), id="postgresql-3-replicas",
                                                      marks=pytest.mark.postgres)])
-def fleet(request: pytest.FixtureRequest, live_server, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def fleet(request: pytest.FixtureRequest, paced_server, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     backend_name, count = request.param
     folder = tmp_path_factory.mktemp(f"fleet-{backend_name}")
     if backend_name == "sqlite":
@@ -78,8 +80,9 @@ def fleet(request: pytest.FixtureRequest, live_server, tmp_path_factory: pytest.
         store_url = cluster.url_for(name)
     # One database holds keys, budgets, windows, holds and the ledger (SQLite: one file, one replica).
     config = replica_config(folder, store_url, store_url, LEASE_SECONDS)
-    replicas = start_replicas(count, config, live_server.grpc_url, folder)
-    running = Fleet(replicas, store_url, config, live_server.grpc_url, folder)
+    # the paced server (tests/conftest.py): a generation of N tokens takes at least N x MIN_STEP_MS on any machine
+    replicas = start_replicas(count, config, paced_server.grpc_url, folder)
+    running = Fleet(replicas, store_url, config, paced_server.grpc_url, folder)
     yield running
     for replica in running.replicas:
         replica.stop()
@@ -183,7 +186,9 @@ def test_kill_9_mid_stream_leaves_no_stranded_reservation(fleet: Fleet) -> None:
     key, secret = fleet.key(budget_tokens=100_000)
     account = f"key:{key.name}"
     victim = fleet.replicas[-1]
-    with httpx.Client(timeout=300) as http:  # cannot end before 400 tokens: still running at the kill
+    # 400 tokens take at least 400 x MIN_STEP_MS (8 s) on the paced server: still running at the kill, whatever
+    # the database query before it costs on this machine
+    with httpx.Client(timeout=300) as http:
         with http.stream("POST", f"{victim.url}/v1/completions", headers={"authorization": f"Bearer {secret}"},
                          json=body(max_tokens=400, min_tokens=400, stream=True)) as response:
             assert response.status_code == 200, response.read()

@@ -95,6 +95,16 @@ def gateway(live_server, tiny_config, tmp_path_factory):  # noqa: F811
 
 
 @pytest.fixture(scope="session")
+def paced_gateway(paced_server, tiny_config, tmp_path_factory):  # noqa: F811
+    """As ``gateway``, in front of the paced server (tests/conftest.py: every engine step lasts at least
+    MIN_STEP_MS), for tests that must act while a generation surely still runs."""
+    running = RunningGateway(_config(tiny_config, cache=False), paced_server.grpc_url,
+                             tmp_path_factory.mktemp("gw-paced"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
 def cached_gateway(live_server, tiny_config, tmp_path_factory):  # noqa: F811
     """Response cache and runaway guard on (guard: a 2-gram seen 3 times stops the stream)."""
     running = RunningGateway(_config(tiny_config, cache=True, guard=True), live_server.grpc_url,

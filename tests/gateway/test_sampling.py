@@ -43,6 +43,24 @@ def test_out_of_range_names_the_field(field: str, value: float) -> None:
     assert refused.value.param == field
 
 
+@pytest.mark.parametrize(("field", "value", "reads"), [("top_p", 6.524033501883177e-65, "0.0"),
+                                                       ("temperature", 1e39, "inf")])
+def test_a_value_the_engine_reads_out_of_range_is_refused_at_the_door(field: str, value: float, reads: str) -> None:
+    """Found by the schemathesis hunt (a 502 from the engine before): in range as sent, out of range as the 32-bit
+    float the engine reads."""
+    with pytest.raises(RequestValidationError, match=f"reaches the engine as {reads}") as refused:
+        sampling_params(CompletionRequest.model_validate({"model": "m", "prompt": "x", field: value}))
+    assert refused.value.param == field
+
+
+@pytest.mark.parametrize(("prompt", "param"), [("", "prompt"), ([""], "prompt.0")])
+def test_an_empty_prompt_is_refused_naming_the_field(prompt: object, param: str) -> None:
+    with pytest.raises(ValidationError) as empty:
+        CompletionRequest.model_validate({"model": "m", "prompt": prompt})
+    error = validation_error(empty.value)
+    assert (error.status, error.param) == (400, param) and "at least 1 character" in error.message
+
+
 def test_stop_and_token_aliases() -> None:
     with pytest.raises(RequestValidationError, match="at most 4"):
         sampling_params(CompletionRequest(model="m", prompt="x", stop=["a", "b", "c", "d", "e"]))

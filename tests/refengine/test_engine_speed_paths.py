@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -123,3 +124,29 @@ def test_the_triton_engine_model_gets_the_threads_and_dtype(tmp_path: Path, tiny
     started = engine_config(params)
     assert (started.dtype, started.num_threads, started.attention) == ("bfloat16", 2, "native")
     assert (engine_config({}).dtype, engine_config({}).num_threads, engine_config({}).attention) == ("float32", 0, "auto")
+
+
+def test_a_paced_loop_takes_at_least_its_floor_per_step(make_engine: EngineFactory) -> None:
+    """The min_step_s test switch (tests' paced servers): a generation of N tokens takes at least N floors, on any
+    machine, and its outputs are those of an unpaced loop (greedy): it slows the engine, it changes nothing else."""
+    prompt, params = random_prompts(1, 8, 8, seed=3)[0], SamplingParams(max_tokens=12, min_tokens=12, end_id=-1)
+    outputs: dict[float, list[int]] = {}
+    for floor in (0.0, 0.03):
+        loop = EngineLoop(make_engine(), min_step_s=floor)
+        done, tokens = threading.Event(), []
+
+        def on_output(out: RequestOutput, tokens: list[int] = tokens, done: threading.Event = done) -> None:
+            tokens.extend(out.new_token_ids)
+            if out.finished:
+                done.set()
+
+        started = time.monotonic()
+        try:
+            loop.submit(prompt, params, on_output)
+            assert done.wait(60)
+        finally:
+            loop.shutdown()
+        if floor:
+            assert time.monotonic() - started >= 12 * floor
+        outputs[floor] = tokens
+    assert outputs[0.0] == outputs[0.03] and len(outputs[0.0]) == 12

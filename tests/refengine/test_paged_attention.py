@@ -15,7 +15,7 @@ from tests.refengine.conftest import EngineFactory, random_prompts
 from trtkit.errors import EngineError
 from trtkit.refengine import SamplingParams
 from trtkit.refengine import paged_attention as native
-from trtkit.refengine.packed_linear import pack, packed_linear, packing_available
+from trtkit.refengine.packed_linear import pack, packed_linear, packing_supported
 
 
 def reference(q: torch.Tensor, key: torch.Tensor, value: torch.Tensor, tables: list[list[int]], lengths: list[int],
@@ -130,7 +130,7 @@ def test_a_build_is_reused_and_an_unwritable_cache_falls_back_to_tmp(monkeypatch
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_packed_projection_equals_f_linear(dtype: torch.dtype) -> None:
-    if not packing_available(dtype):
+    if not packing_supported(dtype):
         pytest.skip("this torch has no oneDNN weight packing; the engine uses F.linear")
     generator = torch.Generator().manual_seed(1)
     weight = torch.randn(320, 192, generator=generator).to(dtype)

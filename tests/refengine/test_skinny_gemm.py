@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from tests.refengine.conftest import EngineFactory
 from trtkit.refengine import paged_attention as native
 from trtkit.refengine.layers import Linear
-from trtkit.refengine.packed_linear import packing_available
+from trtkit.refengine.packed_linear import packing_supported
 from trtkit.refengine.skinny_gemm import MAX_ROWS
 
 
@@ -50,7 +50,7 @@ def test_a_strided_input_is_read_as_its_values(kernels: native.AttentionKernels)
 
 
 def test_linear_uses_panels_up_to_max_rows_and_onednn_above() -> None:
-    if not packing_available(torch.float32):
+    if not packing_supported(torch.float32):
         pytest.skip("this torch has no oneDNN weight packing")
     gemm = native.load_kernel().gemm
     weight = torch.randn(96, 64)
@@ -79,6 +79,6 @@ def test_fp32_engines_decode_on_panels(make_engine: EngineFactory) -> None:
     engine = make_engine(attention="native")
     model = engine.runner.model
     projections = [model.lm_head, *(p for layer in model.weights.layers for p in (layer.qkv, layer.down))]
-    if packing_available(torch.float32):
+    if packing_supported(torch.float32):
         assert all(p.panels is not None for p in projections)
     assert make_engine(attention="torch").runner.model.lm_head.panels is None  # no library, no panels

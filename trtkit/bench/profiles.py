@@ -26,14 +26,17 @@ class Budget:
     total: int | None
     deadline: float | None
     issued: int = 0
+    last_issued_at: float | None = None  # perf_counter of the last yes: a duration point ends on the deadline
 
     def take(self) -> int | None:
         """The next request index, or None when the point is done issuing."""
         if self.total is not None and self.issued >= self.total:
             return None
-        if self.deadline is not None and time.perf_counter() >= self.deadline:
+        now = time.perf_counter()
+        if self.deadline is not None and now >= self.deadline:
             return None
         self.issued += 1
+        self.last_issued_at = now
         return self.issued - 1
 
 

@@ -34,6 +34,7 @@ class PointRun:
     started_s: float
     ended_s: float
     records: list[RequestRecord]
+    last_issued_s: float | None = None  # when the budget last said yes (the run's clock)
 
 
 @dataclass(slots=True)
@@ -73,7 +74,8 @@ async def run_point(point: LoadPoint, spec: BenchSpec, backend: Backend, workloa
 
     await run_profile(point, budget, issue, max_in_flight=spec.max_in_flight, seed=spec.seed)
     records.sort(key=lambda r: r.index)
-    return PointRun(point, started - origin, time.perf_counter() - origin, records)
+    last = None if budget.last_issued_at is None else budget.last_issued_at - origin
+    return PointRun(point, started - origin, time.perf_counter() - origin, records, last)
 
 
 async def run_sweep(spec: BenchSpec, backend: Backend, workload: list[BenchRequest], *,

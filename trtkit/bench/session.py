@@ -86,7 +86,8 @@ def _meta(spec: BenchSpec, workload: WorkloadSpec, sweep: SweepRun, started: str
         "warmup_requests": spec.warmup_requests, "seed": spec.seed,
         "workload": _workload_meta(workload),
         "points": [{"name": p.point.name, "mode": p.point.mode, "value": p.point.value,
-                    "burstiness": p.point.burstiness, "started_s": p.started_s, "ended_s": p.ended_s}
+                    "burstiness": p.point.burstiness, "started_s": p.started_s, "ended_s": p.ended_s,
+                    "last_issued_s": p.last_issued_s}
                    for p in sweep.points],
         "ended_s": max([p.ended_s for p in sweep.points] + [s.t for s in sweep.samples] + [0.0]),
     }

@@ -1,4 +1,5 @@
-"""The FastAPI app: thin routes over the serving classes; auth, body cap and errors at the door.
+"""The FastAPI app: thin routes over the serving classes; auth, body cap and errors at the door. ``/openapi.json``
+is the document of what the routes accept and answer (``openapi.py``: from the same request and response models).
 
 Order of checks, cheapest first: body size (413, before reading more than the cap), API key (401),
 JSON and field types (400 naming the field), model (404), then admission in the Governor.
@@ -23,6 +24,7 @@ from trtkit.gateway.error_responses import HttpError, body_too_large, http_error
 from trtkit.gateway.errors import AuthenticationError, RequestValidationError
 from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingContext
 from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
+from trtkit.gateway.openapi import openapi_document
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.serving_chat import ServingChat
 from trtkit.gateway.serving_completions import ServingCompletions
@@ -174,6 +176,12 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
         card = Model(id=ctx.model, created=int(time.time()), object="model", owned_by="trtkit")
         return JSONResponse({"object": "list", "data": [card.model_dump()]})
 
+    document = openapi_document(f"trtkit gateway ({ctx.model})", _version())
+
+    @app.get("/openapi.json")
+    async def openapi() -> Response:
+        return JSONResponse(document)
+
     @app.get("/health/live")
     async def live() -> Response:
         return JSONResponse({"status": "live"})
@@ -190,6 +198,15 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
                                  media_type="text/plain; version=0.0.4")
 
     return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trtkit")
+    except PackageNotFoundError:
+        return "0"
 
 
 def _without_telemetry() -> dict[str, Any]:

@@ -80,9 +80,10 @@ def http_error(exc: BaseException) -> HttpError:
 
 
 def validation_error(exc: ValidationError) -> HttpError:
-    """pydantic's first complaint, naming the field path."""
-    first = exc.errors()[0]
-    path = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    """pydantic's most specific complaint (the deepest), naming the field path."""
+    errors = exc.errors()
+    first = max(errors, key=lambda e: len(_field_path(e.get("loc", ()))))
+    path = ".".join(_field_path(first.get("loc", ())))
     if first.get("type") == "extra_forbidden":
         message = f"'{path}' is not a field of this request; remove it"
     elif first.get("type") == "missing":
@@ -90,6 +91,22 @@ def validation_error(exc: ValidationError) -> HttpError:
     else:
         message = f"'{path}': {first.get('msg', 'invalid value')}"
     return HttpError(400, message, "invalid_request_error", "invalid_value", path or None, reason="invalid")
+
+
+# pydantic names the member of a union it tried inside an error's location ("str", "list[int]", "constrained-str");
+# the field path stops there
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple", "bytes"})
+
+
+def _field_path(loc: tuple[int | str, ...]) -> list[str]:
+    path: list[str] = []
+    for part in loc:
+        if part == "body":
+            continue
+        if isinstance(part, str) and (not part.isidentifier() or part in _UNION_TAGS):
+            continue  # a union member's tag: not part of the field's path
+        path.append(str(part))
+    return path
 
 
 def body_too_large(size: int | None, limit: int) -> HttpError:

@@ -6,9 +6,14 @@ not support yet are declared, so the error can name them (see ``sampling.UNSUPPO
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# A prompt's text and token ids are never empty: an empty prompt gives the engine nothing to continue, and would
+# come back as the engine's refusal (a 5xx) instead of a 400 naming the field.
+PromptText = Annotated[str, Field(min_length=1)]
+PromptIds = Annotated[list[int], Field(min_length=1)]
 
 
 class StreamOptions(BaseModel):
@@ -74,4 +79,4 @@ class ChatCompletionRequest(_SamplingFields):
 
 
 class CompletionRequest(_SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]  # text or token ids; one prompt per request
+    prompt: PromptText | list[PromptText] | PromptIds | list[PromptIds]  # text or token ids; one prompt per request

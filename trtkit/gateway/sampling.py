@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from trtkit.errors import InvalidInputError
 from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.response_format import guide_of
 from trtkit.governance.vocabulary import SamplingParams
-from trtkit.wire.sampling_ranges import check_sampling_value
+from trtkit.wire.sampling_ranges import SAMPLING_RANGES, check_sampling_value
 
 MAX_STOP_STRINGS = 4
 MAX_LOGIT_BIAS = 100  # OpenAI's range for a logit_bias value
@@ -122,11 +124,20 @@ def _logit_bias(bias: dict[str, Any] | None, vocab_size: int | None) -> tuple[tu
 
 
 def check_range(name: str, value: float | None) -> None:
-    """The model's range, shared with the engine model and the BLS, then OpenAI's narrower bound if any."""
+    """The model's range, shared with the engine model and the BLS, for the value as sent and as the engine reads
+    it (a 32-bit float: 1e-60 arrives as 0, 1e39 as inf), then OpenAI's narrower bound if any."""
     if value is None:
         return
     try:
         check_sampling_value(name, value)
+        with np.errstate(over="ignore"):
+            carried = float(np.float32(value)) if SAMPLING_RANGES[name].kind == "float" else value
+        if carried != value:
+            try:
+                check_sampling_value(name, carried)
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"{name}: {value!r} reaches the engine as {carried!r} (a 32-bit float), "
+                                        f"{str(exc).split(': ', 1)[1]}") from None
     except InvalidInputError as exc:
         raise RequestValidationError(str(exc), param=name) from exc
     maximum = API_MAXIMUM.get(name)

@@ -37,13 +37,7 @@ class StreamAccumulator:
             if self.server.first_token_at is None:
                 self.server.first_token_at = time.perf_counter()
             self.pieces.append(delta.text)
-        for name in ("num_input_tokens", "num_output_tokens", "num_cached_tokens"):
-            value = getattr(delta, name)
-            if value is not None:
-                previous = getattr(self.server, name)
-                if name == "num_output_tokens" and delta.counts_per_response and previous is not None:
-                    value += previous  # per-response counts (C++ backend) add up to the completion
-                setattr(self.server, name, value)
+        self.add_counts(delta)
         if delta.log_probs is not None:
             if self.log_probs is None:
                 self.log_probs = []
@@ -53,8 +47,20 @@ class StreamAccumulator:
         self.finished = self.finished or delta.is_final
         if not delta.text:
             return None
-        self.local_completion_tokens += 1  # only used if the server sends no counts: one piece ~ one token
         return None if self.guard is None else self.guard.feed([delta.text])
+
+    def add_counts(self, delta: Delta) -> None:
+        """Take only a response's counts: what the engine generated after a client-side stop (the deadline, a
+        cancel), until the stop took. It is billed; its text never reaches the caller."""
+        if delta.text:
+            self.local_completion_tokens += 1  # only used if the server sends no counts: one piece ~ one token
+        for name in ("num_input_tokens", "num_output_tokens", "num_cached_tokens"):
+            value = getattr(delta, name)
+            if value is not None:
+                previous = getattr(self.server, name)
+                if name == "num_output_tokens" and delta.counts_per_response and previous is not None:
+                    value += previous  # per-response counts (C++ backend) add up to the completion
+                setattr(self.server, name, value)
 
     def running_usage(self) -> Usage:
         completion = self.server.num_output_tokens

@@ -1,8 +1,10 @@
 """One governed request from its caller to its upstream and back, the one flow of every client: the governor
 admits it (``prepare``), an upstream carries it (``upstream.py``), each delta becomes a chunk for the caller,
 and the governor settles what it cost; an early end is billed for what arrived, or only released when the
-server never worked on it. ``run_governed`` is the flow for a blocking upstream, ``arun_governed`` for an
-asyncio one: they differ in how they wait for the ledger's commit, never in what they decide."""
+server never worked on it. A client-side stop (the deadline, a cancel) is billed for what the engine generated
+until the stop took: the upstream hands those responses on after the stop, then ends. ``run_governed`` is the
+flow for a blocking upstream, ``arun_governed`` for an asyncio one: they differ in how they wait for the ledger's
+commit, never in what they decide."""
 
 from __future__ import annotations
 
@@ -29,14 +31,19 @@ class RequestFlow:
         self.acc = StreamAccumulator(prepared.prompt_tokens, governor.counter, guard, prepared.params)
         self.deadline = time.monotonic() + deadline_s
         self.stop_reason: str | None = None
+        self.client_stopped = False  # a client-side stop came: later deltas are only counted
         self.unsent_log_probs: list[tuple[int, float]] = []  # tokens whose text no chunk has carried yet
 
     def take(self, delta: Delta | str) -> tuple[StreamChunk | None, bool]:
         """(the chunk to hand the caller or None, whether the request is over). A string is a client-side
-        stop (cancelled, deadline); the guard's stop comes back from the accumulator."""
+        stop (cancelled, deadline): the upstream then stops the request and hands on what the engine generated
+        until it stopped, counted and not shown, and ends; the guard's stop comes back from the accumulator."""
         if isinstance(delta, str):
-            self.stop_reason = delta
-            return None, True
+            self.stop_reason, self.client_stopped = delta, True
+            return None, False
+        if self.client_stopped:
+            self.acc.add_counts(delta)
+            return None, False
         self.stop_reason = self.acc.add(delta)
         self.unsent_log_probs.extend(delta.log_probs or ())
         chunk = None

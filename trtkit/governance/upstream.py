@@ -4,7 +4,9 @@ Governance sees an upstream as "send these ids or this body, stream deltas and c
 the upstream a :class:`~trtkit.governance.governor.PreparedRequest` (its prompt ids, counted exactly as the
 server will, and its text and sampling parameters, for an upstream that takes a body) and reads back
 :class:`Delta` s: the text that came, and the server's counts as they came. A client-side stop (the caller
-cancelled, the deadline passed) comes back as a finish reason instead of a delta. Closing the iterator stops
+cancelled, the deadline passed) comes back as a finish reason instead of a delta; the upstream then stops the
+request, hands on the deltas of what the server generated until the stop took (billed by their counts, their
+text dropped), and ends. Closing the iterator stops
 the request upstream; what that takes (the engine's ``stop`` request, a closed HTTP stream) is the upstream's
 business. The Triton gRPC clients (``trtkit.transport``) implement it; an OpenAI HTTP upstream would be one
 more implementation beside them, and neither is imported here.

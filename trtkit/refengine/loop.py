@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from trtkit.errors import EngineError
@@ -21,8 +22,14 @@ OutputCallback = Callable[[RequestOutput], None]
 
 
 class EngineLoop:
-    def __init__(self, engine: LLMEngine, *, name: str = "trtkit-engine-loop") -> None:
+    """``min_step_s`` (a test switch, 0 in service): each step lasts at least this long, the rest slept outside
+    the lock. It puts a floor under how long a generation takes on any machine, so a test that must act while
+    a request still runs (cancel it, let its deadline pass, kill a replica mid-stream) waits on a condition the
+    engine controls rather than on how fast this machine happens to be."""
+
+    def __init__(self, engine: LLMEngine, *, name: str = "trtkit-engine-loop", min_step_s: float = 0.0) -> None:
         self.engine = engine
+        self.min_step_s = min_step_s
         self._lock = threading.Lock()  # guards engine state; the forward pass (engine.compute) runs outside it
         self._wake = threading.Event()
         self._callbacks: dict[str, OutputCallback] = {}
@@ -68,12 +75,14 @@ class EngineLoop:
                 busy = self.engine.has_unfinished()
                 if not busy and self._stopping:
                     return
-            outputs = self._step() if busy else []
             if not busy:
                 self._wake.wait()
                 self._wake.clear()
                 continue
-            self._deliver(outputs)
+            started = time.monotonic()
+            self._deliver(self._step())
+            if self.min_step_s:
+                time.sleep(max(0.0, started + self.min_step_s - time.monotonic()))
 
     def _step(self) -> list[RequestOutput]:
         plan = None

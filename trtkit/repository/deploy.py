@@ -57,16 +57,20 @@ class DeployResult:
 
 def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, target: str = "auto",
                       tokenizer_dir: Path | None = None,
-                      host: HostFacts | None = None, emulate_cpp_backend: bool = False) -> DeployResult:
+                      host: HostFacts | None = None, emulate_cpp_backend: bool = False,
+                      min_step_ms: float = 0.0) -> DeployResult:
     """``host``: this host's GPU and TensorRT facts (probed when None), to refuse engines built elsewhere.
-    ``emulate_cpp_backend`` (tests): the CPU engine answers exactly as the C++ backend does. Under build.backend:
-    pytorch, ``engine_dir`` is the (unified) Hugging Face checkpoint or a trtkit build output."""
+    ``emulate_cpp_backend`` (tests): the CPU engine answers exactly as the C++ backend does. ``min_step_ms``
+    (tests): every CPU engine step lasts at least this long, so a long generation outlasts what a test does to it.
+    Under build.backend: pytorch, ``engine_dir`` is the (unified) Hugging Face checkpoint or a trtkit build output."""
     resolve = resolve_llm_api_settings if config.build.backend == "pytorch" else resolve_settings
     settings, implied = resolve(config, Path(engine_dir), target=target, tokenizer_dir=tokenizer_dir)
-    if emulate_cpp_backend:
-        if settings.target != "cpu" or settings.backend == "pytorch":
-            raise RepositoryError("emulate_cpp_backend is a CPU test switch; the GPU target runs the C++ backend itself")
-        settings = replace(settings, emulate_cpp_backend=True)
+    if emulate_cpp_backend and (settings.target != "cpu" or settings.backend == "pytorch"):
+        raise RepositoryError("emulate_cpp_backend is a CPU test switch; the GPU target runs the C++ backend itself")
+    if min_step_ms and (settings.target != "cpu" or settings.backend == "pytorch"):
+        raise RepositoryError("min_step_ms is a test switch of the CPU engine model (build.backend: tensorrt, "
+                              "target cpu)")
+    settings = replace(settings, emulate_cpp_backend=emulate_cpp_backend, min_step_ms=float(min_step_ms))
     if settings.target == "gpu" and settings.backend != "pytorch":
         _guard_engines(settings.engine_dir, host)
     out_dir = Path(out_dir).resolve()

@@ -126,7 +126,7 @@ def engine_cpu(s: RepoSettings) -> mc.ModelConfig:
                    "cpu_tokens_per_block": s.tokens_per_block, "cpu_kv_cache_bytes": s.cpu_kv_cache_bytes,
                    "cpu_max_queue_size": s.max_queue_size, "cpu_dtype": s.cpu_dtype, "cpu_threads": s.cpu_threads,
                    "cpu_attention": s.cpu_attention,
-                   "cpu_cpp_responses": s.emulate_cpp_backend})
+                   "cpu_cpp_responses": s.emulate_cpp_backend, "cpu_min_step_ms": s.min_step_ms})
     pbtxt.set_parameters(config, params)
     return config
 

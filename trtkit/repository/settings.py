@@ -54,6 +54,8 @@ class RepoSettings:
     xgrammar_tokenizer_info_path: Path | None = None
     # test switch: the CPU engine answers exactly as the C++ backend does (per-response counts, no extras)
     emulate_cpp_backend: bool = False
+    # test switch: every CPU engine step lasts at least this long (a floor under a generation's length)
+    min_step_ms: float = 0.0
     backend: str = "tensorrt"  # pytorch: the engine slot is the LLM-API engine model
 
     @property

@@ -5,7 +5,9 @@ bytes differently, but decide alike: when to open the request's call, how long t
 (the deadline), when it is over (its final response, a client-side stop), when to retry it (UNAVAILABLE before
 any token: ``setup.retry_delay_s``), and how to stop one the caller left: the engine's ``stop`` request, sent
 again while the request has not reached the engine, until its stream ends or STOP_GRACE_S pass
-(``trtkit/wire/stop_request.py`` says why never a cancel). :func:`exchange` makes those decisions and does no
+(``trtkit/wire/stop_request.py`` says why never a cancel). After a client-side stop (the deadline, a cancel)
+it reads the request's stream to its end and hands those responses on too: the engine generated them
+before the stop took, so they are billed, by the engine's count (their text never reaches the caller). :func:`exchange` makes those decisions and does no
 I/O (sans-IO, as h11 does for HTTP): it yields what to do next (an :class:`Op`) and gets the answer back, and
 yields each :class:`Delta` or client-side stop for the caller. :func:`drive` runs it over a blocking
 :class:`CallIO`, :func:`adrive` over an asyncio one; each client's ``CallIO`` is its own way to carry one
@@ -78,6 +80,7 @@ class _Attempt:
     opened: bool = False
     final_seen: bool = False  # the request's last response was read: nothing left to stop
     broken: bool = False  # the call failed: it is not stopped, and not reused
+    stop_tried: bool = False  # a client-side stop already sent the engine's stop (and waited out its grace)
 
 
 Step = Op | Delta | str
@@ -115,12 +118,14 @@ def _responses(reader: Reader, deadline: float, state: _Attempt) -> Generator[St
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             yield FINISH_DEADLINE
+            yield from _stop_and_read(reader, state)
             return
         item = yield Op("next", (remaining,))
         if item is None:  # nothing within the wait: look at the deadline again
             continue
         if item is CANCELLED:
             yield FINISH_CANCELLED
+            yield from _stop_and_read(reader, state)
             return
         if item is END:
             return
@@ -136,17 +141,59 @@ def _responses(reader: Reader, deadline: float, state: _Attempt) -> Generator[St
             return
 
 
+def _stop_and_read(reader: Reader, state: _Attempt) -> Generator[Step, Any, None]:
+    """After a client-side stop: the responses already here, then the engine's ``stop`` request and the rest of
+    the stream to its final response, each handed on as a Delta (the flow bills their counts and drops their
+    text). A stop that finds nothing ("not running": it has not reached the engine, or it just ended) is sent
+    again STOP_RETRY_S on; after STOP_GRACE_S ``_end`` falls back as for a caller that left."""
+    until = time.monotonic() + STOP_GRACE_S
+    send_at: float | None = None  # when to send the stop; None once the engine took it
+    pending = True  # read what already arrived before stopping: it may be the whole rest of the stream
+    while (now := time.monotonic()) < until:
+        if not pending and send_at is not None and now >= send_at:
+            said = yield Op("send_stop", (until,))
+            state.stop_tried = True
+            if said == "failed":
+                return
+            send_at = None if said == "stopped" else time.monotonic() + STOP_RETRY_S
+        wait = 0.0 if pending else max(0.0, min(until, send_at or until) - time.monotonic())
+        item = yield Op("next", (wait,))
+        if item is None:
+            if pending:
+                pending, send_at = False, time.monotonic()
+            continue
+        if item is CANCELLED:
+            continue
+        if item is END or isinstance(item, BaseException):
+            state.final_seen = item is END
+            state.broken = item is not END
+            return
+        result, error = item
+        if error is not None:  # an error is the stream's last response
+            state.final_seen = True
+            return
+        delta = reader.read(result)
+        yield delta
+        if delta.is_final and not delta.engine_running:
+            state.final_seen = True
+            return
+
+
 def _end(state: _Attempt, setup: ClientSetup, fallback: str) -> Generator[Step, Any, None]:
     """Done with an attempt: at once when it finished; when the caller left, stop it with the engine's ``stop``
     request and read its stream to its end; the call is released whatever happens meanwhile."""
     ended = state.final_seen
     try:
         if state.opened and not state.broken and not ended:
-            ended = yield Op("wait_ended", (time.monotonic(),))  # it may have ended while nobody read
+            if not state.stop_tried:
+                ended = yield Op("wait_ended", (time.monotonic(),))  # it may have ended while nobody read
             if not ended:
-                ended = yield from _stop()
+                ended = False if state.stop_tried else (yield from _stop())
                 governor = setup.governor
                 governor.metrics.early_ends.labels(governor.model, "stop" if ended else fallback).inc()
+        elif state.stop_tried and ended:
+            governor = setup.governor
+            governor.metrics.early_ends.labels(governor.model, "stop").inc()
     finally:
         yield Op("release", (ended, state.broken))
 

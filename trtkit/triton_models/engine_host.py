@@ -46,7 +46,7 @@ def start_engine(params: dict[str, str]):
     from trtkit.refengine import EngineLoop, LLMEngine
 
     engine = LLMEngine.from_pretrained(params["gpt_model_path"], engine_config(params))
-    return EngineLoop(engine)
+    return EngineLoop(engine, min_step_s=float(params.get("cpu_min_step_ms") or 0) / 1000)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,43 @@
+"""Under CI=true a skipped test that needs PostgreSQL or Chromium fails the run (tests/ci_skips.py); outside CI it
+stays a skip, and other skips stay skips everywhere. Run on a generated test file with pytester."""
+
+from __future__ import annotations
+
+import pytest
+
+TESTS = """
+import pytest
+
+@pytest.mark.postgres
+def test_needs_postgres():
+    pytest.skip("PostgreSQL is not installed")
+
+@pytest.mark.chromium
+def test_needs_chromium():
+    pytest.skip("no chromium")
+
+@pytest.mark.postgres
+def test_runs():
+    pass
+
+def test_other_skip():
+    pytest.skip("needs a GPU host")
+"""
+MARKERS = "[pytest]\nmarkers =\n    postgres: x\n    chromium: x\n"
+
+
+@pytest.mark.parametrize("ci", ["true", "", None])
+def test_a_skip_of_what_ci_installs_fails_only_under_ci(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                        ci: str | None) -> None:
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    pytester.makeini(MARKERS)
+    pytester.makepyfile(test_generated=TESTS)
+    result = pytester.runpytest_inprocess("-p", "ci_skips", "-rfs")
+    if ci == "true":
+        result.assert_outcomes(passed=1, failed=2, skipped=1)
+        result.stdout.fnmatch_lines(["*test_needs_postgres needs postgres, which CI installs, but it was skipped*"])
+    else:
+        result.assert_outcomes(passed=1, skipped=3)

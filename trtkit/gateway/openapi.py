@@ -1,0 +1,108 @@
+"""The gateway's OpenAPI document (``GET /openapi.json``), built from the models it really uses: the request models
+it validates with (``protocol.py``) and the ``openai`` package's response types it answers with (``responses.py``),
+so the document cannot drift from what the gateway accepts and returns. Users' tooling reads it; the suite fuzzes
+the live gateway against it (``tests/gateway/test_openapi_fuzz.py``, schemathesis).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from openai.types import Completion, CompletionChoice, Model
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
+
+OPENAPI_VERSION = "3.1.0"
+REF = "#/components/schemas/{model}"
+
+
+class ErrorDetail(BaseModel):
+    """OpenAI's error object, as ``error_responses.HttpError`` writes it."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[Model]
+
+
+class CompletionStreamChoice(CompletionChoice):
+    finish_reason: Literal["stop", "length", "content_filter"] | None = None  # type: ignore[assignment]
+
+
+class CompletionChunk(Completion):
+    """A streamed completions chunk: the ``openai`` Completion type, which the gateway streams as OpenAI does, with
+    finish_reason null until the last chunk (the type itself declares it never null; the SDK reads chunks without
+    validating them)."""
+
+    choices: list[CompletionStreamChoice]  # type: ignore[assignment]
+
+
+class Health(BaseModel):
+    status: str
+    backend: str | None = None
+
+
+def openapi_document(title: str, version: str) -> dict[str, Any]:
+    """The document for this gateway (``title`` names the served model)."""
+    refs, defs = models_json_schema(
+        [(ChatCompletionRequest, "validation"), (CompletionRequest, "validation"), (ChatCompletion, "serialization"),
+         (Completion, "serialization"), (ChatCompletionChunk, "serialization"), (CompletionChunk, "serialization"),
+         (ModelList, "serialization"),
+         (ErrorResponse, "serialization"), (Health, "serialization")], ref_template=REF)
+    ref = {model: refs[(model, mode)] for (model, mode) in refs}
+    errors = {"description": "an error in OpenAI's shape: 4xx names the field or the fix, 5xx a server fault",
+              "content": {"application/json": {"schema": ref[ErrorResponse]}}}
+
+    def generation(request: type[BaseModel], answer: type[BaseModel], chunk: type[BaseModel],
+                   summary: str) -> dict[str, Any]:
+        return {"post": {
+            "summary": summary, "security": [{"bearer": []}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": ref[request]}}},
+            "responses": {
+                "200": {"description": "the answer; with stream: true, server-sent events, each a chunk (or an error "
+                                       "that ended the stream) as JSON, then [DONE]",
+                        "content": {"application/json": {"schema": ref[answer]},
+                                    "text/event-stream": {"schema": _event(ref[chunk], ref[ErrorResponse])}}},
+                "default": errors}}}
+
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {"title": title, "version": version,
+                 "description": "trtkit's OpenAI-compatible gateway: every request governed (keys, budgets, rate "
+                                "limits, one ledger row)."},
+        "paths": {
+            "/v1/chat/completions": generation(ChatCompletionRequest, ChatCompletion, ChatCompletionChunk,
+                                               "Create a chat completion"),
+            "/v1/completions": generation(CompletionRequest, Completion, CompletionChunk, "Create a completion"),
+            "/v1/models": {"get": {"summary": "The served model", "security": [{"bearer": []}], "responses": {
+                "200": {"description": "the list", "content": {"application/json": {"schema": ref[ModelList]}}},
+                "default": errors}}},
+            "/health/live": {"get": {"summary": "Liveness", "responses": {"200": {
+                "description": "live", "content": {"application/json": {"schema": ref[Health]}}}}}},
+            "/health/ready": {"get": {"summary": "Readiness of the gateway and its backend", "responses": {
+                "200": {"description": "ready", "content": {"application/json": {"schema": ref[Health]}}},
+                "503": {"description": "not ready", "content": {"application/json": {"schema": ref[Health]}}}}}},
+        },
+        "components": {"schemas": defs.get("$defs", {}),
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                                      "description": "an API key from `trtkit keys create`"}}},
+    }
+
+
+def _event(chunk: dict[str, Any], error: dict[str, Any]) -> dict[str, Any]:
+    """One server-sent event of a stream: its data is a chunk (or an error) as JSON, or the closing [DONE]."""
+    return {"type": "object", "required": ["data"], "properties": {"data": {"anyOf": [
+        {"const": "[DONE]"},
+        {"type": "string", "contentMediaType": "application/json", "contentSchema": {"anyOf": [chunk, error]}}]}}}
