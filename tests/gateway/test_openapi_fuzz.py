@@ -60,10 +60,10 @@ def gateway_schema(gateway):  # type: ignore[no-untyped-def]
     generated requests then reach the engine and stay short); everything else as published."""
     document = copy.deepcopy(httpx.get(f"{gateway.url}/openapi.json", timeout=30).json())
     schemas = document["components"]["schemas"]
-    for name in ("CompletionRequest", "ChatCompletionRequest"):
+    for name in ("CompletionRequest", "ChatCompletionRequest", "ResponseRequest"):
         fields = schemas[name]["properties"]
         fields["model"] = {"type": "string", "enum": [gateway.config.name]}
-        for limit in ("max_tokens", "max_completion_tokens", "min_tokens"):
+        for limit in ("max_tokens", "max_completion_tokens", "min_tokens", "max_output_tokens"):
             if limit in fields:
                 fields[limit] = {"anyOf": [{"type": "integer", "minimum": 0, "maximum": SHORT}, {"type": "null"}]}
     document["servers"] = [{"url": gateway.url}]
@@ -73,7 +73,10 @@ def gateway_schema(gateway):  # type: ignore[no-untyped-def]
 POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE
 # (operation, mode): invalid requests only where there is something to get wrong (a body); the GETs take nothing
 CASES = [("POST /v1/chat/completions", POSITIVE), ("POST /v1/chat/completions", NEGATIVE),
-         ("POST /v1/completions", POSITIVE), ("POST /v1/completions", NEGATIVE), ("GET /v1/models", POSITIVE),
+         ("POST /v1/completions", POSITIVE), ("POST /v1/completions", NEGATIVE), ("POST /v1/responses", POSITIVE),
+         ("POST /v1/responses", NEGATIVE), ("GET /v1/responses/{response_id}", POSITIVE),
+         ("DELETE /v1/responses/{response_id}", POSITIVE), ("POST /v1/responses/{response_id}/heartbeat", POSITIVE),
+         ("GET /v1/models", POSITIVE),
          ("GET /health/live", POSITIVE), ("GET /health/ready", POSITIVE)]
 
 

@@ -10,10 +10,13 @@ from typing import Any, Literal
 
 from openai.types import Completion, CompletionChoice, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
-from pydantic import BaseModel
+from openai.types.responses import Response as ResponseObject
+from openai.types.responses import ResponseStreamEvent
+from pydantic import BaseModel, RootModel
 from pydantic.json_schema import models_json_schema
 
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
+from trtkit.gateway.responses_protocol import ResponseRequest
 
 OPENAPI_VERSION = "3.1.0"
 REF = "#/components/schemas/{model}"
@@ -49,6 +52,25 @@ class CompletionChunk(Completion):
     choices: list[CompletionStreamChoice]  # type: ignore[assignment]
 
 
+class ResponseEvent(RootModel[ResponseStreamEvent]):
+    """One event of a streamed Responses API answer, as the ``openai`` package types it."""
+
+
+class ResponseDeleted(BaseModel):
+    id: str
+    object: Literal["response"]
+    deleted: bool
+    trtkit: dict[str, Any]
+
+
+class ResponseHeartbeat(BaseModel):
+    id: str
+    object: Literal["response.heartbeat"]
+    conversation: str
+    expires_at: float
+    ttl_seconds: float
+
+
 class Health(BaseModel):
     status: str
     backend: str | None = None
@@ -59,7 +81,8 @@ def openapi_document(title: str, version: str) -> dict[str, Any]:
     refs, defs = models_json_schema(
         [(ChatCompletionRequest, "validation"), (CompletionRequest, "validation"), (ChatCompletion, "serialization"),
          (Completion, "serialization"), (ChatCompletionChunk, "serialization"), (CompletionChunk, "serialization"),
-         (ModelList, "serialization"),
+         (ModelList, "serialization"), (ResponseRequest, "validation"), (ResponseObject, "serialization"),
+         (ResponseEvent, "serialization"), (ResponseDeleted, "serialization"), (ResponseHeartbeat, "serialization"),
          (ErrorResponse, "serialization"), (Health, "serialization")], ref_template=REF)
     ref = {model: refs[(model, mode)] for (model, mode) in refs}
     errors = {"description": "an error in OpenAI's shape: 4xx names the field or the fix, 5xx a server fault",
@@ -86,6 +109,23 @@ def openapi_document(title: str, version: str) -> dict[str, Any]:
             "/v1/chat/completions": generation(ChatCompletionRequest, ChatCompletion, ChatCompletionChunk,
                                                "Create a chat completion"),
             "/v1/completions": generation(CompletionRequest, Completion, CompletionChunk, "Create a completion"),
+            "/v1/responses": generation(ResponseRequest, ResponseObject, ResponseEvent,
+                                        "Create a response (stored conversations: docs/conversations.md)"),
+            "/v1/responses/{response_id}": {
+                "parameters": [_response_id()],
+                "get": {"summary": "A stored response", "security": [{"bearer": []}], "responses": {
+                    "200": {"description": "the response", "content": {"application/json": {
+                        "schema": ref[ResponseObject]}}},
+                    "default": errors}},
+                "delete": {"summary": "Delete a response's conversation", "security": [{"bearer": []}],
+                           "responses": {"200": {"description": "deleted", "content": {"application/json": {
+                               "schema": ref[ResponseDeleted]}}}, "default": errors}}},
+            "/v1/responses/{response_id}/heartbeat": {
+                "parameters": [_response_id()],
+                "post": {"summary": "Keep a stored conversation alive", "security": [{"bearer": []}], "responses": {
+                    "200": {"description": "its new expiry", "content": {"application/json": {
+                        "schema": ref[ResponseHeartbeat]}}},
+                    "default": errors}}},
             "/v1/models": {"get": {"summary": "The served model", "security": [{"bearer": []}], "responses": {
                 "200": {"description": "the list", "content": {"application/json": {"schema": ref[ModelList]}}},
                 "default": errors}}},
@@ -99,6 +139,10 @@ def openapi_document(title: str, version: str) -> dict[str, Any]:
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
                                                       "description": "an API key from `trtkit keys create`"}}},
     }
+
+
+def _response_id() -> dict[str, Any]:
+    return {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
 def _event(chunk: dict[str, Any], error: dict[str, Any]) -> dict[str, Any]:
