@@ -50,6 +50,8 @@ class StreamAccumulator:
             self.log_probs.extend(delta.log_probs)
         if delta.finish_reason:
             self.server.finish_reason = delta.finish_reason
+        if delta.usage_reported:
+            self.server.usage_reported = True
         self.finished = self.finished or delta.is_final
         if not delta.text:
             return None
@@ -71,6 +73,7 @@ class StreamAccumulator:
                        num_input_tokens=o.num_input_tokens,
                        num_output_tokens=o.num_output_tokens,  # None: the governor counts the text received
                        num_cached_tokens=o.num_cached_tokens, first_token_at=o.first_token_at,
+                       usage_reported=o.usage_reported,
                        log_probs=None if self.log_probs is None else tuple(self.log_probs))
 
     def _derived_reason(self) -> str:

@@ -155,6 +155,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             RETURN deleted;
         END
         $fn$""",), dialects=("postgresql",)),
+    # An upstream that reports its own usage (an OpenAI-compatible server): the row bills its count and keeps the
+    # gateway's own beside it; counted_locally marks a bill made of the text received (the upstream sent none).
+    Migration(7, "m007_upstream_usage_columns", (
+        "ALTER TABLE requests ADD COLUMN local_prompt_tokens BIGINT",
+        "ALTER TABLE requests ADD COLUMN local_completion_tokens BIGINT",
+        "ALTER TABLE requests ADD COLUMN counted_locally INTEGER NOT NULL DEFAULT 0")),
 )
 
 _LEGACY_LEDGER_NAMES = {m.name: m.version for m in MIGRATIONS[:3]}
