@@ -24,13 +24,16 @@ def register(app: typer.Typer) -> None:
 
 
 def gateway(config_path: ConfigArg,
-            backend: Annotated[str, typer.Option("--backend", help="Triton gRPC HOST:PORT (e.g. from `trtkit serve`)")],
+            backend: Annotated[str | None, typer.Option(
+                "--backend", help="grpc://HOST:PORT or HOST:PORT: a Triton repository (e.g. from `trtkit serve`); "
+                "http://HOST:PORT/v1: an OpenAI-compatible server (trtllm-serve, Dynamo, vLLM, SGLang, llama.cpp); "
+                "default gateway.upstream.url")] = None,
             port: Annotated[int | None, typer.Option("--port", help="HTTP port; default gateway.port; 0 picks one")] = None,
             bind: Annotated[str | None, typer.Option("--bind", help="Address; default gateway.bind (127.0.0.1)")] = None,
             no_auth: Annotated[bool, typer.Option("--no-auth", help="No API keys (loopback binds only)")] = False,
             ) -> None:
     """OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models) with keys, budgets, rate
-    limits, a per-key cache and exact usage, in front of a Triton LLM repository."""
+    limits, a per-key cache and exact usage, in front of a Triton LLM repository or any OpenAI-compatible server."""
     from trtkit.config import load_config
     from trtkit.gateway import run_gateway
 
