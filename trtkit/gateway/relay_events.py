@@ -32,6 +32,7 @@ class EventRelay:
         self.created = int(time.time())
         self.held: list[dict[str, Any]] = []  # events that end a choice
         self.usage_event: dict[str, Any] | None = None
+        self.usage_reports = 0  # several (llama-server: one per choice) add up to the bill
         self.open: set[int] = set()  # choices seen and not ended
 
     def pass_on(self, event: dict[str, Any]) -> bytes:
@@ -41,6 +42,7 @@ class EventRelay:
         if not choices:
             if event.get("usage") is not None:
                 self.usage_event = event
+                self.usage_reports += 1
                 return b""
             return sse(event)
         ended = False
@@ -71,8 +73,8 @@ class EventRelay:
             events.append(self._event(ended or [self._choice(0, None, reason)]))
         events[-1]["trtkit"] = extension(result)
         out = b"".join(sse(e) for e in events)
-        if include_usage:
-            usage = self.usage_event or self._event([])
+        if include_usage:  # the upstream's own usage chunk when it sent one, else the bill
+            usage = self.usage_event if self.usage_event is not None and self.usage_reports == 1 else self._event([])
             usage["usage"] = usage.get("usage") or result.usage.to_openai()
             out += sse(usage)
         return out
@@ -95,14 +97,16 @@ class AnswerMerger:
         self.chat = chat
         self.choices: dict[int, dict[str, Any]] = {}
         self.usage: dict[str, Any] | None = None
+        self.usage_reports = 0
         self.extra: dict[str, Any] = {}  # top-level fields besides the ones we set (system_fingerprint, ...)
 
     def add(self, event: dict[str, Any]) -> None:
         for name, value in event.items():
             if name not in ("id", "object", "created", "model", "choices", "usage", "trtkit"):
                 self.extra[name] = value
-        if event.get("usage") is not None:
+        if event.get("usage") is not None and not event.get("choices"):
             self.usage = event["usage"]
+            self.usage_reports += 1
         for choice in event.get("choices") or ():
             merged = self.choices.setdefault(choice.get("index", 0), self._empty(choice.get("index", 0)))
             _merge_choice(merged, choice, self.chat)
@@ -119,7 +123,8 @@ class AnswerMerger:
             choice["finish_reason"] = choice["finish_reason"] or reason
         return {"id": response_id, "object": "chat.completion" if self.chat else "text_completion",
                 "created": int(time.time()), "model": model, "choices": choices, **self.extra,
-                "usage": self.usage or result.usage.to_openai(), "trtkit": extension(result)}
+                "usage": self.usage if self.usage_reports == 1 else result.usage.to_openai(),
+                "trtkit": extension(result)}
 
     def _empty(self, index: int) -> dict[str, Any]:
         if self.chat:

@@ -65,20 +65,36 @@ def parse_event(data: bytes) -> dict[str, Any]:
     return event
 
 
-def delta_of(event: dict[str, Any]) -> Delta:
-    text, finish = "", ""
-    choices = event.get("choices")
-    if choices:
-        for choice in choices:
-            text += _choice_text(choice)
-            finish = finish or choice.get("finish_reason") or ""
-    usage = event.get("usage")
-    if not isinstance(usage, dict):
-        return Delta(text, None, None, None, finish, False, event=event)
-    details = usage.get("prompt_tokens_details")
-    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else None
-    return Delta(text, _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), cached, finish,
-                 False, usage_reported=True, event=event)
+class UsageReports:
+    """One stream's usage as reported. A usage in a chunk with choices is a running total (vLLM's
+    ``continuous_usage_stats``): the latest stands. The usage chunks OpenAI's spec ends a stream with (no choices)
+    are final reports; llama-server sends one per choice (``n`` > 1), so those add up."""
+
+    def __init__(self) -> None:
+        self.final: tuple[int | None, int | None, int | None] | None = None
+
+    def delta_of(self, event: dict[str, Any]) -> Delta:
+        text, finish = "", ""
+        choices = event.get("choices")
+        if choices:
+            for choice in choices:
+                text += _choice_text(choice)
+                finish = finish or choice.get("finish_reason") or ""
+        usage = event.get("usage")
+        if not isinstance(usage, dict):
+            return Delta(text, None, None, None, finish, False, event=event)
+        details = usage.get("prompt_tokens_details")
+        counts = (_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")),
+                  _count(details.get("cached_tokens")) if isinstance(details, dict) else None)
+        if not choices:
+            if self.final is not None:
+                counts = (_add(self.final[0], counts[0]), _add(self.final[1], counts[1]), _add(self.final[2], counts[2]))
+            self.final = counts
+        return Delta(text, counts[0], counts[1], counts[2], finish, False, usage_reported=True, event=event)
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else a + b
 
 
 def _choice_text(choice: dict[str, Any]) -> str:

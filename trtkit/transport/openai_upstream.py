@@ -24,7 +24,7 @@ from trtkit.governance.governor import PreparedRequest
 from trtkit.governance.tokens import RawPrompt, TokenIdsPrompt
 from trtkit.governance.upstream import FINISH_DEADLINE, Delta
 from trtkit.transport.http1 import ConnectFailed, ConnectionBroken, Exchange, Http1Pool
-from trtkit.transport.openai_events import DONE, SseSplitter, delta_of, parse_event
+from trtkit.transport.openai_events import DONE, SseSplitter, UsageReports, parse_event
 from trtkit.transport.setup import backoff_s
 from trtkit.transport.upstream_errors import UpstreamBrokenError, UpstreamUnavailableError, status_error
 
@@ -106,7 +106,7 @@ class OpenAIUpstream:
         exchange = await self._send(route, payload, deadline)
         done = False
         try:
-            splitter = SseSplitter()
+            splitter, reports = SseSplitter(), UsageReports()
             reader = _Reader(exchange, deadline, self.settings.read_timeout_s)
             while (piece := await reader.next()) is not None:
                 for data in splitter.feed(piece):
@@ -114,10 +114,10 @@ class OpenAIUpstream:
                         done = True
                         yield Delta("", None, None, None, "", True)
                         return
-                    yield delta_of(parse_event(data))
+                    yield reports.delta_of(parse_event(data))
             for data in splitter.rest():  # a stream that ended cleanly without [DONE]
                 if data != DONE:
-                    yield delta_of(parse_event(data))
+                    yield reports.delta_of(parse_event(data))
             done = True
             yield Delta("", None, None, None, "", True)
         except _DeadlinePassed:
