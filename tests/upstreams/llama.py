@@ -40,10 +40,13 @@ def convert_to_gguf(tools: Path, hf_dir: Path, cache: Path) -> Path:
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_suffix(f".partial-{os.getpid()}")
-    subprocess.run([sys.executable, str(tools / "convert_hf_to_gguf.py"), str(hf_dir), "--outfile", str(partial),
-                    "--outtype", "bf16"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                   env=os.environ | {"NO_LOCAL_GGUF": ""})
+    partial = out.with_name(f"{out.stem}.partial-{os.getpid()}.gguf")
+    env = {k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"}  # the converter's own gguf-py, beside it
+    done = subprocess.run([sys.executable, str(tools / "convert_hf_to_gguf.py"), str(hf_dir), "--outfile",
+                           str(partial), "--outtype", "bf16"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          env=env, text=True)
+    if done.returncode != 0:
+        raise AssertionError(f"convert_hf_to_gguf.py failed on {hf_dir}: {done.stderr[-3000:]}")
     partial.rename(out)
     return out
 

@@ -116,22 +116,25 @@ def test_the_reservation_is_n_times_and_the_body_keys_the_cache() -> None:
 
 
 def test_streamed_events_are_restamped_held_and_finished() -> None:
-    relay = EventRelay("chatcmpl-ours", "gw-model", chat=True)
+    relay = EventRelay("chatcmpl-ours", "gw-model", chat=True, include_usage=True)
     first = relay.pass_on(chunk("Hel"))
     assert json.loads(first[6:])["id"] == "chatcmpl-ours" and json.loads(first[6:])["model"] == "gw-model"
     assert relay.pass_on(chunk(None, "stop")) == b""  # held for the trtkit extension
     assert relay.pass_on(usage_chunk(5, 3)) == b""  # passed on only when asked
-    events = [json.loads(e[6:]) for e in relay.finish(result(), include_usage=True).split(b"\n\n") if e]
+    events = [json.loads(e[6:]) for e in relay.finish(result()).split(b"\n\n") if e]
     assert events[0]["choices"][0]["finish_reason"] == "stop" and events[0]["trtkit"]["request_id"] == "rid"
     assert events[1]["usage"]["prompt_tokens"] == 5 and events[1]["id"] == "chatcmpl-ours"
-    assert b"usage" not in relay.finish(result(), include_usage=False)
+    quiet = EventRelay("chatcmpl-ours", "gw-model", chat=True)
+    quiet.pass_on(usage_chunk(5, 3))
+    last = quiet.pass_on(chunk("x", usage={"prompt_tokens": 5, "completion_tokens": 1}))
+    assert b'"usage": null' in last and b"prompt_tokens" not in quiet.finish(result())
 
 
 def test_a_stream_the_gateway_ended_gets_finish_events_of_its_own() -> None:
     relay = EventRelay("cmpl-1", "m", chat=False)
     relay.pass_on({"choices": [{"index": 0, "text": "!!"}, {"index": 1, "text": "??"}]})
     relay.pass_on({"choices": [{"index": 1, "text": "", "finish_reason": "length"}]})
-    events = [json.loads(e[6:]) for e in relay.finish(result("guard_punctuation"), False).split(b"\n\n") if e]
+    events = [json.loads(e[6:]) for e in relay.finish(result("guard_punctuation")).split(b"\n\n") if e]
     assert [c["index"] for c in events[-1]["choices"]] == [0] and events[-1]["choices"][0]["finish_reason"] == "stop"
     assert events[-1]["trtkit"]["finish_reason"] == "guard_punctuation"
 

@@ -86,8 +86,8 @@ class RelayEndpoint:
         generation = await start_generation(self.ctx, call, prompt, relay_params(request, body), request.user)
         response_id = f"{self.id_prefix}-{generation.request_id}"
         if request.stream:
-            relay = EventRelay(response_id, request.model, chat=self.chat)
-            return CancellingStreamResponse(self._events(generation, relay, include_usage), generation.headers,
+            relay = EventRelay(response_id, request.model, chat=self.chat, include_usage=include_usage)
+            return CancellingStreamResponse(self._events(generation, relay), generation.headers,
                                             lambda: self.ctx.metrics.disconnects.labels("true").inc())
         finished, answer = await run_or_cancel(self._answer(generation, response_id, request.model), call.receive)
         if not finished:
@@ -105,7 +105,7 @@ class RelayEndpoint:
             raise RequestValidationError(f"the model's chat template cannot render these messages ({exc}); the "
                                          f"gateway counts every prompt before admission", param="messages") from None
 
-    async def _events(self, generation: Generation, relay: EventRelay, include_usage: bool) -> AsyncIterator[bytes]:
+    async def _events(self, generation: Generation, relay: EventRelay) -> AsyncIterator[bytes]:
         chunks = generation.chunks()
         try:
             async for chunk in chunks:
@@ -115,7 +115,7 @@ class RelayEndpoint:
                     yield out
                 if chunk.result is not None:
                     observe(self.ctx, chunk.result)
-                    yield LastEvent(relay.finish(chunk.result, include_usage) + SSE_DONE)
+                    yield LastEvent(relay.finish(chunk.result) + SSE_DONE)
                     return
         except Exception as exc:  # the upstream failed mid-stream: OpenAI's error body as the last event
             yield sse_error(exc)

@@ -26,8 +26,9 @@ def sse(event: dict[str, Any]) -> bytes:
 class EventRelay:
     """One streamed answer's events, restamped and passed on; see the module docstring."""
 
-    def __init__(self, response_id: str, model: str, *, chat: bool) -> None:
+    def __init__(self, response_id: str, model: str, *, chat: bool, include_usage: bool = False) -> None:
         self.response_id, self.model, self.chat = response_id, model, chat
+        self.include_usage = include_usage
         self.object = "chat.completion.chunk" if chat else "text_completion"
         self.created = int(time.time())
         self.held: list[dict[str, Any]] = []  # events that end a choice
@@ -45,6 +46,8 @@ class EventRelay:
                 self.usage_reports += 1
                 return b""
             return sse(event)
+        if not self.include_usage and event.get("usage") is not None:  # a running or final count in a choice's
+            event["usage"] = None  # chunk (vLLM's continuous stats, llama-server's completions): not asked for
         ended = False
         for choice in choices:
             index = choice.get("index", 0)
@@ -63,7 +66,7 @@ class EventRelay:
         self.open.add(0)
         return sse(self._event([self._choice(0, text)]))
 
-    def finish(self, result: GenerationResult, include_usage: bool) -> bytes:
+    def finish(self, result: GenerationResult) -> bytes:
         """The held events, finish events for choices the gateway ended, the ``trtkit`` extension, and the usage
         chunk if the caller asked for it."""
         events = list(self.held)
@@ -73,7 +76,7 @@ class EventRelay:
             events.append(self._event(ended or [self._choice(0, None, reason)]))
         events[-1]["trtkit"] = extension(result)
         out = b"".join(sse(e) for e in events)
-        if include_usage:  # the upstream's own usage chunk when it sent one, else the bill
+        if self.include_usage:  # the upstream's own usage chunk when it sent one, else the bill
             usage = self.usage_event if self.usage_event is not None and self.usage_reports == 1 else self._event([])
             usage["usage"] = usage.get("usage") or result.usage.to_openai()
             out += sse(usage)

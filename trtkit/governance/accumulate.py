@@ -55,7 +55,7 @@ class StreamAccumulator:
         self.finished = self.finished or delta.is_final
         if not delta.text:
             return None
-        self.local_completion_tokens += 1  # only used if the server sends no counts: one piece ~ one token
+        self.local_completion_tokens += 1  # pieces with text: each carried one token at least
         return None if self.guard is None else self.guard.feed([delta.text])
 
     def running_usage(self) -> Usage:
@@ -73,7 +73,7 @@ class StreamAccumulator:
                        num_input_tokens=o.num_input_tokens,
                        num_output_tokens=o.num_output_tokens,  # None: the governor counts the text received
                        num_cached_tokens=o.num_cached_tokens, first_token_at=o.first_token_at,
-                       usage_reported=o.usage_reported,
+                       usage_reported=o.usage_reported, pieces=self.local_completion_tokens,
                        log_probs=None if self.log_probs is None else tuple(self.log_probs))
 
     def _derived_reason(self) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BudgetExceededError, InputTooLongError
+from trtkit.governance.billing import Billing, Outcome, bill
 from trtkit.governance.budgets import BudgetGuard, Reservation
 from trtkit.governance.cache import ResponseCache, cache_key
 from trtkit.governance.guard import RunawayGuard
@@ -42,31 +43,6 @@ class PreparedRequest:
     started: float = field(default_factory=time.perf_counter)
     truncated_tokens: int = 0
     prompt_ids: list[int] = field(default_factory=list)  # what the token path sends the engine model
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What the transport saw: text, the server's final counts (None if it never sent them), timings."""
-
-    text: str
-    finish_reason: str
-    num_input_tokens: int | None = None
-    num_output_tokens: int | None = None
-    num_cached_tokens: int | None = None
-    first_token_at: float | None = None
-    log_probs: tuple[tuple[int, float], ...] | None = None
-    usage_reported: bool = False  # the counts are the upstream's usage report (Delta.usage_reported)
-
-
-@dataclass(slots=True, frozen=True)
-class Billing:
-    """How a request's usage was reached: ``local`` is the governor's own count (prompt, completion) beside an
-    upstream's usage report, kept in the ledger with the bill; ``counted_locally``: the upstream sent no count of
-    the completion (a stream cut short), so the bill is the text received, counted with the model's tokenizer."""
-
-    usage: Usage
-    local: tuple[int, int] | None = None
-    counted_locally: bool = False
 
 
 class Governor:
@@ -178,7 +154,7 @@ class Governor:
 
     def finish(self, request: PreparedRequest, outcome: Outcome) -> tuple[GenerationResult, LedgerRow | None]:
         """Everything but the ledger write (and releasing config-rule reservations, which waits for it)."""
-        billing = self._billing(request, outcome)
+        billing = bill(request.prompt_tokens, outcome, self.counter, self.metrics, self.model)
         usage = billing.usage
         latency = time.perf_counter() - request.started
         ttft = None if outcome.first_token_at is None else outcome.first_token_at - request.started
@@ -228,28 +204,6 @@ class Governor:
             if len(ids) <= self.max_input_tokens:
                 return text, ids, len(content) - len(kept)
             keep -= 1
-
-    def _billing(self, request: PreparedRequest, outcome: Outcome) -> Billing:
-        prompt = request.prompt_tokens
-        if outcome.num_input_tokens is not None and outcome.num_input_tokens != prompt:
-            if not outcome.usage_reported:  # a reported usage is checked below, and its difference counted
-                log.warning("server counted %d prompt tokens, the client %d; billing the server's count",
-                            outcome.num_input_tokens, prompt)
-            prompt = outcome.num_input_tokens
-        completion = outcome.num_output_tokens
-        counted_locally = completion is None
-        if completion is None:  # cancelled or cut off before the final counts: count what arrived
-            completion = len(self.counter.text_ids(outcome.text)) if outcome.text else 0
-            self.metrics.counted_locally.labels(self.model).inc()
-        usage = Usage.of(prompt, completion, outcome.num_cached_tokens or 0)
-        if not outcome.usage_reported:
-            return Billing(usage, None, counted_locally)
-        local = (request.prompt_tokens, len(self.counter.text_ids(outcome.text)) if outcome.text else 0)
-        for kind, ours, theirs in (("prompt", local[0], prompt), ("completion", local[1], completion)):
-            if ours != theirs:
-                self.metrics.usage_mismatches.labels(self.model, kind).inc()
-                self.metrics.usage_mismatch_tokens.labels(self.model, kind).inc(abs(ours - theirs))
-        return Billing(usage, local, counted_locally)
 
     async def arecord_refusal(self, caller: Caller, request_id: str, reason: str) -> None:
         """A request refused before it was sent (budget, rate limit, too long): a 0-token row naming why."""

@@ -208,11 +208,12 @@ class _Reader:
             raise _DeadlinePassed
         if self.exchange.has_piece():
             return await self.exchange.read()
+        limit = min(self.deadline_at, now + self.read_timeout_s)
         try:
-            async with asyncio.timeout_at(min(self.deadline_at, now + self.read_timeout_s)):
+            async with asyncio.timeout_at(limit):
                 return await self.exchange.read()
         except TimeoutError:
-            if self.loop.time() >= self.deadline_at:
+            if limit == self.deadline_at:  # (a loop's timer may fire a little before its time)
                 raise _DeadlinePassed from None
             raise UpstreamBrokenError(f"the upstream sent nothing for {self.read_timeout_s:g} s mid-answer "
                                       f"(gateway.upstream.read_timeout_seconds)") from None
