@@ -9,7 +9,6 @@ the cache and the metrics. The transports (grpc_client, aio_client) only move by
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from concurrent.futures import Future
@@ -27,7 +26,6 @@ from trtkit.governance.tokens import TokenCounter
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, Usage, usage_cost
 from trtkit.store.ledger import Ledger, LedgerRow, open_ledger
 
-log = logging.getLogger(__name__)
 LedgerChoice = Ledger | bool | None  # a ledger; True: the one at client.store; False or None: record nothing
 
 
