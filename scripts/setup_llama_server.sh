@@ -21,9 +21,15 @@ if [ -x "$OUT/llama-server" ] && [ "$(cat "$OUT/stamp" 2>/dev/null)" = "$want" ]
   echo "$OUT"
   exit 0
 fi
-for tool in cmake c++; do
-  command -v "$tool" >/dev/null 2>&1 || { echo "setup: llama-server needs $tool (apt-get install -y cmake g++)" >&2; exit 1; }
-done
+if ! command -v cmake >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing cmake and g++ (Debian packages) to build llama-server" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++; } >&2
+  else
+    echo "setup: llama-server needs cmake and g++: run 'sudo apt-get install -y cmake g++'" >&2
+    exit 1
+  fi
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/trtkit-llama-server.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 echo "setup: building llama-server from llama-cpp-python $VERSION (once per machine, ~6 min on 2 cores)" >&2

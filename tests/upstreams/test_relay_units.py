@@ -200,3 +200,14 @@ def test_upstream_errors_as_openai_bodies() -> None:
 def test_settings_defaults_are_the_config_defaults(smollm2_config) -> None:  # type: ignore[no-untyped-def]
     settings = upstream_settings(smollm2_config, "http://h/v1", environ={})
     assert settings == UpstreamSettings("http://h/v1", "smollm2-135m", None, 5.0, 60.0, 256, 3)
+
+
+def test_the_gateway_command_names_a_bad_backend_and_a_missing_one(capsys, smollm2_config) -> None:  # type: ignore[no-untyped-def]
+    from tests.upstreams.conftest import SMOLLM2_CONFIG
+    from trtkit.cli.main import main
+
+    assert main(["gateway", str(SMOLLM2_CONFIG), "--backend", "http://127.0.0.1:8080"]) == 1
+    assert "names no API path; an OpenAI-compatible server's base is usually http://127.0.0.1:8080/v1" in \
+        capsys.readouterr().err
+    assert main(["gateway", str(SMOLLM2_CONFIG)]) == 1
+    assert "no backend: give --backend grpc://HOST:PORT" in capsys.readouterr().err
