@@ -42,6 +42,7 @@ class _Connection(asyncio.Protocol):
         self.headers: dict[bytes, bytes] = {}
         self.pieces: collections.deque[bytes] = collections.deque()
         self.head_done = False
+        self.keep_alive = False
         self.complete = False
         self.got_bytes = False
         self.failure: BaseException | None = None
@@ -76,6 +77,7 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()  # asked now: after the message, llhttp answers False
         self.head_done = True
 
     def on_body(self, body: bytes) -> None:
@@ -111,7 +113,7 @@ class _Connection(asyncio.Protocol):
 
     @property
     def reusable(self) -> bool:
-        return self.complete and not self.closed and self.failure is None and self.parser.should_keep_alive()
+        return self.complete and not self.closed and self.failure is None and self.keep_alive
 
     def abort(self) -> None:
         """Close at once (unread data dropped): the upstream sees its client gone on its next write."""
