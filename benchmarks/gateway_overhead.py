@@ -308,11 +308,13 @@ def main() -> None:
                         help="triton: the gateway against the direct client on the tiny model's Triton (the views "
                              "above); upstreams: the gateway's own CPU per request and token in front of a null "
                              "OpenAI-compatible upstream, LiteLLM's proxy beside it (benchmarks/upstream_cost.py)")
+    parser.add_argument("--profile", action="store_true", help="--view upstreams: also where trtkit's gateway "
+                        "spends its CPU (benchmarks/profiled_gateway.py)")
     args = parser.parse_args()
     if args.view == "upstreams":
         from upstream_cost import main as upstream_view
 
-        upstream_view(args.echo_requests if not args.quick else 400)
+        upstream_view(args.echo_requests if not args.quick else 400, profile=args.profile)
         return
     if args.quick:
         args.requests, args.echo_requests = 32, 300

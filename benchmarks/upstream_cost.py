@@ -100,6 +100,17 @@ def litellm_proxy(work: Path, upstream: str) -> tuple[subprocess.Popen, str] | N
     return process, f"http://127.0.0.1:{port}"
 
 
+FIRST_FAILURE: dict[str, str] = {}  # target URL -> the first failure seen, for the report
+
+
+def loop_cpu_seconds(pid: int) -> float:
+    """CPU of a process's main thread alone (the event loop of a gateway; its ledger writer and lease keeper
+    threads are the rest)."""
+    import psutil
+
+    return next((t.user_time + t.system_time for t in psutil.Process(pid).threads() if t.id == pid), 0.0)
+
+
 async def phase(client: BareStreamClient, n: int, concurrency: int, tokens: int) -> dict[str, float]:
     ttfts: list[float] = []
     failures = 0
@@ -110,11 +121,14 @@ async def phase(client: BareStreamClient, n: int, concurrency: int, tokens: int)
         async with gate:
             try:
                 ttft, completion = await client.stream(f"Request {i}: say something.", tokens)
-            except (OSError, RuntimeError, asyncio.IncompleteReadError):
+            except (OSError, RuntimeError, asyncio.IncompleteReadError) as exc:
                 failures += 1
+                FIRST_FAILURE.setdefault(f"{client.host}:{client.port}", repr(exc)[:300])
                 return
             ttfts.append(ttft)
-            failures += completion != tokens
+            if completion != tokens:
+                failures += 1
+                FIRST_FAILURE.setdefault(f"{client.host}:{client.port}", f"{completion} tokens of {tokens}")
 
     started = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(n)))
@@ -130,18 +144,63 @@ async def measure(url: str, secret: str, pid: int | None, n: int) -> dict[str, f
     out: dict[str, float] = {}
     try:
         await phase(client, 64, 16, 4)  # warm: connections, caches, the gateway's first-use paths
+        loop: Callable[[], float] = (lambda: loop_cpu_seconds(pid)) if pid is not None else (lambda: 0.0)
         for name, count, concurrency, tokens in (("c1", n // 4, 1, 4), ("c16", n, 16, 4), ("c16_64", n // 4, 16, 64),
                                                  ("c64", n, 64, 4)):
-            before = cpu()
-            figures = phase(client, count, concurrency, tokens)
-            result = await figures
+            before, loop_before = cpu(), loop()
+            result = await phase(client, count, concurrency, tokens)
             out[f"{name}_cpu_ms_per_request"] = (cpu() - before) * 1e3 / count
+            out[f"{name}_loop_cpu_ms_per_request"] = (loop() - loop_before) * 1e3 / count
             out[f"{name}_ttft_ms"], out[f"{name}_requests_per_s"] = result["ttft_ms"], result["requests_per_s"]
             out[f"{name}_failures"] = result["failures"]
     finally:
         client.close()
     out["cpu_ms_per_token"] = (out["c16_64_cpu_ms_per_request"] - out["c16_cpu_ms_per_request"]) / 60
     return out
+
+
+# where the gateway's event-loop CPU goes, by the code that spends it (self time)
+CATEGORIES = (("SQLite calls (store holds, key lookup)", ("sqlite3",)), ("tokenizer calls", ("tokenizers",)),
+              ("uvicorn + Starlette", ("/uvicorn/", "/starlette/", "/fastapi/")), ("pydantic", ("pydantic",)),
+              ("json", ("/json/", "json.")), ("prometheus_client", ("prometheus_client",)),
+              ("trtkit.gateway", ("trtkit/gateway/",)), ("trtkit.governance", ("trtkit/governance/",)),
+              ("trtkit.store", ("trtkit/store/",)), ("trtkit.transport (HTTP client, SSE)", ("trtkit/transport/",)),
+              ("asyncio / uvloop", ("asyncio", "uvloop")))
+
+
+def where_the_time_goes(work: Path, env: dict[str, str], upstream: str, secret: str, n: int) -> dict[str, float]:
+    """The gateway again, under benchmarks/profiled_gateway.py: its event loop's CPU per request at concurrency
+    16, by category (profiled, so about twice the unprofiled figure: compare the shares)."""
+    import pstats
+    import signal
+
+    out = work / "gateway.prof"
+    port = free_port("127.0.0.1")
+    process = start([sys.executable, str(ROOT / "benchmarks" / "profiled_gateway.py"), "gateway",
+                     str(work / "tiny-llama-upstream.yaml"), "--backend", upstream, "--port", str(port)],
+                    f"http://127.0.0.1:{port}/health/ready", env | {"TRTKIT_PROFILE_OUT": str(out)},
+                    work / "profiled-gateway.log")
+    try:
+        client = BareStreamClient(f"http://127.0.0.1:{port}", secret)
+        asyncio.run(phase(client, 64, 16, 4))
+        process.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+        asyncio.run(phase(client, n, 16, 4))
+        process.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        while not out.is_file() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        client.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+    stats = pstats.Stats(str(out)).stats  # type: ignore[attr-defined]
+    shares: dict[str, float] = {}
+    for (filename, _line, name), (_cc, _nc, own, _cum, _callers) in stats.items():
+        where = f"{filename} {name}"
+        label = next((label for label, marks in CATEGORIES if any(m in where for m in marks)), "other")
+        shares[label] = shares.get(label, 0.0) + own * 1e3 / n
+    return dict(sorted(shares.items(), key=lambda item: -item[1]))
 
 
 def judge(figures: dict[str, dict[str, float]]) -> dict[str, object]:
@@ -162,7 +221,9 @@ def report(figures: dict[str, dict[str, float]], verdict: dict[str, object]) -> 
     names = [n for n in ("null", "trtkit", "litellm") if n in figures]
     rows = [("TTFT at concurrency 1, median ms", "c1_ttft_ms", "{:.2f}"),
             ("CPU ms per request at concurrency 1", "c1_cpu_ms_per_request", "{:.3f}"),
+            ("  of which its main thread (the event loop)", "c1_loop_cpu_ms_per_request", "{:.3f}"),
             ("CPU ms per request at concurrency 16 (4 tokens)", "c16_cpu_ms_per_request", "{:.3f}"),
+            ("  of which its main thread (the event loop)", "c16_loop_cpu_ms_per_request", "{:.3f}"),
             ("CPU ms per request at concurrency 16 (64 tokens)", "c16_64_cpu_ms_per_request", "{:.3f}"),
             ("CPU ms per streamed token", "cpu_ms_per_token", "{:.4f}"),
             ("streamed requests/s at concurrency 16", "c16_requests_per_s", "{:.0f}"),
@@ -176,6 +237,8 @@ def report(figures: dict[str, dict[str, float]], verdict: dict[str, object]) -> 
                 v for k, v in figures[n].items() if k.endswith("_failures"))
             cells.append(f"{fmt.format(value):>14}" if value is not None else f"{'-':>14}")
         print(f"{label:52}" + "".join(cells))
+    for where, failure in FIRST_FAILURE.items():
+        print(f"first failure at {where}: {failure}")
     met = verdict["met"]
     assert isinstance(met, dict)
     for name, limit in TARGETS.items():
@@ -184,7 +247,7 @@ def report(figures: dict[str, dict[str, float]], verdict: dict[str, object]) -> 
         print(f"target {name}: {shown} (limit {limit:g}) -> {'met' if met[name] else 'MISSED'}")
 
 
-def main(requests: int = 2000) -> None:
+def main(requests: int = 2000, profile: bool = False) -> None:
     with tempfile.TemporaryDirectory(prefix="trtkit-upstream-bench-") as tmp:
         work = Path(tmp)
         env = os.environ.copy() | {"TRTKIT_HOME": str(work / "home")}
@@ -203,17 +266,23 @@ def main(requests: int = 2000) -> None:
             yield_to_servers(os.getpid())  # the load generator takes the CPU the servers leave
             figures = {"null": asyncio.run(measure(f"http://127.0.0.1:{port}", "none", processes[0].pid, requests)),
                        "trtkit": asyncio.run(measure(gateway_url, secret, gateway.pid, requests))}
-            if proxy is not None:
-                figures["litellm"] = asyncio.run(measure(proxy[1], MASTER_KEY, proxy[0].pid, requests))
+            if proxy is not None:  # ~35 ms of CPU a request: a fifth of the requests measure it as well
+                figures["litellm"] = asyncio.run(measure(proxy[1], MASTER_KEY, proxy[0].pid, max(200, requests // 5)))
+            profiled = where_the_time_goes(work, env, upstream, secret, requests) if profile else None
         finally:
             for process in processes:
                 process.terminate()
                 process.wait(timeout=60)
     verdict = judge(figures)
     report(figures, verdict)
+    if profiled is not None:
+        print("where trtkit's gateway spends its event loop's CPU at concurrency 16, profiled ms per request "
+              "(self time; the profiler about doubles it):")
+        for label, ms in profiled.items():
+            print(f"  {label:48} {ms:.3f}")
     print_bench({"view": "upstreams", "figures": figures, "targets": TARGETS, **verdict,
-                 "litellm": "1.86.2" if "litellm" in figures else None})
+                 "litellm": "1.86.2" if "litellm" in figures else None, "profiled_ms_per_request": profiled})
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2000)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2000, "--profile" in sys.argv)
