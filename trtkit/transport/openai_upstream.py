@@ -88,6 +88,7 @@ class OpenAIUpstream:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         self.pool = Http1Pool(parts.hostname, port, tls=parts.scheme == "https", size=settings.pool_size)
         self.prefix = parts.path.rstrip("/")
+        self._draining: set[asyncio.Future[None]] = set()
         auth = f"authorization: Bearer {settings.api_key}\r\n" if settings.api_key else ""
         self._head = (f"host: {self.pool.host_header}\r\nuser-agent: trtkit-gateway\r\n{auth}").encode("latin-1")
 
@@ -136,7 +137,9 @@ class OpenAIUpstream:
         elif exchange.connection.complete:
             exchange.release()
         else:  # [DONE] came before the body's last chunk: read that in the background, then give it back
-            asyncio.ensure_future(_drain(exchange, self.settings.read_timeout_s))
+            task = asyncio.ensure_future(_drain(exchange, self.settings.read_timeout_s))
+            self._draining.add(task)  # held: the loop keeps only a weak reference to a task
+            task.add_done_callback(self._draining.discard)
 
     async def _send(self, route: str, payload: bytes, deadline: float) -> Exchange:
         head = b"POST %s/%s HTTP/1.1\r\n%scontent-type: application/json\r\naccept: text/event-stream\r\n" \
