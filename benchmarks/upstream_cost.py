@@ -180,17 +180,22 @@ def where_the_time_goes(work: Path, env: dict[str, str], upstream: str, secret: 
                      str(work / "tiny-llama-upstream.yaml"), "--backend", upstream, "--port", str(port)],
                     f"http://127.0.0.1:{port}/health/ready", env | {"TRTKIT_PROFILE_OUT": str(out)},
                     work / "profiled-gateway.log")
-    try:
+    async def profiled() -> None:
         client = BareStreamClient(f"http://127.0.0.1:{port}", secret)
-        asyncio.run(phase(client, 64, 16, 4))
-        process.send_signal(signal.SIGUSR1)
-        time.sleep(0.5)
-        asyncio.run(phase(client, n, 16, 4))
-        process.send_signal(signal.SIGUSR2)
+        try:
+            await phase(client, 64, 16, 4)
+            process.send_signal(signal.SIGUSR1)
+            await asyncio.sleep(0.5)
+            await phase(client, n, 16, 4)
+            process.send_signal(signal.SIGUSR2)
+        finally:
+            client.close()
+
+    try:
+        asyncio.run(profiled())
         deadline = time.monotonic() + 30
         while not out.is_file() and time.monotonic() < deadline:
             time.sleep(0.1)
-        client.close()
     finally:
         process.terminate()
         process.wait(timeout=60)
