@@ -106,3 +106,32 @@ def test_the_upstreams_refusal_comes_back_as_its_4xx(relay) -> None:
         sdk(relay, secret).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "data:,"}}]}], max_tokens=4)
     assert ours.value.param == "messages.0.content"
+
+
+@pytest.fixture(scope="module")
+def cached(llama, smollm2_config, tmp_path_factory):  # type: ignore[no-untyped-def]
+    from tests.gateway.conftest import RunningGateway
+    from tests.upstreams.conftest import relay_config
+
+    running = RunningGateway(relay_config(smollm2_config, cache=True), llama.api, tmp_path_factory.mktemp("cached"))
+    yield running
+    running.stop()
+
+
+def test_the_per_key_cache_answers_text_only_and_keys_on_the_whole_body(cached) -> None:
+    key, secret = cached.key()
+    client = sdk(cached, secret)
+    ask = {"model": MODEL, "messages": ASK, "max_tokens": 5, "temperature": 0}
+    first = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    again = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    streamed = list(client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
+    assert not first.trtkit["cache_hit"] and again.trtkit["cache_hit"]  # type: ignore[attr-defined]
+    assert again.choices[0].message.content == first.choices[0].message.content and again.usage.total_tokens == 0
+    assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == first.choices[0].message.content
+    assert streamed[-1].usage.total_tokens == 0
+    other = client.chat.completions.create(**ask, extra_body={"ignore_eos": True})  # another body: another key
+    two = client.chat.completions.create(**ask, n=2)  # several choices: never from the text cache
+    assert not other.trtkit["cache_hit"] and not two.trtkit["cache_hit"]  # type: ignore[attr-defined]
+    assert len(two.choices) == 2
+    rows = cached.rows(key, "prompt_tokens + completion_tokens, cache_hit")
+    assert [r[1] for r in rows] == [0, 1, 1, 0, 0] and rows[1][0] == rows[2][0] == 0

@@ -82,6 +82,11 @@ class RelayEndpoint:
         check_model(self.ctx, request.model, call.key)
         body = request.model_dump(exclude_unset=True)
         include_usage = _include_usage(request.stream_options)
+        # how the caller reads the answer changes nothing in it (the cache keys on the body): the upstream always
+        # streams with usage (openai_upstream.request_body), and the gateway answers as the caller asked
+        body.pop("stream", None)
+        if set(body.get("stream_options") or {}) <= {"include_usage"}:
+            body.pop("stream_options", None)
         prompt = self._prompt(request)
         generation = await start_generation(self.ctx, call, prompt, relay_params(request, body), request.user)
         response_id = f"{self.id_prefix}-{generation.request_id}"
