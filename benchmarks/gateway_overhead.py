@@ -3,6 +3,8 @@ Triton, on the same workload in one run, and the gateway's request rate on the e
 
     python benchmarks/gateway_overhead.py [--layout both|split|shared] [--requests 128] [--concurrency 16]
         [--max-tokens 32] [--echo-requests 2000] [--alone 16] [--max-batch 64] [--quick]
+    python benchmarks/gateway_overhead.py --view upstreams [--echo-requests 2000]   (issue 40's cost view:
+        benchmarks/upstream_cost.py, the gateway and LiteLLM's proxy in front of one null upstream)
 
 Starts tritonservers (the tiny model; the echo model, whose engine work is negligible) and `trtkit gateway`
 processes with governance on: an API key with RPM, TPM and a token budget, the store's atomic holds, the
@@ -312,7 +314,18 @@ def main() -> None:
     parser.add_argument("--alone", type=int, default=16, help="requests sent one at a time (TTFT without queueing)")
     parser.add_argument("--max-batch", type=int, default=64, help="the engine's batch limit in the repositories")
     parser.add_argument("--quick", action="store_true", help="fewer requests")
+    parser.add_argument("--view", choices=("triton", "upstreams"), default="triton",
+                        help="triton: the gateway against the direct client on the tiny model's Triton (the views "
+                             "above); upstreams: the gateway's own CPU per request and token in front of a null "
+                             "OpenAI-compatible upstream, LiteLLM's proxy beside it (benchmarks/upstream_cost.py)")
+    parser.add_argument("--profile", action="store_true", help="--view upstreams: also where trtkit's gateway "
+                        "spends its CPU (benchmarks/profiled_gateway.py)")
     args = parser.parse_args()
+    if args.view == "upstreams":
+        from upstream_cost import main as upstream_view
+
+        upstream_view(args.echo_requests if not args.quick else 400, profile=args.profile)
+        return
     if args.quick:  # a check of the script: 4 rounds give no interval, and it says so
         args.requests, args.echo_requests, args.rounds = 32, 300, 4
     split = split_cores(1) if args.layout != "shared" else None

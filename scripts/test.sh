@@ -4,6 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 . "${TRTKIT_VENV:-.venv}/bin/activate"
+# llama.cpp's llama-server, the independent OpenAI-compatible upstream of tests/upstreams: built once per machine
+# (~6-16 min on 2 cores), then cached under $TRTKIT_TEST_CACHE (or .trtkit-cache)/llama-server/<version>/
+bash scripts/setup_llama_server.sh >/dev/null
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 echo "== ruff" && ruff check trtkit tests benchmarks scripts
 echo "== mypy" && mypy trtkit

@@ -51,6 +51,20 @@ MAY_IMPORT: dict[str, set[str]] = {
 }
 
 
+# modules held to narrower rules than their package: (module prefix, what it may not import, why)
+MODULE_RULES: list[tuple[str, tuple[str, ...], str]] = [
+    # the OpenAI HTTP upstream is one more implementation of governance/upstream.py's seam, beside the Triton
+    # clients: it speaks HTTP and JSON, never the Triton tensor contract or a Triton client
+    ("trtkit.transport.openai_", ("trtkit.wire", "trtkit.transport.aio_client", "trtkit.transport.grpc_client",
+                                  "trtkit.transport.exchange", "trtkit.transport.token_wire", "tritonclient"),
+     "the OpenAI upstream"),
+    ("trtkit.transport.http1", ("trtkit.wire", "trtkit.governance", "tritonclient"), "the HTTP/1.1 client"),
+    ("trtkit.transport.upstream_errors", ("trtkit.wire", "trtkit.governance", "tritonclient"), "upstream errors"),
+    # the relay passes an OpenAI upstream's answers on: it knows no Triton contract either
+    ("trtkit.gateway.relay", ("trtkit.wire", "trtkit.transport.aio_client", "tritonclient"), "the relay"),
+]
+
+
 def module_names() -> dict[str, Path]:
     names = {}
     for path in ROOT.rglob("*.py"):
@@ -181,3 +195,30 @@ def test_the_architecture_table_lists_every_package() -> None:
     packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
     assert packages - listed == set(), "add a row to ARCHITECTURE.md's package table"
     assert listed - packages - {"data/calib", "errors", "heap"} == set(), "a row names a package that is gone"
+
+
+def every_import(path: Path) -> Iterator[str]:
+    """Every module name an import statement names (third-party ones too)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+@pytest.mark.parametrize("prefix, forbidden, what", MODULE_RULES, ids=[rule[2] for rule in MODULE_RULES])
+def test_module_rules(prefix: str, forbidden: tuple[str, ...], what: str) -> None:
+    modules = [m for m in MODULES if m.startswith(prefix)]
+    assert modules, f"no module starts with {prefix}: update MODULE_RULES"
+    wrong = sorted(f"{m} -> {name}" for m in modules for name in every_import(MODULES[m])
+                   if any(name == f or name.startswith(f + ".") for f in forbidden))
+    assert wrong == [], f"{what} must not import these"
+
+
+def test_governance_imports_no_transport_and_no_http() -> None:
+    """The seam holds: governance sees an upstream only through governance/upstream.py."""
+    wrong = sorted(f"{m} -> {name}" for m in MODULES if package_of(m) == "governance" for name in every_import(MODULES[m])
+                   if name.split(".")[0] in ("tritonclient", "httpx", "httptools", "grpc")
+                   or name.startswith(("trtkit.transport", "trtkit.wire", "trtkit.gateway")))
+    assert wrong == []

@@ -23,6 +23,7 @@ EXPECTED_COLUMNS = [
     ("session", "TEXT"), ("request_id", "TEXT"), ("prompt_tokens", "BIGINT"), ("completion_tokens", "BIGINT"),
     ("cached_tokens", "BIGINT"), ("ttft_ms", "DOUBLE PRECISION"), ("latency_ms", "DOUBLE PRECISION"),
     ("finish_reason", "TEXT"), ("cost", "DOUBLE PRECISION"), ("cache_hit", "INTEGER"), ("cached_tokens_unit", "TEXT"),
+    ("local_prompt_tokens", "BIGINT"), ("local_completion_tokens", "BIGINT"), ("counted_locally", "INTEGER"),
 ]
 
 

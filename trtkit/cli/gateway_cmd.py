@@ -17,20 +17,24 @@ keys_app = group("API keys of the gateway: create (prints the secret once), list
 
 
 def gateway(config_path: ConfigArg,
-            backend: Annotated[str, typer.Option("--backend", help="Triton gRPC address: HOST:PORT or "
-                                                 "grpc://HOST:PORT (the grpc line `trtkit serve` prints)")],
+            backend: Annotated[str | None, typer.Option(
+                "--backend", help="grpc://HOST:PORT or HOST:PORT: a Triton repository (the grpc line `trtkit serve` "
+                "prints); http://HOST:PORT/v1: an OpenAI-compatible server (trtllm-serve, Dynamo, vLLM, SGLang, "
+                "llama.cpp); default gateway.upstream.url", show_default=False)] = None,
             port: Annotated[int | None, typer.Option("--port", help="HTTP port; default gateway.port; 0 picks one",
                                                      show_default=False)] = None,
             host: HostOpt = None,
             no_auth: Annotated[bool, typer.Option("--no-auth", help="No API keys (loopback hosts only)")] = False,
             ) -> None:
     """OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models) with keys, budgets, rate
-    limits, a per-key cache and exact usage, in front of a Triton LLM repository."""
+    limits, a per-key cache and exact usage, in front of a Triton LLM repository or any OpenAI-compatible server."""
     from trtkit.config import load_config
     from trtkit.gateway import run_gateway
+    from trtkit.gateway.upstreams import BACKEND_SCHEMES
 
-    upstream = upstream_address(backend, "--backend", ("grpc",))
-    run_gateway(load_config(config_path), upstream.address, port=port, bind=host, no_auth=no_auth)
+    if backend is not None:  # a malformed one is a usage error before anything starts
+        upstream_address(backend, "--backend", BACKEND_SCHEMES)
+    run_gateway(load_config(config_path), backend, port=port, bind=host, no_auth=no_auth)
 
 
 def _store(url: str | None, *, create: bool = False):  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ from trtkit.config.k8s_schema import K8S_RULES
 from trtkit.config.loader import ConfigProblems
 from trtkit.config.schema import ModelConfig
 from trtkit.config.store_url import parse_store_url
+from trtkit.config.upstream_url import parse_upstream_url
 from trtkit.errors import ConfigError
 
 Rule = Callable[[ModelConfig], "str | None"]
@@ -128,11 +129,20 @@ def _store_urls_parse(c: ModelConfig) -> str | None:
     return None
 
 
+def _upstream_url_parses(c: ModelConfig) -> str | None:
+    if c.gateway.upstream.url is not None:
+        try:
+            parse_upstream_url(c.gateway.upstream.url, "gateway.upstream.url", ("grpc", "http"))
+        except ConfigError as exc:
+            return str(exc)
+    return None
+
+
 RULES: list[Rule] = [
     _input_below_seq, _num_tokens_cover_input, _opt_tokens_within_max, _tokens_per_block_power_of_two,
     _serve_batch_within_build, _distinct_ports, _client_input_within_engine, _client_max_tokens_fit,
     _summary_fits_context, _budget_has_limit, _kv_quant_needs_quantization_backend, _beam_search_no_streaming_reuse,
-    _store_urls_parse,
+    _store_urls_parse, _upstream_url_parses,
 ]
 
 

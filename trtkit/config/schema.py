@@ -206,6 +206,24 @@ class ConversationsSection:
 
 
 @dataclass(slots=True)
+class UpstreamSection:
+    """The upstream `trtkit gateway` governs, when it is an OpenAI-compatible server (trtllm-serve, Dynamo, vLLM,
+    SGLang, llama.cpp, another trtkit gateway); ``--backend`` wins over ``url``."""
+
+    url: str | None = described(None, doc="http://HOST:PORT/v1 (an OpenAI-compatible server) or grpc://HOST:PORT "
+                                "(a Triton repository trtkit deployed); --backend wins")
+    model: str | None = described(None, doc="the name the upstream serves the model under; default: the config's "
+                                  "name")
+    api_key_env: str | None = described(None, doc="environment variable holding the upstream's API key (read at "
+                                        "start, never logged)")
+    connect_timeout_seconds: float = bounded(5.0, gt=0.0, doc="to open a connection (refused ones are retried "
+                                             "client.max_retries times)")
+    read_timeout_seconds: float = bounded(60.0, gt=0.0, doc="for the upstream's answer to begin, and between two of "
+                                          "its events; past it the request fails (503 before the answer began)")
+    pool_size: int = bounded(256, ge=1, doc="kept connections to the upstream at most (more requests wait)")
+
+
+@dataclass(slots=True)
 class GatewaySection:
     # 9000, not 8000: Triton's HTTP port defaults to 8000, and `serve --gateway` / `quickstart --keep` run both
     port: int = bounded(9000, ge=0, le=65535, doc="OpenAI-compatible HTTP port of `trtkit gateway`; 0 picks one")
@@ -222,6 +240,8 @@ class GatewaySection:
                     "event loop (a local one), or auto: threads for a PostgreSQL host other than loopback")
     conversations: ConversationsSection = described(factory=ConversationsSection,
                                                     doc="stored conversations of POST /v1/responses")
+    upstream: UpstreamSection = described(factory=UpstreamSection, doc="the OpenAI-compatible upstream, when "
+                                          "there is one")
 
 
 @dataclass(slots=True, frozen=True)

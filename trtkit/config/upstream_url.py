@@ -29,13 +29,27 @@ class UpstreamUrl:
 
 
 def parse_upstream_url(text: str, option: str, schemes: Sequence[Scheme] = ("grpc",)) -> UpstreamUrl:
-    """``option`` names the flag the text came from, for the message; ``schemes``: what this caller serves."""
+    """``option`` names the flag (or config field) the text came from, for the message; ``schemes``: what this
+    caller serves."""
     raw = text.strip()
     url = _parse(raw)
     if url is None or url.scheme not in schemes:
         forms = " or ".join(_FORMS[s] for s in schemes)
-        raise ConfigError(f"{option} {text!r}: expected {forms}")
+        hint = _http_hint(raw) if "http" in schemes else ""
+        raise ConfigError(f"{option} {text!r}: expected {forms}{hint}")
     return url
+
+
+def _http_hint(raw: str) -> str:
+    """What is wrong with an http(s) URL that is close to right."""
+    parsed = urlparse(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return ""
+    if parsed.username or parsed.password or parsed.query or parsed.fragment:
+        return ("; give the base URL only, without credentials, query or fragment (the upstream's API key comes "
+                "from gateway.upstream.api_key_env)")
+    return f"; {raw} names no /v1 API path (an OpenAI-compatible server's base is usually {parsed.scheme}://" \
+           f"{parsed.netloc}/v1)"
 
 
 def _parse(raw: str) -> UpstreamUrl | None:
@@ -44,7 +58,8 @@ def _parse(raw: str) -> UpstreamUrl | None:
     parsed = urlparse(raw)
     if parsed.scheme == "grpc" and parsed.path in ("", "/") and not parsed.query:
         return _host_port(parsed.netloc)
-    if parsed.scheme in ("http", "https") and parsed.hostname and parsed.path.rstrip("/").endswith("/v1"):
+    if (parsed.scheme in ("http", "https") and parsed.hostname and parsed.path.rstrip("/").endswith("/v1")
+            and not (parsed.username or parsed.password or parsed.query or parsed.fragment)):
         return UpstreamUrl("http", raw.rstrip("/"), parsed.hostname)
     return None
 

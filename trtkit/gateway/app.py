@@ -26,6 +26,7 @@ from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingContext
 from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
 from trtkit.gateway.openapi import openapi_document
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
+from trtkit.gateway.relay import relay_routes
 from trtkit.gateway.serving_chat import ServingChat
 from trtkit.gateway.serving_completions import ServingCompletions
 from trtkit.gateway.serving_responses import ServingResponses, add_response_routes
@@ -118,8 +119,10 @@ def _lone_surrogate_path(value: object, path: str = "") -> str | None:
 
 def create_app(ctx: ServingContext, door: Door) -> FastAPI:
     app = FastAPI(title="trtkit gateway", docs_url=None, redoc_url=None, openapi_url=None, **_without_telemetry())
-    chat, completions = ServingChat(ctx), ServingCompletions(ctx)
     metrics = ctx.metrics
+    # an OpenAI-compatible upstream gets requests as given (gateway.relay); Triton, the serving classes' requests
+    (chat_model, chat_create), (text_model, text_create) = relay_routes(ctx) if ctx.relays else (
+        (ChatCompletionRequest, ServingChat(ctx).create), (CompletionRequest, ServingCompletions(ctx).create))
 
     async def generate(request: Request, endpoint: str, model: type[BaseModel], serve) -> Response:  # type: ignore[no-untyped-def]
         try:
@@ -147,10 +150,10 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
     # plain Starlette routes for the two hot endpoints: they read the request themselves, so FastAPI's
     # dependency solving (query parameters, exit stacks) per request is pure cost
     async def chat_completions(request: Request) -> Response:
-        return await generate(request, "chat", ChatCompletionRequest, chat.create)
+        return await generate(request, "chat", chat_model, chat_create)
 
     async def text_completions(request: Request) -> Response:
-        return await generate(request, "completions", CompletionRequest, completions.create)
+        return await generate(request, "completions", text_model, text_create)
 
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     app.add_route("/v1/completions", text_completions, methods=["POST"])

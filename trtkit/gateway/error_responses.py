@@ -24,6 +24,11 @@ from trtkit.gateway.errors import (
 from trtkit.gateway.response_format import ENGINE_GUIDE_INPUT
 from trtkit.gateway.response_format import PARAM as RESPONSE_FORMAT
 from trtkit.transport.setup import ServerUnavailableError
+from trtkit.transport.upstream_errors import (
+    UpstreamBrokenError,
+    UpstreamStatusError,
+    UpstreamUnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +72,8 @@ def http_error(exc: BaseException) -> HttpError:
         return HttpError(503, "the gateway's governance store (keys, budgets, usage) is unavailable, so no request "
                               "can be admitted; retry shortly", "server_error", "store_unavailable",
                          headers={"retry-after": "1"}, reason="store")
+    if isinstance(exc, (UpstreamStatusError, UpstreamBrokenError, UpstreamUnavailableError)):
+        return upstream_error(exc)
     if isinstance(exc, ServerUnavailableError):
         return HttpError(503, str(exc), "server_error", "backend_unavailable", reason="backend")
     if isinstance(exc, ClientError) and ENGINE_GUIDE_INPUT in str(exc):  # a schema or grammar the engine cannot compile
@@ -77,6 +84,23 @@ def http_error(exc: BaseException) -> HttpError:
     log.error("unexpected error answering a request", exc_info=exc)
     return HttpError(500, f"internal error ({type(exc).__name__}); the gateway log has the details",
                      "server_error", "internal_error", reason="internal")
+
+
+def upstream_error(exc: ClientError) -> HttpError:
+    """An OpenAI-compatible upstream's failure: its refusal of the request passes on as it came (status, message,
+    type, code, param); its own failure is a 502; no answer at all is a 503 (the upstream's address stays in the log)."""
+    if isinstance(exc, UpstreamStatusError) and exc.is_refusal:
+        headers = {"retry-after": exc.retry_after} if exc.retry_after else {}
+        return HttpError(exc.status, str(exc), exc.type or "invalid_request_error", exc.code, exc.param, headers,
+                         reason="upstream_refused")
+    if isinstance(exc, UpstreamUnavailableError):
+        log.warning("refusing a request: %s", exc)
+        return HttpError(503, "the upstream model server is unavailable (not reachable, or it did not answer in time); "
+                              "retry shortly", "server_error", "upstream_unavailable", headers={"retry-after": "1"},
+                         reason="upstream_unavailable")
+    status = f" ({exc.status})" if isinstance(exc, UpstreamStatusError) else ""
+    return HttpError(502, f"the upstream model server failed{status}: {exc}", "server_error", "upstream_error",
+                     reason="upstream_error")
 
 
 def validation_error(exc: ValidationError) -> HttpError:

@@ -26,9 +26,10 @@ from trtkit.gateway.errors import ModelNotFoundError, RateLimitedError, RequestV
 from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.responses import LastEvent
+from trtkit.gateway.upstreams import GatewayClient
 from trtkit.governance.budgets import draw_on
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
-from trtkit.transport.aio_client import AsyncTritonLLMClient
+from trtkit.transport.openai_client import AsyncOpenAIUpstreamClient
 
 PARENT_HEADER = "x-trtkit-parent-request-id"
 _REFUSALS: tuple[type[Exception], ...] = (BudgetExceededError, RateLimitedError, InputTooLongError)
@@ -37,13 +38,19 @@ _REFUSALS: tuple[type[Exception], ...] = (BudgetExceededError, RateLimitedError,
 @dataclass(slots=True)
 class ServingContext:
     config: ModelConfig
-    client: AsyncTritonLLMClient
+    client: GatewayClient
     rulebook: StoreRuleBook
     metrics: GatewayMetrics
 
     @property
     def model(self) -> str:
         return self.config.name
+
+    @property
+    def relays(self) -> bool:
+        """The upstream is an OpenAI-compatible server: requests go to it as given, answers come back as it sent
+        them (``gateway.relay``), instead of the Triton contract's endpoints."""
+        return isinstance(self.client, AsyncOpenAIUpstreamClient)
 
 
 @dataclass(slots=True)

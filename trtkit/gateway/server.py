@@ -7,7 +7,7 @@ import ipaddress
 import logging
 import socket
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
@@ -18,13 +18,15 @@ from trtkit.gateway.admission import StoreRuleBook, waits_on_network
 from trtkit.gateway.app import Door, create_app
 from trtkit.gateway.generation import ServingContext
 from trtkit.gateway.metrics import GatewayMetrics
+from trtkit.gateway.upstreams import (
+    GATEWAY_TRITON_MODEL as GATEWAY_TRITON_MODEL,  # the tests' and benches' name
+)
+from trtkit.gateway.upstreams import GatewayClient, backend_of, open_gateway_client
 from trtkit.governance.budgets import BudgetGuard
 from trtkit.governance.metrics import ClientMetrics
 from trtkit.heap import freeze_startup_heap
 from trtkit.store import GatewayStore, StoreUrl, gateway_store_url, ledger_url, open_gateway_store
 from trtkit.store.ledger import Ledger, open_ledger
-from trtkit.transport.aio_client import AsyncTritonLLMClient
-from trtkit.wire.stop_request import ENGINE_MODEL
 
 if TYPE_CHECKING:
     import uvicorn
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True)
 class Gateway:
     app: object  # the FastAPI app
-    client: AsyncTritonLLMClient
+    client: GatewayClient
     store: GatewayStore
 
     async def aclose(self) -> None:
@@ -50,19 +52,16 @@ def is_loopback(bind: str) -> bool:
         return bind == "localhost"
 
 
-# The gateway calls the engine model with the prompt ids it counted (trtkit/transport/token_wire.py): no
-# tensorrt_llm_bls and preprocessing hops, and it stops requests with the engine's own `stop` request.
-GATEWAY_TRITON_MODEL = ENGINE_MODEL
-
-
-def build_gateway(config: ModelConfig, backend: str, *, no_auth: bool = False, bind: str | None = None,
+def build_gateway(config: ModelConfig, backend: str | None, *, no_auth: bool = False, bind: str | None = None,
                   store: GatewayStore | None = None, ledger: Ledger | None = None) -> Gateway:
-    """The app and what it owns. ``no_auth`` is refused unless the bind address is loopback."""
+    """The app and what it owns. ``backend``: a Triton repository or an OpenAI-compatible server
+    (``gateway.upstreams``; None: ``gateway.upstream.url``). ``no_auth`` is refused unless the bind address is
+    loopback."""
     bind = bind or config.gateway.bind
     if no_auth and not is_loopback(bind):
         raise ConfigError(f"--no-auth on {bind} would open the model to the network; bind 127.0.0.1 or create "
                           f"keys with `trtkit keys create`")
-    config = replace(config, client=replace(config.client, model_name=GATEWAY_TRITON_MODEL))
+    upstream = backend_of(config, backend)
     # $TRTKIT_GATEWAY_STORE (the k8s Secret) wins over gateway.store; unset: $TRTKIT_HOME/gateway.db.
     store_url = gateway_store_url(config.gateway.store)
     store = store or open_gateway_store(store_url, lease_seconds=config.gateway.lease_seconds)
@@ -72,8 +71,8 @@ def build_gateway(config: ModelConfig, backend: str, *, no_auth: bool = False, b
     registry = CollectorRegistry()
     in_threads = waits_on_network(store, config.gateway.store_calls)
     rulebook = StoreRuleBook(store, list(config.client.budgets), waits_on_network=in_threads)
-    client = AsyncTritonLLMClient(backend, config=config, ledger=ledger or open_ledger(gateway_ledger_url(config)),
-                                  metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
+    client = open_gateway_client(config, upstream, ledger=ledger or open_ledger(gateway_ledger_url(config)),
+                                 metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
     client.governor.default_max_tokens = None  # no max_tokens: all the room the prompt leaves
     client.governor.max_tokens_overflow = config.gateway.max_tokens_overflow
     ctx = ServingContext(config, client, rulebook, GatewayMetrics(registry))
@@ -97,7 +96,7 @@ def free_port(bind: str) -> int:
         return int(s.getsockname()[1])
 
 
-def run_gateway(config: ModelConfig, backend: str, *, port: int | None = None, bind: str | None = None,
+def run_gateway(config: ModelConfig, backend: str | None, *, port: int | None = None, bind: str | None = None,
                 no_auth: bool = False) -> None:
     """Serve until interrupted."""
     import uvicorn
@@ -108,7 +107,8 @@ def run_gateway(config: ModelConfig, backend: str, *, port: int | None = None, b
     gateway = build_gateway(config, backend, no_auth=no_auth, bind=bind)
     if no_auth:
         log.warning("API keys are OFF (--no-auth): anyone on this machine can use the model")
-    log.warning("gateway for '%s' on http://%s:%d/v1 -> Triton gRPC %s", config.name, bind, port, backend)
+    upstream = "Triton gRPC" if backend_of(config, backend).scheme == "grpc" else "OpenAI-compatible"
+    log.warning("gateway for '%s' on http://%s:%d/v1 -> %s %s", config.name, bind, port, upstream, gateway.client.url)
     uv_config = uvicorn_config(gateway.app, bind, port)
     freeze_startup_heap()  # full collections skip the imports, the app and the tokenizer: no 30-70 ms pauses
     run_in_loop(_serve(uvicorn.Server(uv_config), gateway), uv_config.get_loop_factory())

@@ -61,6 +61,8 @@ class StreamAccumulator:
                 if name == "num_output_tokens" and delta.counts_per_response and previous is not None:
                     value += previous  # per-response counts (C++ backend) add up to the completion
                 setattr(self.server, name, value)
+        if delta.usage_reported:  # an upstream's own usage: its counts are the bill
+            self.server.usage_reported = True
 
     def running_usage(self) -> Usage:
         completion = self.server.num_output_tokens
@@ -77,6 +79,7 @@ class StreamAccumulator:
                        num_input_tokens=o.num_input_tokens,
                        num_output_tokens=o.num_output_tokens,  # None: the governor counts the text received
                        num_cached_tokens=o.num_cached_tokens, first_token_at=o.first_token_at,
+                       usage_reported=o.usage_reported, pieces=self.local_completion_tokens,
                        log_probs=None if self.log_probs is None else tuple(self.log_probs))
 
     def _derived_reason(self) -> str:

@@ -47,9 +47,9 @@ class RequestFlow:
         self.stop_reason = self.acc.add(delta)
         self.unsent_log_probs.extend(delta.log_probs or ())
         chunk = None
-        if self.use_stream and delta.text:
+        if self.use_stream and (delta.text or delta.event is not None):
             chunk = StreamChunk(delta.text, self.acc.running_usage(), self.prepared.request_id,
-                                log_probs=tuple(self.unsent_log_probs))
+                                log_probs=tuple(self.unsent_log_probs), event=delta.event)
             self.unsent_log_probs.clear()
         return chunk, bool(self.stop_reason or self.acc.finished)
 

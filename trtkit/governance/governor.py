@@ -9,7 +9,6 @@ the cache and the metrics. The transports (grpc_client, aio_client) only move by
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from concurrent.futures import Future
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BudgetExceededError, InputTooLongError
+from trtkit.governance.billing import Billing, Outcome, bill
 from trtkit.governance.budgets import BudgetGuard, Reservation
 from trtkit.governance.cache import ResponseCache, cache_key
 from trtkit.governance.guard import RunawayGuard
@@ -26,7 +26,6 @@ from trtkit.governance.tokens import TokenCounter
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, Usage, usage_cost
 from trtkit.store.ledger import Ledger, LedgerRow, open_ledger
 
-log = logging.getLogger(__name__)
 LedgerChoice = Ledger | bool | None  # a ledger; True: the one at client.store; False or None: record nothing
 
 
@@ -42,19 +41,6 @@ class PreparedRequest:
     started: float = field(default_factory=time.perf_counter)
     truncated_tokens: int = 0
     prompt_ids: list[int] = field(default_factory=list)  # what the token path sends the engine model
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What the transport saw: text, the server's final counts (None if it never sent them), timings."""
-
-    text: str
-    finish_reason: str
-    num_input_tokens: int | None = None
-    num_output_tokens: int | None = None
-    num_cached_tokens: int | None = None
-    first_token_at: float | None = None
-    log_probs: tuple[tuple[int, float], ...] | None = None
 
 
 class Governor:
@@ -82,7 +68,7 @@ class Governor:
         max_tokens = self._max_tokens(params.max_tokens, len(ids))
         params = params.with_max_tokens(max_tokens)
         key = None
-        if self.cache is not None and params.is_deterministic and not params.return_log_probs:  # text only kept
+        if self.cache is not None and params.is_deterministic and params.cacheable and not params.return_log_probs:
             key = cache_key(caller.tenant, self.model, ids, params.identity())  # the engine's input: every form
             hit = self.cache.get(key)
             if hit is not None:
@@ -90,11 +76,12 @@ class Governor:
                 if record_hit and self.ledger is not None:
                     self.ledger.record(self._hit_row(result, caller))
                 return result
-        reserve_tokens = len(ids) + max_tokens
+        # n choices may each bill the prompt and max_tokens (an upstream reports what it counted)
+        reserve_tokens = (len(ids) + max_tokens) * params.n
         request_id = request_id or uuid.uuid4().hex
         try:
-            reservation = self.budgets.reserve(caller, reserve_tokens, self._cost(Usage.of(len(ids), max_tokens)),
-                                               request_id)
+            reservation = self.budgets.reserve(caller, reserve_tokens,
+                                               self._cost(Usage.of(len(ids), max_tokens)) * params.n, request_id)
         except BudgetExceededError:
             self.metrics.budget_rejections.labels(self.model).inc()
             raise
@@ -165,14 +152,14 @@ class Governor:
 
     def finish(self, request: PreparedRequest, outcome: Outcome) -> tuple[GenerationResult, LedgerRow | None]:
         """Everything but the ledger write (and releasing config-rule reservations, which waits for it)."""
-        usage = self._usage(request, outcome)
+        billing = bill(request.prompt_tokens, outcome, self.counter, self.metrics, self.model)
+        usage = billing.usage
         latency = time.perf_counter() - request.started
         ttft = None if outcome.first_token_at is None else outcome.first_token_at - request.started
         cost = self._cost(usage)
         if request.reservation is not None:  # config rules stay held until the row is committed
             self.budgets.settle(request.reservation, usage.total_tokens, cost, release_rules=False)
-        row = self._row(request.caller, request.request_id, usage, ttft, latency, outcome.finish_reason, cost,
-                        False)
+        row = self._row(request.caller, request.request_id, billing, ttft, latency, outcome.finish_reason, cost)
         if request.cache_key and self.cache is not None and outcome.finish_reason in ("end_id", "stop", "length"):
             self.cache.put(request.cache_key, outcome.text, usage.completion_tokens, outcome.finish_reason)
         m = self.metrics
@@ -216,17 +203,6 @@ class Governor:
                 return text, ids, len(content) - len(kept)
             keep -= 1
 
-    def _usage(self, request: PreparedRequest, outcome: Outcome) -> Usage:
-        prompt = request.prompt_tokens
-        if outcome.num_input_tokens is not None and outcome.num_input_tokens != prompt:
-            log.warning("server counted %d prompt tokens, the client %d; billing the server's count",
-                        outcome.num_input_tokens, prompt)
-            prompt = outcome.num_input_tokens
-        completion = outcome.num_output_tokens
-        if completion is None:  # cancelled or cut off before the final counts: count what arrived
-            completion = self.counter.count(outcome.text) if outcome.text else 0
-        return Usage.of(prompt, completion, outcome.num_cached_tokens or 0)
-
     async def arecord_refusal(self, caller: Caller, request_id: str, reason: str) -> None:
         """A request refused before it was sent (budget, rate limit, too long): a 0-token row naming why."""
         if self.ledger is not None:
@@ -252,13 +228,16 @@ class Governor:
         p = self.config.client.pricing
         return usage_cost(usage, p.input_per_million, p.output_per_million, p.cached_input_per_million)
 
-    def _row(self, caller: Caller, request_id: str, usage: Usage, ttft: float | None, latency: float,
-             finish_reason: str, cost: float, cache_hit: bool) -> LedgerRow | None:
+    def _row(self, caller: Caller, request_id: str, billing: Billing, ttft: float | None, latency: float,
+             finish_reason: str, cost: float) -> LedgerRow | None:
         if self.ledger is None:
             return None
+        usage, local = billing.usage, billing.local
         return LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session, request_id,
                          usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
-                         None if ttft is None else ttft * 1e3, latency * 1e3, finish_reason, cost, cache_hit)
+                         None if ttft is None else ttft * 1e3, latency * 1e3, finish_reason, cost, False,
+                         None if local is None else local[0], None if local is None else local[1],
+                         billing.counted_locally)
 
 
 def open_governor(config: ModelConfig, *, ledger: LedgerChoice = True, counter: TokenCounter | None = None,

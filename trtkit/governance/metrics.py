@@ -32,6 +32,15 @@ class ClientMetrics:
         # client cancels the request's own call) or "let_go" (the asyncio client drops it from the shared call)
         self.early_ends = Counter("trtkit_client_early_ends", "Requests ended early, by how the server was told",
                                   ["model", "how"], registry=r)
+        # an upstream's usage report against the governor's own count (Delta.usage_reported): the bill is the
+        # upstream's; these count the requests where the two differed, and by how many tokens, per kind
+        self.usage_mismatches = Counter("trtkit_client_usage_mismatches", "Requests whose upstream usage differed "
+                                        "from the gateway's own count", ["model", "kind"], registry=r)
+        self.usage_mismatch_tokens = Counter("trtkit_client_usage_mismatch_tokens", "Tokens by which an upstream's "
+                                             "usage differed from the gateway's own count", ["model", "kind"],
+                                             registry=r)
+        self.counted_locally = Counter("trtkit_client_counted_locally", "Requests billed on the text received, "
+                                       "counted locally: the upstream sent no count", ["model"], registry=r)
         self.retries = Counter("trtkit_client_retries", "Retries after UNAVAILABLE before the first token", ["model"],
                                registry=r)
 

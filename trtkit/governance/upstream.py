@@ -8,15 +8,16 @@ cancelled, the deadline passed) comes back as a finish reason instead of a delta
 request, hands on the deltas of what the server generated until the stop took (billed by their counts, their
 text dropped), and ends. Closing the iterator stops
 the request upstream; what that takes (the engine's ``stop`` request, a closed HTTP stream) is the upstream's
-business. The Triton gRPC clients (``trtkit.transport``) implement it; an OpenAI HTTP upstream would be one
-more implementation beside them, and neither is imported here.
+business. The Triton gRPC clients (``trtkit.transport``) implement it, and so does the OpenAI HTTP upstream
+beside them (``trtkit.transport.openai_upstream``: it sends the caller's body, ``SamplingParams.upstream_body``, and
+reads back the upstream's own events and ``usage``); none of them is imported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from trtkit.governance.governor import PreparedRequest
@@ -44,6 +45,12 @@ class Delta:
     # (token id, log-probability) of this response's tokens of the answer, when asked; None where the wire
     # carries none (the text path: the ensemble and the BLS answer text)
     log_probs: tuple[tuple[int, float], ...] | None = None
+    # the counts are the upstream's own usage report (an OpenAI ``usage``): the bill, which the governor checks
+    # against its own count of the prompt and of the text received
+    usage_reported: bool = False
+    # the upstream's own event (an OpenAI HTTP upstream's parsed chunk), which a relaying caller passes on as it
+    # came; None where the upstream speaks no such protocol
+    event: Any = None
 
 
 class Upstream(Protocol):

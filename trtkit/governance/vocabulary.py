@@ -7,7 +7,7 @@ gateway, the bench, the conversation.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -51,13 +51,28 @@ class SamplingParams:
     # (token id, value) pairs added to the logits (OpenAI's logit_bias), sent as the engine's embedding_bias:
     # the token path only (the ensemble and the BLS take embedding_bias_words, which the CPU engine refuses)
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # choices asked for (OpenAI's n): an upstream that takes a body generates n answers, so n x (prompt +
+    # max_tokens) is reserved; the Triton paths refuse n > 1
+    n: int = 1
+    # False when the answer is more than its text (tool calls, several choices, an upstream's log-probabilities):
+    # the response cache keeps text only, so it must not answer such a request
+    cacheable: bool = True
+    # the caller's request body, for an upstream that takes one (OpenAI HTTP): sent as given, with max_tokens
+    # set to the governed value; every field of it may change the answer, so the cache key holds it
+    upstream_body: dict[str, Any] | None = field(default=None, compare=False)
 
     def with_max_tokens(self, max_tokens: int) -> SamplingParams:
         return replace(self, max_tokens=max_tokens)
 
     def identity(self) -> dict[str, Any]:
-        """Every field that changes the answer; the cache key includes all of them."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v not in (None, ())}
+        """Every field that changes the answer; the cache key includes all of them (``cacheable`` changes none,
+        and one choice is the default)."""
+        found = {}
+        for name, value in asdict(self).items():
+            if value is None or value == () or name == "cacheable" or (name == "n" and value == 1):
+                continue
+            found[name] = list(value) if isinstance(value, tuple) else value
+        return found
 
     @property
     def is_deterministic(self) -> bool:
@@ -135,6 +150,7 @@ class StreamChunk:
     # with return_log_probs: (token id, log-probability) of the tokens whose text this chunk carries (the last
     # chunk: any tokens whose text never came, such as the bytes of a character the length limit cut)
     log_probs: tuple[tuple[int, float], ...] = ()
+    event: Any = None  # the upstream's own event, for a caller that relays it (governance.upstream.Delta.event)
 
     @property
     def is_final(self) -> bool:

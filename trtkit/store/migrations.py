@@ -190,6 +190,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "DROP TABLE api_keys",
         "ALTER TABLE api_keys_m008 RENAME TO api_keys",
         "CREATE UNIQUE INDEX api_keys_active_name ON api_keys (name) WHERE revoked_at IS NULL")),
+    # An upstream that reports its own usage (an OpenAI-compatible server): the row bills its count and keeps the
+    # gateway's own beside it; counted_locally marks a bill made of the text received (the upstream sent none).
+    Migration(9, "m009_upstream_usage_columns", (
+        "ALTER TABLE requests ADD COLUMN local_prompt_tokens BIGINT",
+        "ALTER TABLE requests ADD COLUMN local_completion_tokens BIGINT",
+        "ALTER TABLE requests ADD COLUMN counted_locally INTEGER NOT NULL DEFAULT 0")),
 )
 
 _LEGACY_LEDGER_NAMES = {m.name: m.version for m in MIGRATIONS[:3]}

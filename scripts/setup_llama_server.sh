@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Build (once per machine) llama.cpp's `llama-server`, the independent OpenAI-compatible server the gateway's
+# upstream tests run against (tests/upstreams), from the llama-cpp-python sdist on PyPI (vendor/llama.cpp).
+# CPU only, one static binary. The result is cached under
+#   ${TRTKIT_TEST_CACHE:-<repo>/.trtkit-cache}/llama-server/<sdist version>/
+# with llama.cpp's own convert_hf_to_gguf.py and gguf-py beside it (the tests convert the SmolLM2 HF folder
+# trtkit makes into the GGUF that llama-server serves). A later run finds the stamp and returns at once.
+# The build compiles for this CPU (GGML_NATIVE): the stamp records the CPU's flags, and another CPU rebuilds.
+# No network beyond the sdist download: the server's web UI is not fetched (LLAMA_USE_PREBUILT_UI=OFF).
+# About 6 minutes on 2 cores, at nice 10. Prints the folder on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+CACHE_ROOT=${TRTKIT_TEST_CACHE:-$PWD/.trtkit-cache}
+OUT="$CACHE_ROOT/llama-server/$VERSION"
+PYTHON=${PYTHON:-python3}
+[ -x "${TRTKIT_VENV:-.venv}/bin/python" ] && PYTHON="${TRTKIT_VENV:-.venv}/bin/python"
+cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-16)
+want="llama-cpp-python $VERSION $(uname -m) cpu:$cpu_flags"
+if [ -x "$OUT/llama-server" ] && [ "$(cat "$OUT/stamp" 2>/dev/null)" = "$want" ]; then
+  echo "$OUT"
+  exit 0
+fi
+if ! command -v cmake >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing cmake and g++ (Debian packages) to build llama-server" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++; } >&2
+  else
+    echo "setup: llama-server needs cmake and g++: run 'sudo apt-get install -y cmake g++'" >&2
+    exit 1
+  fi
+fi
+work=$(mktemp -d "${TMPDIR:-/tmp}/trtkit-llama-server.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+echo "setup: building llama-server from llama-cpp-python $VERSION (once per machine, ~6 min on 2 cores)" >&2
+started=$(date +%s)
+"$PYTHON" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$work" >&2
+tar -xzf "$work/llama_cpp_python-$VERSION.tar.gz" -C "$work"
+src="$work/llama_cpp_python-$VERSION/vendor/llama.cpp"
+nice -n 10 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+  -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
+  -DLLAMA_CURL=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_NATIVE=ON >&2
+nice -n 10 cmake --build "$work/build" --target llama-server -j "${LLAMA_BUILD_JOBS:-$(nproc)}" >&2
+rm -rf "$OUT.partial" && mkdir -p "$OUT.partial"
+cp "$work/build/bin/llama-server" "$OUT.partial/"
+cp "$src/convert_hf_to_gguf.py" "$OUT.partial/"
+cp -r "$src/gguf-py" "$OUT.partial/gguf-py"
+[ -d "$src/conversion" ] && cp -r "$src/conversion" "$OUT.partial/conversion"
+echo "$want" > "$OUT.partial/stamp"
+echo "built in $(( $(date +%s) - started )) s on $(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$OUT.partial/build.log"
+rm -rf "$OUT" && mv "$OUT.partial" "$OUT"
+echo "setup: llama-server cached in $OUT ($(( $(date +%s) - started )) s)" >&2
+echo "$OUT"

@@ -1,0 +1,194 @@
+"""POST /v1/chat/completions and /v1/completions in front of an OpenAI-compatible upstream: the caller's request
+goes up as given and the upstream's answer comes back as it sent it (``relay_events.py``), while the one governance
+path (keys, the count, limits, the per-key cache, budgets, the runaway guard, the ledger) runs around it.
+
+What the gateway reads of a request, it checks, with a 400 naming the field: ``model``, ``stream`` and
+``stream_options``, ``max_tokens`` (and chat's ``max_completion_tokens``), ``n``, ``user``, ``temperature`` and
+``seed`` (is the answer cacheable), and the messages or prompt it counts with the model's tokenizer and chat template
+before admission. Every other field (``response_format``, ``tools`` / ``tool_choice``, ``logprobs`` /
+``top_logprobs``, ``stop``, vendor extensions such as ``min_tokens`` or ``ignore_eos``) is the upstream's to judge:
+it goes up as given, and the upstream's refusal comes back as its own 4xx.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, cast
+
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from trtkit.gateway.errors import RequestValidationError
+from trtkit.gateway.generation import (
+    CallInfo,
+    CancellingStreamResponse,
+    Generation,
+    ServingContext,
+    check_model,
+    observe,
+    run_or_cancel,
+    sse_error,
+    start_generation,
+)
+from trtkit.gateway.protocol import CompletionRequest
+from trtkit.gateway.relay_events import AnswerMerger, EventRelay
+from trtkit.gateway.responses import SSE_DONE, LastEvent
+from trtkit.gateway.serving_completions import ServingCompletions
+from trtkit.governance.tokens import RawPrompt
+from trtkit.governance.vocabulary import SamplingParams
+
+MAX_CHOICES = 128  # n: a bound, so that one request cannot reserve without limit
+
+
+class _RelayFields(BaseModel):
+    model_config = ConfigDict(extra="allow")  # the upstream's to judge
+
+    model: str
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    n: int = Field(1, ge=1, le=MAX_CHOICES)
+    user: str | None = None
+    temperature: float | None = None
+    seed: int | None = None
+
+
+class RelayChatRequest(_RelayFields):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    tools: list[Any] | None = None
+
+
+class RelayCompletionRequest(_RelayFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+
+
+Create = Callable[[Any, CallInfo], Awaitable[Response]]
+
+
+def relay_routes(ctx: ServingContext) -> tuple[tuple[type[BaseModel], Create], tuple[type[BaseModel], Create]]:
+    """(request model, handler) for chat, then completions."""
+    return ((RelayChatRequest, RelayEndpoint(ctx, chat=True).create),
+            (RelayCompletionRequest, RelayEndpoint(ctx, chat=False).create))
+
+
+class RelayEndpoint:
+    def __init__(self, ctx: ServingContext, *, chat: bool) -> None:
+        self.ctx, self.chat = ctx, chat
+        self.id_prefix = "chatcmpl" if chat else "cmpl"
+        self.completions = ServingCompletions(ctx)  # a completions prompt is read as the Triton path reads it
+
+    async def create(self, request: RelayChatRequest | RelayCompletionRequest, call: CallInfo) -> Response:
+        check_model(self.ctx, request.model, call.key)
+        body = request.model_dump(exclude_unset=True)
+        include_usage = _include_usage(request.stream_options)
+        # how the caller reads the answer changes nothing in it (the cache keys on the body): the upstream always
+        # streams with usage (openai_upstream.request_body), and the gateway answers as the caller asked
+        body.pop("stream", None)
+        if set(body.get("stream_options") or {}) <= {"include_usage"}:
+            body.pop("stream_options", None)
+        prompt = self._prompt(request)
+        generation = await start_generation(self.ctx, call, prompt, relay_params(request, body), request.user)
+        response_id = f"{self.id_prefix}-{generation.request_id}"
+        if request.stream:
+            relay = EventRelay(response_id, request.model, chat=self.chat, include_usage=include_usage)
+            return CancellingStreamResponse(self._events(generation, relay), generation.headers,
+                                            lambda: self.ctx.metrics.disconnects.labels("true").inc())
+        finished, answer = await run_or_cancel(self._answer(generation, response_id, request.model), call.receive)
+        if not finished:
+            self.ctx.metrics.disconnects.labels("false").inc()
+            return Response(status_code=499)
+        return JSONResponse(answer, headers=generation.headers)
+
+    def _prompt(self, request: RelayChatRequest | RelayCompletionRequest) -> RawPrompt:
+        if isinstance(request, RelayCompletionRequest):
+            return self.completions.prompt_of(cast(CompletionRequest, request))
+        messages = [_template_message(m, i) for i, m in enumerate(request.messages)]
+        try:
+            return self.ctx.client.governor.counter.chat_prompt(messages, tools=request.tools)
+        except Exception as exc:  # the template refused the conversation (a role it does not know, ...)
+            raise RequestValidationError(f"the model's chat template cannot render these messages ({exc}); the "
+                                         f"gateway counts every prompt before admission", param="messages") from None
+
+    async def _events(self, generation: Generation, relay: EventRelay) -> AsyncIterator[bytes]:
+        chunks = generation.chunks()
+        try:
+            async for chunk in chunks:
+                out = relay.pass_on(chunk.event) if chunk.event is not None else relay.text(chunk.text) \
+                    if chunk.text else b""
+                if out:
+                    yield out
+                if chunk.result is not None:
+                    observe(self.ctx, chunk.result)
+                    yield LastEvent(relay.finish(chunk.result) + SSE_DONE)
+                    return
+        except Exception as exc:  # the upstream failed mid-stream: OpenAI's error body as the last event
+            yield sse_error(exc)
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+            await generation.aclose()
+
+    async def _answer(self, generation: Generation, response_id: str, model: str) -> dict[str, Any]:
+        merger = AnswerMerger(chat=self.chat)
+        async for chunk in generation.chunks():
+            if chunk.event is not None:
+                merger.add(chunk.event)
+            elif chunk.text:
+                merger.add_text(chunk.text)
+            if chunk.result is not None:
+                observe(self.ctx, chunk.result)
+                return merger.body(response_id, model, chunk.result)
+        raise AssertionError("a stream always ends with a final chunk")
+
+
+def relay_params(request: RelayChatRequest | RelayCompletionRequest, body: dict[str, Any]) -> SamplingParams:
+    """What governance reads of the request; the body itself goes to the upstream as given."""
+    max_tokens = request.max_tokens
+    if isinstance(request, RelayChatRequest) and request.max_completion_tokens is not None:
+        if max_tokens is not None and max_tokens != request.max_completion_tokens:
+            raise RequestValidationError("max_tokens and max_completion_tokens differ; send only one",
+                                         param="max_completion_tokens")
+        max_tokens = request.max_completion_tokens
+    structured = any(body.get(name) for name in ("tools", "functions", "logprobs", "top_logprobs"))
+    return SamplingParams(max_tokens=max_tokens, temperature=1.0 if request.temperature is None else request.temperature,
+                          seed=request.seed, n=request.n, cacheable=request.n == 1 and not structured,
+                          upstream_body=body)
+
+
+def _include_usage(options: dict[str, Any] | None) -> bool:
+    value = (options or {}).get("include_usage", False)
+    if not isinstance(value, bool):
+        raise RequestValidationError(f"stream_options.include_usage must be true or false, got {value!r}",
+                                     param="stream_options.include_usage")
+    return value
+
+
+def _template_message(message: dict[str, Any], index: int) -> dict[str, Any]:
+    """A message as the chat template takes it, to count the prompt: its role and its text ("developer" is the
+    system role); only text can be counted."""
+    role = message.get("role")
+    if not isinstance(role, str):
+        raise RequestValidationError(f"messages[{index}].role must be a string", param=f"messages.{index}.role")
+    rendered: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                                "content": _text(message.get("content"), index)}
+    for name in ("tool_calls", "tool_call_id", "name"):
+        if message.get(name) is not None:
+            rendered[name] = message[name]
+    return rendered
+
+
+def _text(content: Any, index: int) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise RequestValidationError(f"messages[{index}].content must be a string or a list of parts",
+                                     param=f"messages.{index}.content")
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise RequestValidationError(f"messages[{index}].content has a '{kind}' part; only text parts can be "
+                                         f"counted, and the gateway counts every prompt before admission",
+                                         param=f"messages.{index}.content")
+        texts.append(part["text"])
+    return "".join(texts)

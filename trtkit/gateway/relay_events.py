@@ -1,0 +1,180 @@
+"""An OpenAI-compatible upstream's events on their way back to the caller (``gateway.relay``).
+
+Streamed: each event goes on as it came, but under this gateway's response id and the model name the caller
+asked for. The events that end a choice are held until the request is settled, so the last of them can carry the
+``trtkit`` extension (our finish reason, cache hit, request id); the upstream's usage chunk goes on only if the
+caller asked for it (``stream_options.include_usage``: the gateway always asks the upstream for it). A stream the
+gateway ended (runaway guard, deadline) gets finish events of its own. Not streamed: the events are merged into one
+``chat.completion`` or ``text_completion`` body, as the upstream would have answered it (every choice, tool calls
+and log-probabilities included).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from trtkit.gateway.responses import extension, openai_finish_reason
+from trtkit.governance.vocabulary import GenerationResult
+
+
+def sse(event: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(event, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+class EventRelay:
+    """One streamed answer's events, restamped and passed on; see the module docstring."""
+
+    def __init__(self, response_id: str, model: str, *, chat: bool, include_usage: bool = False) -> None:
+        self.response_id, self.model, self.chat = response_id, model, chat
+        self.include_usage = include_usage
+        self.object = "chat.completion.chunk" if chat else "text_completion"
+        self.created = int(time.time())
+        self.held: list[dict[str, Any]] = []  # events that end a choice
+        self.usage_event: dict[str, Any] | None = None
+        self.usage_reports = 0  # several (llama-server: one per choice) add up to the bill
+        self.open: set[int] = set()  # choices seen and not ended
+
+    def pass_on(self, event: dict[str, Any]) -> bytes:
+        """The bytes to send now for ``event`` (none when it is held)."""
+        event["id"], event["model"] = self.response_id, self.model
+        choices = event.get("choices")
+        if not choices:
+            if event.get("usage") is not None:
+                self.usage_event = event
+                self.usage_reports += 1
+                return b""
+            return sse(event)
+        if not self.include_usage and event.get("usage") is not None:  # a running or final count in a choice's
+            event["usage"] = None  # chunk (vLLM's continuous stats, llama-server's completions): not asked for
+        ended = False
+        for choice in choices:
+            index = choice.get("index", 0)
+            if choice.get("finish_reason"):
+                self.open.discard(index)
+                ended = True
+            else:
+                self.open.add(index)
+        if ended:
+            self.held.append(event)
+            return b""
+        return sse(event)
+
+    def text(self, text: str) -> bytes:
+        """A chunk of our own (an answer from the response cache has no upstream events)."""
+        self.open.add(0)
+        return sse(self._event([self._choice(0, text)]))
+
+    def finish(self, result: GenerationResult) -> bytes:
+        """The held events, finish events for choices the gateway ended, the ``trtkit`` extension, and the usage
+        chunk if the caller asked for it."""
+        events = list(self.held)
+        reason = openai_finish_reason(result.finish_reason)
+        ended = [self._choice(i, None, reason) for i in sorted(self.open)]
+        if ended or not events:
+            events.append(self._event(ended or [self._choice(0, None, reason)]))
+        events[-1]["trtkit"] = extension(result)
+        out = b"".join(sse(e) for e in events)
+        if self.include_usage:  # the upstream's own usage chunk when it sent one, else the bill
+            usage = self.usage_event if self.usage_event is not None and self.usage_reports == 1 else self._event([])
+            usage["usage"] = usage.get("usage") or result.usage.to_openai()
+            out += sse(usage)
+        return out
+
+    def _event(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self.response_id, "object": self.object, "created": self.created, "model": self.model,
+                "choices": choices}
+
+    def _choice(self, index: int, text: str | None, finish_reason: str | None = None) -> dict[str, Any]:
+        if self.chat:
+            delta = {} if text is None else {"role": "assistant", "content": text}
+            return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
+
+
+class AnswerMerger:
+    """A non-streamed answer: the upstream's events merged into the body it would have sent."""
+
+    def __init__(self, *, chat: bool) -> None:
+        self.chat = chat
+        self.choices: dict[int, dict[str, Any]] = {}
+        self.usage: dict[str, Any] | None = None
+        self.usage_reports = 0
+        self.extra: dict[str, Any] = {}  # top-level fields besides the ones we set (system_fingerprint, ...)
+
+    def add(self, event: dict[str, Any]) -> None:
+        for name, value in event.items():
+            if name not in ("id", "object", "created", "model", "choices", "usage", "trtkit"):
+                self.extra[name] = value
+        if event.get("usage") is not None and not event.get("choices"):
+            self.usage = event["usage"]
+            self.usage_reports += 1
+        for choice in event.get("choices") or ():
+            merged = self.choices.setdefault(choice.get("index", 0), self._empty(choice.get("index", 0)))
+            _merge_choice(merged, choice, self.chat)
+
+    def add_text(self, text: str) -> None:
+        self.add({"choices": [{"index": 0, "delta": {"content": text}} if self.chat else {"index": 0, "text": text}]})
+
+    def body(self, response_id: str, model: str, result: GenerationResult) -> dict[str, Any]:
+        if not self.choices:
+            self.add_text("")
+        reason = openai_finish_reason(result.finish_reason)
+        choices = [self.choices[i] for i in sorted(self.choices)]
+        for choice in choices:
+            choice["finish_reason"] = choice["finish_reason"] or reason
+        return {"id": response_id, "object": "chat.completion" if self.chat else "text_completion",
+                "created": int(time.time()), "model": model, "choices": choices, **self.extra,
+                "usage": self.usage if self.usage_reports == 1 else result.usage.to_openai(),
+                "trtkit": extension(result)}
+
+    def _empty(self, index: int) -> dict[str, Any]:
+        if self.chat:
+            return {"index": index, "message": {"role": "assistant", "content": None}, "logprobs": None,
+                    "finish_reason": None}
+        return {"index": index, "text": "", "logprobs": None, "finish_reason": None}
+
+
+def _merge_choice(merged: dict[str, Any], choice: dict[str, Any], chat: bool) -> None:
+    if choice.get("finish_reason"):
+        merged["finish_reason"] = choice["finish_reason"]
+    if not chat:
+        merged["text"] += choice.get("text") or ""
+        merged["logprobs"] = _merge_lists(merged["logprobs"], choice.get("logprobs"))
+        return
+    message, delta = merged["message"], choice.get("delta") or {}
+    for name, value in delta.items():
+        if name == "tool_calls":
+            _merge_tool_calls(message.setdefault("tool_calls", []), value or [])
+        elif isinstance(value, str) and name != "role":
+            message[name] = (message.get(name) or "") + value
+        elif name != "role" and value is not None:
+            message[name] = value
+    merged["logprobs"] = _merge_lists(merged["logprobs"], choice.get("logprobs"))
+
+
+def _merge_lists(merged: dict[str, Any] | None, piece: Any) -> dict[str, Any] | None:
+    """Log-probabilities: each field's list grows piece by piece (chat's ``content``, completions' ``tokens`` ...)."""
+    if not isinstance(piece, dict):
+        return merged
+    merged = merged if merged is not None else {}
+    for name, value in piece.items():
+        if isinstance(value, list):
+            merged[name] = (merged.get(name) or []) + value
+        elif name not in merged:
+            merged[name] = value
+    return merged
+
+
+def _merge_tool_calls(calls: list[dict[str, Any]], pieces: list[dict[str, Any]]) -> None:
+    for piece in pieces:
+        index = piece.get("index", len(calls))
+        while len(calls) <= index:
+            calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        call = calls[index]
+        call["id"] = piece.get("id") or call["id"]
+        call["type"] = piece.get("type") or call["type"]
+        function = piece.get("function") or {}
+        call["function"]["name"] += function.get("name") or ""
+        call["function"]["arguments"] += function.get("arguments") or ""
