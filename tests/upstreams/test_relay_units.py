@@ -172,7 +172,7 @@ def test_backend_urls() -> None:
 def test_the_config_names_the_upstream_and_its_key_stays_secret(smollm2_config, caplog) -> None:  # type: ignore[no-untyped-def]
     upstream = replace(smollm2_config.gateway.upstream, url="http://h:9/v1", model="served", api_key_env="UP_KEY")
     config = replace(smollm2_config, gateway=replace(smollm2_config.gateway, upstream=upstream))
-    assert backend_of(config, None).address == "http://h:9/v1" and backend_of(config, "h:1").kind == "triton"
+    assert backend_of(config, None).address == "http://h:9/v1" and backend_of(config, "h:1").scheme == "grpc"
     with pytest.raises(ConfigError, match=r"\$UP_KEY, which is not set"):
         upstream_settings(config, "http://h:9/v1", environ={})
     settings = upstream_settings(config, "http://h:9/v1", environ={"UP_KEY": "sk-very-secret"})
@@ -209,8 +209,8 @@ def test_the_gateway_command_names_a_bad_backend_and_a_missing_one(capsys, smoll
     from tests.upstreams.conftest import SMOLLM2_CONFIG
     from trtkit.cli.main import main
 
-    assert main(["gateway", str(SMOLLM2_CONFIG), "--backend", "http://127.0.0.1:8080"]) == 1
-    assert "names no API path; an OpenAI-compatible server's base is usually http://127.0.0.1:8080/v1" in \
+    assert main(["gateway", str(SMOLLM2_CONFIG), "--backend", "http://127.0.0.1:8080"]) == 2  # a usage error
+    assert "names no /v1 API path (an OpenAI-compatible server's base is usually http://127.0.0.1:8080/v1)" in \
         capsys.readouterr().err
     assert main(["gateway", str(SMOLLM2_CONFIG)]) == 1
     assert "no backend: give --backend grpc://HOST:PORT" in capsys.readouterr().err
