@@ -4,7 +4,7 @@
 # BENCH line; benchmarks/record_result.py). Run it on a quiet machine: the timing figures (rates, latencies,
 # ratios of wall time) move with the load; CPU-time, count and quality figures much less.
 #
-#   bash benchmarks/rerun_all.sh            # about 60 minutes on 2 cores: quick modes where a full run > ~10 min
+#   bash benchmarks/rerun_all.sh            # about 65 minutes on 2 cores: quick modes where a full run > ~10 min
 #   FULL=1 bash benchmarks/rerun_all.sh     # every benchmark in full: about 2 hours on 2 cores
 #   ONLY="store_throughput client_overhead" bash benchmarks/rerun_all.sh   # a subset, same recording
 #
@@ -57,6 +57,10 @@ run ensemble_cancel ensemble_cancel.py
 run client_overhead client_overhead.py
 run triton_overhead triton_overhead.py
 run gateway_overhead gateway_overhead.py
+# the gateway in front of an OpenAI-compatible null upstream, LiteLLM's proxy beside it (its own hashed venv)
+bash benchmarks/setup_litellm.sh >/dev/null
+run gateway_upstreams gateway_overhead.py --view upstreams --echo-requests 2000 --profile
+run conversations conversations.py
 run bench_self bench_self.py
 run engine_profile engine_profile.py --quick
 run engine_vs_hf engine_vs_hf.py $(quick_or_full --quick "")

@@ -164,10 +164,10 @@ def test_a_prompt_of_token_ids_reaches_the_engine_as_those_ids(gateway, live_ser
     vocab = counter.vocab_size
     for bad, says in (([5, vocab], f"token id {vocab}, outside this model's vocabulary (0 to {vocab - 1})"),
                       ([[1, 2], [3]], "'prompt' has 2 prompts; send one per request"),
-                      ([[]], "'prompt' holds no token ids")):
+                      ([[]], "'prompt.0': List should have at least 1 item")):
         with pytest.raises(openai.BadRequestError) as refused:
             client.completions.create(model="tiny-llama", prompt=bad, max_tokens=2)  # type: ignore[arg-type]
-        assert says in refused.value.message and refused.value.param == "prompt", bad
+        assert says in refused.value.message and refused.value.param.startswith("prompt"), bad
 
 
 def test_log_probs_of_the_chosen_tokens_streamed_and_not(gateway, live_server) -> None:

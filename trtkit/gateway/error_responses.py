@@ -104,9 +104,10 @@ def upstream_error(exc: ClientError) -> HttpError:
 
 
 def validation_error(exc: ValidationError) -> HttpError:
-    """pydantic's most specific complaint (the deepest), naming the field path."""
+    """pydantic's most specific complaint (the deepest; at one depth, a broken constraint before a union member's
+    wrong type: ``[[]]`` is a too-short list of ids, not "a valid string"), naming the field path."""
     errors = exc.errors()
-    first = max(errors, key=lambda e: len(_field_path(e.get("loc", ()))))
+    first = max(errors, key=lambda e: (len(_field_path(e.get("loc", ()))), not str(e.get("type", "")).endswith("_type")))
     path = ".".join(_field_path(first.get("loc", ())))
     if first.get("type") == "extra_forbidden":
         message = f"'{path}' is not a field of this request; remove it"
