@@ -6,17 +6,9 @@
         for output in engine.step(): ...
 
 EngineLoop runs step() on a background thread for servers.
-
-MKL rounds fp32 products alike in every process only under strict conditional numerical reproducibility
-(``MKL_CBWR``; trtkit.serve.server says why): set here for in-process engines, when MKL has not started yet
-and the caller has not chosen.
 """
 
-import os
-
-os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
-
-from trtkit.refengine.config import EngineConfig  # noqa: E402
+from trtkit.refengine.config import EngineConfig
 from trtkit.refengine.llm_engine import LLMEngine
 from trtkit.refengine.loop import EngineLoop
 from trtkit.refengine.outputs import EngineStats, RequestOutput, SamplingParams

@@ -34,11 +34,6 @@ logger = logging.getLogger(__name__)
 
 _POLL_S = 0.1
 MALLOC_ARENA_MAX = "2"
-# MKL's fp32 products may take another code path by the operands' memory alignment, so the same request can
-# round differently in two processes: on an AMX Xeon a seeded sample near a tie came out one of two ways per
-# server start (tests/llmapi/test_live_llmapi.py, about one start in two). Strict conditional numerical
-# reproducibility makes every process round alike (about 1% more CPU per decode step, measured on SmolLM2).
-MKL_CBWR = "AUTO,STRICT"
 
 
 class TritonServer:
@@ -148,7 +143,6 @@ class TritonServer:
         # glibc gives each of Triton's many threads its own malloc arena: under a long streaming load the
         # heap then creeps up (+13.7% in 5 minutes of benchmarks/soak.py, +2.2% with 2 arenas). Yours wins.
         env.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX)
-        env.setdefault("MKL_CBWR", MKL_CBWR)  # the CPU engine's answers do not depend on the process
         with open(self.log_path, "ab") as log_file:
             # own session: Ctrl-C reaches only us, and stop() can signal the whole group
             self._process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
