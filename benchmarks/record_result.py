@@ -3,7 +3,7 @@
     python benchmarks/record_result.py NAME LOG "COMMAND" RC LOAD_BEFORE
 
 Inserts a section under the file's title (newest first): the UTC date, ``git rev-parse --short HEAD`` (with
-"+ uncommitted changes" when the tree is dirty), the command, its exit status, the load average before and after
+"+ uncommitted changes" when files other than Markdown differ from it), the command, its exit status, the load average before and after
 (a figure taken on a loaded host says so), the run's printed table, and its BENCH line as printed. Older sections
 stay below. Not a benchmark: it measures nothing.
 """
@@ -23,8 +23,10 @@ TABLE_LINES = 80  # the end of the printed output kept beside the JSON (the tabl
 def commit() -> str:
     root = Path(__file__).resolve().parent.parent
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
-                           text=True).stdout.strip()
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                             text=True).stdout.splitlines()
+    # the results this run writes, and documentation, change no figure: only other changes make the tree dirty
+    dirty = [line for line in changed if not line.rstrip().endswith(".md")]
     return sha.strip() + (" + uncommitted changes" if dirty else "")
 
 
