@@ -61,10 +61,12 @@ def is_loopback(bind: str) -> bool:
 
 
 def build_gateway(config: ModelConfig, backend: str | None, *, no_auth: bool = False, bind: str | None = None,
-                  store: GatewayStore | None = None, ledger: Ledger | None = None) -> Gateway:
+                  store: GatewayStore | None = None, ledger: Ledger | None = None,
+                  telemetry: Telemetry | None = None) -> Gateway:
     """The app and what it owns. ``backend``: a Triton repository or an OpenAI-compatible server
     (``gateway.upstreams``; None: ``gateway.upstream.url``). ``no_auth`` is refused unless the bind address is
-    loopback."""
+    loopback. ``telemetry``: OpenTelemetry's recorder to use (tests pass in-memory readers); None: one exporting over
+    OTLP when ``gateway.telemetry.enabled``, else none at all."""
     bind = bind or config.gateway.bind
     if no_auth and not is_loopback(bind):
         raise ConfigError(f"--no-auth on {bind} would open the model to the network; bind 127.0.0.1 or create "
@@ -89,7 +91,8 @@ def build_gateway(config: ModelConfig, backend: str | None, *, no_auth: bool = F
                                  metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
     client.governor.default_max_tokens = None  # no max_tokens: all the room the prompt leaves
     client.governor.max_tokens_overflow = config.gateway.max_tokens_overflow
-    telemetry = open_telemetry(config.gateway.telemetry, upstream) if config.gateway.telemetry.enabled else None
+    if telemetry is None and config.gateway.telemetry.enabled:
+        telemetry = open_telemetry(config.gateway.telemetry, upstream)
     ctx = ServingContext(config, client, rulebook, metrics, telemetry)
     app = create_app(ctx, Door(store, require_auth=not no_auth, max_body_bytes=config.gateway.max_body_bytes,
                                    store_in_threads=in_threads))
