@@ -22,6 +22,7 @@ from trtkit.cli import (
     convert_cmd,
     deploy_cmd,
     gateway_cmd,
+    hierarchy_cmd,
     serve_cmd,
 )
 from trtkit.cli.command import HELP_OPTIONS, examples_epilog, group_class
@@ -51,7 +52,8 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (config_cmd, convert_cmd, build_cmd, deploy_cmd, serve_cmd, client_cmd, gateway_cmd, bench_cmd):
+for module in (config_cmd, convert_cmd, build_cmd, deploy_cmd, serve_cmd, client_cmd, gateway_cmd, hierarchy_cmd,
+               bench_cmd):
     module.register(app)
 
 

@@ -174,10 +174,15 @@ class GuardSection:
 
 @dataclass(slots=True)
 class PricingSection:
+    """The model's price per million tokens: the ledger's cost column and cost budgets use it (an organisation may
+    override it: `trtkit org update ORG --price MODEL=IN,CACHED,OUT`). Unset: the model has no price, its
+    requests are billed 0 and the gateway warns once, naming it."""
+
     currency: str = described("USD")
-    input_per_million: float = bounded(0.0, ge=0.0)
-    output_per_million: float = bounded(0.0, ge=0.0)
-    cached_input_per_million: float = bounded(0.0, ge=0.0)
+    input_per_million: float | None = bounded(None, ge=0.0, doc="uncached prompt tokens; required with the others")
+    output_per_million: float | None = bounded(None, ge=0.0, doc="completion tokens; required with the others")
+    cached_input_per_million: float | None = bounded(None, ge=0.0, doc="prompt tokens served from the KV cache; "
+                                                     "default: input_per_million")
 
 
 @dataclass(slots=True)
@@ -223,6 +228,39 @@ class UpstreamSection:
     pool_size: int = bounded(256, ge=1, doc="kept connections to the upstream at most (more requests wait)")
 
 
+def _percents(values: list[float]) -> str | None:
+    bad = [v for v in values if not 0 < v <= 100]
+    return f"{bad[0]} is no percent of a budget; give values in (0, 100], e.g. [50, 80, 100]" if bad else None
+
+
+@dataclass(slots=True)
+class AlertsSection:
+    """Spend alerts: a signed JSON webhook when a budget of a key, project, team or organisation passes a threshold,
+    once per threshold per period across replicas (docs/governance.md)."""
+
+    webhook_url: str | None = described(None, doc="http(s)://... that receives each alert as a POST (off: unset)")
+    secret_env: str | None = described(None, doc="environment variable holding the HMAC-SHA256 secret that signs "
+                                       "each alert (x-trtkit-signature); required with webhook_url")
+    thresholds: list[float] = described(factory=list, check=_percents, doc="percents of a budget alerted for every "
+                                        "key and level without its own --alert-at, e.g. [50, 80, 100]")
+    timeout_seconds: float = bounded(5.0, gt=0.0, doc="one attempt's time at most; then it counts as failed")
+    retry_seconds: float = bounded(1.0, gt=0.0, doc="the first retry's delay, doubled after each failure")
+    max_retry_seconds: float = bounded(300.0, gt=0.0, doc="the longest delay between two attempts (it retries for "
+                                       "as long as a gateway is up)")
+
+
+@dataclass(slots=True)
+class TelemetrySection:
+    """OpenTelemetry's GenAI semantic conventions (metrics and one span per request), exported over OTLP/HTTP.
+    Off by default: then no exporter is made and nothing leaves the process. Needs the `otel` extra."""
+
+    enabled: bool = described(False)
+    endpoint: str | None = described(None, doc="OTLP/HTTP collector, e.g. http://collector:4318; default "
+                                     "$OTEL_EXPORTER_OTLP_ENDPOINT, else the exporter's own default")
+    service_name: str = described("trtkit-gateway", doc="the resource's service.name")
+    export_interval_seconds: float = bounded(15.0, gt=0.0, doc="how often metrics are pushed")
+
+
 @dataclass(slots=True)
 class GatewaySection:
     # 9000, not 8000: Triton's HTTP port defaults to 8000, and `serve --gateway` / `quickstart --keep` run both
@@ -242,6 +280,8 @@ class GatewaySection:
                                                     doc="stored conversations of POST /v1/responses")
     upstream: UpstreamSection = described(factory=UpstreamSection, doc="the OpenAI-compatible upstream, when "
                                           "there is one")
+    alerts: AlertsSection = described(factory=AlertsSection, doc="spend alerts (a signed webhook)")
+    telemetry: TelemetrySection = described(factory=TelemetrySection, doc="OpenTelemetry GenAI metrics and spans")
 
 
 @dataclass(slots=True, frozen=True)

@@ -26,6 +26,7 @@ from trtkit.gateway.errors import ModelNotFoundError, RateLimitedError, RequestV
 from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.responses import LastEvent
+from trtkit.gateway.telemetry import Telemetry
 from trtkit.gateway.upstreams import GatewayClient
 from trtkit.governance.budgets import draw_on
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
@@ -41,6 +42,7 @@ class ServingContext:
     client: GatewayClient
     rulebook: StoreRuleBook
     metrics: GatewayMetrics
+    telemetry: Telemetry | None = None  # OpenTelemetry GenAI metrics and spans (gateway.telemetry)
 
     @property
     def model(self) -> str:
@@ -71,6 +73,7 @@ class Generation:
     first: StreamChunk | asyncio.Future[StreamChunk]
     rest: AsyncIterator[StreamChunk]
     headers: dict[str, str] = field(default_factory=dict)
+    params: SamplingParams | None = None  # as admitted (the span's request attributes)
 
     async def chunks(self) -> AsyncIterator[StreamChunk]:
         # shielded: a client gone meanwhile must not cancel the request's first step (see aclose)
@@ -98,9 +101,25 @@ class Generation:
 
 
 def check_model(ctx: ServingContext, model: str, key: ApiKey | None) -> None:
-    if model != ctx.model or (key is not None and not key.allows_model(model)):
+    if model != ctx.model:
         raise ModelNotFoundError(f"model '{model}' is not served here; GET /v1/models lists what is "
                                  f"(this gateway serves '{ctx.model}')")
+    refused_by = None if key is None else key.refuses_model(model)
+    if refused_by is not None:
+        raise ModelNotFoundError(f"model '{model}' is not allowed for {refused_by} (its allowed models); ask for "
+                                 f"it to be added there")
+
+
+def caller_of(key: ApiKey | None, user: str | None, model: str, session: str = "") -> Caller:
+    """Who asks: the key (its name is the tenant), its user, the levels it hangs under and its organisation's
+    price for the model, if the organisation sets one."""
+    if key is None:
+        return Caller(user=user or "", session=session)
+    levels = key.level_names()
+    org = next((scope for scope in key.chain if scope.level == "org"), None)
+    return Caller(user=key.user or user or "", key_id=key.name, session=session, org=levels.get("org", ""),
+                  team=levels.get("team", ""), project=levels.get("project", ""),
+                  prices=None if org is None else org.prices.get(model))
 
 
 async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, params: SamplingParams,
@@ -110,8 +129,7 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
     chunk in hand (and an engine's refusal raised). ``session``: the conversation it belongs to (its ledger row
     names it; ``client.budgets`` rules of scope session hold it)."""
     key = call.key
-    caller = Caller(user=(key.user if key and key.user else user or ""), key_id=key.name if key else "",
-                    session=session)
+    caller = caller_of(key, user, ctx.model, session)
     request_id = uuid.uuid4().hex
     governor = ctx.client.governor
     scope = None
@@ -144,7 +162,7 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
     finally:
         current_key.reset(token)
         headers = ctx.rulebook.rate_headers.pop(request_id, {})  # also when the backend failed: no leak
-    return Generation(request_id, first, chunks, headers)
+    return Generation(request_id, first, chunks, headers, params)
 
 
 async def _next(chunks: AsyncIterator[StreamChunk]) -> StreamChunk:
@@ -170,10 +188,15 @@ def _reason(exc: Exception) -> str:
     return "budget" if isinstance(exc, BudgetExceededError) else "context_length"
 
 
-def observe(ctx: ServingContext, result: GenerationResult) -> None:
+def observe(ctx: ServingContext, result: GenerationResult, *, operation: str, streamed: bool,
+            params: SamplingParams | None = None) -> None:
+    """A finished generation's metrics: Prometheus always; OpenTelemetry's GenAI metrics and span when on.
+    ``operation``: ``chat`` or ``text_completion`` (gen_ai.operation.name)."""
     if result.ttft_s is not None:
         ctx.metrics.ttft.observe(result.ttft_s)
     ctx.metrics.latency.observe(result.latency_s)
+    if ctx.telemetry is not None:
+        ctx.telemetry.record(result, operation=operation, model=ctx.model, streamed=streamed, params=params)
 
 
 async def until_disconnect(receive: Receive) -> None:

@@ -76,6 +76,7 @@ class RelayEndpoint:
     def __init__(self, ctx: ServingContext, *, chat: bool) -> None:
         self.ctx, self.chat = ctx, chat
         self.id_prefix = "chatcmpl" if chat else "cmpl"
+        self.operation = "chat" if chat else "text_completion"  # gen_ai.operation.name
         self.completions = ServingCompletions(ctx)  # a completions prompt is read as the Triton path reads it
 
     async def create(self, request: RelayChatRequest | RelayCompletionRequest, call: CallInfo) -> Response:
@@ -119,7 +120,8 @@ class RelayEndpoint:
                 if out:
                     yield out
                 if chunk.result is not None:
-                    observe(self.ctx, chunk.result)
+                    observe(self.ctx, chunk.result, operation=self.operation, streamed=True,
+                            params=generation.params)
                     yield LastEvent(relay.finish(chunk.result) + SSE_DONE)
                     return
         except Exception as exc:  # the upstream failed mid-stream: OpenAI's error body as the last event
@@ -136,7 +138,8 @@ class RelayEndpoint:
             elif chunk.text:
                 merger.add_text(chunk.text)
             if chunk.result is not None:
-                observe(self.ctx, chunk.result)
+                observe(self.ctx, chunk.result, operation=self.operation, streamed=False,
+                        params=generation.params)
                 return merger.body(response_id, model, chunk.result)
         raise AssertionError("a stream always ends with a final chunk")
 

@@ -37,6 +37,7 @@ RequestT = TypeVar("RequestT", ChatCompletionRequest, CompletionRequest)
 
 class ServingEndpoint(Generic[RequestT]):
     id_prefix = ""  # "chatcmpl" / "cmpl", as OpenAI names its response ids
+    operation = "chat"  # gen_ai.operation.name: "chat" or "text_completion"
 
     def __init__(self, ctx: ServingContext) -> None:
         self.ctx = ctx
@@ -96,7 +97,7 @@ class ServingEndpoint(Generic[RequestT]):
         if not finished:
             self.ctx.metrics.disconnects.labels("false").inc()
             return Response(status_code=499)
-        observe(self.ctx, result)
+        observe(self.ctx, result, operation=self.operation, streamed=False, params=generation.params)
         entries = None if log_probs is None else log_probs.read(result.log_probs or ())
         return JSONResponse(self.body(response_id, result, entries, plan).model_dump(exclude_none=False),
                             headers=generation.headers)
@@ -124,7 +125,8 @@ class ServingEndpoint(Generic[RequestT]):
                     yield texts.sse(chunk.text)
                 if chunk.result is not None:  # the last chunk: its events go out with [DONE] in one write
                     result = chunk.result
-                    observe(self.ctx, result)
+                    observe(self.ctx, result, operation=self.operation, streamed=True,
+                            params=generation.params)
                     # log-probs of tokens whose text never came (a character the length limit cut) go here
                     rest = None if log_probs is None else log_probs.read(chunk.log_probs) or None
                     tail = tools.finish(result) if tools is not None else responses.sse(self.chunk(

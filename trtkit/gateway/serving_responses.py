@@ -91,7 +91,7 @@ class ServingResponses:
         if not finished:
             self.ctx.metrics.disconnects.labels("false").inc()
             return Response(status_code=499)
-        observe(self.ctx, result)
+        observe(self.ctx, result, operation="chat", streamed=False, params=generation.params)
         body = await self._finish(turn, result)
         return JSONResponse(body.model_dump(), headers=generation.headers)
 
@@ -171,7 +171,7 @@ class ServingResponses:
                 if chunk.text:
                     yield events.delta(chunk.text)
                 if chunk.result is not None:
-                    observe(self.ctx, chunk.result)
+                    observe(self.ctx, chunk.result, operation="chat", streamed=True, params=generation.params)
                     yield LastEvent(events.closing(await self._finish(turn, chunk.result)))
                     return
         except Exception as exc:  # the backend failed mid-stream: say so in the stream, never a traceback

@@ -22,8 +22,9 @@ from trtkit.governance.cache import ResponseCache, cache_key
 from trtkit.governance.guard import RunawayGuard
 from trtkit.governance.limits import clamp_max_tokens, enforce_input_limit
 from trtkit.governance.metrics import ClientMetrics
+from trtkit.governance.prices import PriceBook
 from trtkit.governance.tokens import TokenCounter
-from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, Usage, usage_cost
+from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, Usage
 from trtkit.store.ledger import Ledger, LedgerRow, open_ledger
 
 LedgerChoice = Ledger | bool | None  # a ledger; True: the one at client.store; False or None: record nothing
@@ -58,6 +59,7 @@ class Governor:
         self.cache = ResponseCache(c.cache.ttl_seconds, c.cache.max_entries) if c.cache.enabled else None
         self.max_input_tokens = c.max_input_tokens or config.build.max_input_len
         self.model = config.name
+        self.prices = PriceBook(config.name, c.pricing)
 
     def prepare(self, prompt: str, params: SamplingParams, caller: Caller, *, record_hit: bool = True,
                 request_id: str | None = None) -> PreparedRequest | GenerationResult:
@@ -81,7 +83,8 @@ class Governor:
         request_id = request_id or uuid.uuid4().hex
         try:
             reservation = self.budgets.reserve(caller, reserve_tokens,
-                                               self._cost(Usage.of(len(ids), max_tokens)) * params.n, request_id)
+                                               self._cost(Usage.of(len(ids), max_tokens), caller) * params.n,
+                                               request_id)
         except BudgetExceededError:
             self.metrics.budget_rejections.labels(self.model).inc()
             raise
@@ -156,7 +159,7 @@ class Governor:
         usage = billing.usage
         latency = time.perf_counter() - request.started
         ttft = None if outcome.first_token_at is None else outcome.first_token_at - request.started
-        cost = self._cost(usage)
+        cost = self._cost(usage, request.caller)
         if request.reservation is not None:  # config rules stay held until the row is committed
             self.budgets.settle(request.reservation, usage.total_tokens, cost, release_rules=False)
         row = self._row(request.caller, request.request_id, billing, ttft, latency, outcome.finish_reason, cost)
@@ -207,7 +210,8 @@ class Governor:
         """A request refused before it was sent (budget, rate limit, too long): a 0-token row naming why."""
         if self.ledger is not None:
             await self.ledger.arecord([LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session,
-                                                 request_id, 0, 0, 0, None, 0.0, f"refused:{reason}", 0.0)])
+                                                 request_id, 0, 0, 0, None, 0.0, f"refused:{reason}", 0.0,
+                                                 org=caller.org, team=caller.team, project=caller.project)])
 
     async def arecord_hit(self, result: GenerationResult, caller: Caller) -> None:
         if self.ledger is not None:
@@ -222,11 +226,11 @@ class Governor:
 
     def _hit_row(self, result: GenerationResult, caller: Caller) -> LedgerRow:
         return LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session, result.request_id,
-                         0, 0, 0, result.latency_s * 1e3, result.latency_s * 1e3, result.finish_reason, 0.0, True)
+                         0, 0, 0, result.latency_s * 1e3, result.latency_s * 1e3, result.finish_reason, 0.0, True,
+                         org=caller.org, team=caller.team, project=caller.project)
 
-    def _cost(self, usage: Usage) -> float:
-        p = self.config.client.pricing
-        return usage_cost(usage, p.input_per_million, p.output_per_million, p.cached_input_per_million)
+    def _cost(self, usage: Usage, caller: Caller | None = None) -> float:
+        return self.prices.cost(usage, caller)
 
     def _row(self, caller: Caller, request_id: str, billing: Billing, ttft: float | None, latency: float,
              finish_reason: str, cost: float) -> LedgerRow | None:
@@ -237,7 +241,7 @@ class Governor:
                          usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
                          None if ttft is None else ttft * 1e3, latency * 1e3, finish_reason, cost, False,
                          None if local is None else local[0], None if local is None else local[1],
-                         billing.counted_locally)
+                         billing.counted_locally, caller.org, caller.team, caller.project)
 
 
 def open_governor(config: ModelConfig, *, ledger: LedgerChoice = True, counter: TokenCounter | None = None,

@@ -55,6 +55,10 @@ class LedgerRow:
     local_prompt_tokens: int | None = None
     local_completion_tokens: int | None = None
     counted_locally: bool = False  # the bill is the text received, counted locally: the upstream sent no count
+    # the levels of the gateway's hierarchy the request was admitted under ('' for none)
+    org: str = ""
+    team: str = ""
+    project: str = ""
 
 
 ROW_COLUMNS = tuple(f.name for f in fields(LedgerRow))
