@@ -101,7 +101,7 @@ class IterationResult:
         results: list[dict[str, Any]] = []
         while not self._done:
             try:
-                data = self.aqueue.sync_get(self.timeout) if self.aqueue else self.queue.get(timeout=self.timeout)
+                data: Any = self.aqueue.sync_get(self.timeout) if self.aqueue else self.queue.get(timeout=self.timeout)
                 results.append(json.loads(data))  # None from the async queue: TypeError, as upstream
             except queue.Empty:
                 self._done = True

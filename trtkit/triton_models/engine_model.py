@@ -88,8 +88,8 @@ class EngineModel:
         self.engine_ids: set[str] = set()  # live engine request ids: `stop` also takes one as the request id
         self.streams: dict[str, RequestStream] = {}  # engine request id -> its stream, for sweep_cancelled
         self.live_lock = threading.Lock()
-        reuse = bool(getattr(getattr(self.loop, "engine", None), "config", None)
-                     and self.loop.engine.config.enable_kv_cache_reuse)
+        engine_config = getattr(getattr(self.loop, "engine", None), "config", None)
+        reuse = bool(engine_config is not None and engine_config.enable_kv_cache_reuse)
         self.partial_reuse = PartialReuse(tokens_per_block, enabled=cpp_responses and reuse)
 
     def parse(self, inputs: Tensors) -> ParsedRequest:
