@@ -238,3 +238,19 @@ def test_the_gateway_bills_exactly_through_the_llm_api_engine(llmapi_echo: Live,
         assert [row[:2] for row in gateway.rows(key)] == [(prompt_tokens, 9), (prompt_tokens, 9)]
     finally:
         gateway.stop()
+
+
+def test_min_tokens_holds_the_end_id_back_alike_on_both_engine_models(llmapi_echo: Live, live: Live) -> None:
+    """Issue 51 item 4: min_tokens with an effect one can see. The echo model's greedy answer reaches the end id set
+    here after 2 tokens; with min_tokens 6 the end id is held back until 6 tokens exist (the 1.2 TorchSampler's
+    min-length penalty; the CPU engine's the same), and both engine models answer alike."""
+    cycle = json.loads((llmapi_echo.model_dir / "cycle.json").read_text())
+    seen = {}
+    for name, server in (("llm-api", llmapi_echo), ("cpu", live)):
+        for least in (0, 6):
+            extra = {"min_tokens": least} if least else {}
+            final = server.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 20, stream=False, end_id=cycle[2],
+                                                            **extra)).finals[-1]
+            seen[name, least] = (int(final["num_output_tokens"]), final["finish_reason"])
+    assert seen["cpu", 0] == seen["llm-api", 0] == (2, b"end_id")
+    assert seen["cpu", 6] == seen["llm-api", 6] and seen["cpu", 6][0] >= 6, seen
