@@ -42,8 +42,16 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false TRTK
 SERVER_PID=""
 
 stop_server() {  # a failing step must not leave tritonserver running: a rerun would meet busy ports
+  # SIGTERM to `trtkit serve` stops its tritonserver (cli/serve_cmd.py), also while it is still starting, when
+  # `trtkit serve --stop` finds no record yet and would leave it running; 60 s, then --stop and SIGKILL
   if [ "$DRY_RUN" = 0 ] && [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-    trtkit serve --stop >/dev/null 2>&1 || kill "$SERVER_PID" 2>/dev/null || true
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    local waited=0
+    while kill -0 "$SERVER_PID" 2>/dev/null && [ "$waited" -lt 60 ]; do sleep 1; waited=$((waited + 1)); done
+    if kill -0 "$SERVER_PID" 2>/dev/null; then
+      trtkit serve --stop >/dev/null 2>&1 || true
+      kill -KILL "$SERVER_PID" 2>/dev/null || true
+    fi
     wait "$SERVER_PID" 2>/dev/null || true
   fi
   SERVER_PID=""

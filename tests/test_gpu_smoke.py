@@ -96,9 +96,10 @@ def test_every_trtkit_command_of_the_dry_run_exists_with_its_options(tmp_path: P
 
 
 FAKE_TRTKIT = """#!/usr/bin/env bash
-# a stand-in trtkit: `serve REPO` runs until `serve --stop` (a pid file), every other command succeeds
+# a stand-in trtkit: `serve REPO` runs until signalled (its pid in a file), every other command succeeds;
+# `serve --stop` finds nothing to stop, as the real one does while the server is still starting (no record yet)
 state="$SMOKE_WORK/fake-server.pid"
-if [ "$1" = serve ] && [ "$2" = --stop ]; then [ -f "$state" ] && kill "$(cat "$state")"; exit 0; fi
+if [ "$1" = serve ] && [ "$2" = --stop ]; then exit 0; fi
 if [ "$1" = serve ]; then echo $$ > "$state"; exec sleep 300; fi
 exit 0
 """
@@ -111,7 +112,8 @@ exit 0
 
 def test_a_failing_step_leaves_no_server_running(tmp_path: Path) -> None:
     """Issue 45 item 7: the script had no trap, so a failing step left tritonserver running and a rerun met busy
-    ports. Here the checker fails while a (stand-in) server runs: the script fails, and the server is gone."""
+    ports. Here the checker fails while a (stand-in) server runs: the script fails, and the server is gone, also
+    when `trtkit serve --stop` stops nothing (a server still starting has no record yet: the trap signals it)."""
     fakes = tmp_path / "bin"
     fakes.mkdir()
     for name, text in (("trtkit", FAKE_TRTKIT), ("python", FAKE_PYTHON), ("nvidia-smi", "#!/bin/sh\necho 9.0\n")):
