@@ -100,3 +100,18 @@ def test_config_validate_refuses_a_misspelt_option(tmp_path: Path, capsys: pytes
     path.write_text(yaml.safe_dump(pytorch(pytorch={"llm_api_options": {"kv_cache_config": {"tokens_per_blok": 8}}})))
     assert main(["config", "validate", str(path)]) == 1
     assert "kv_cache_config.tokens_per_blok: not a KvCacheConfig option" in capsys.readouterr().err
+
+
+def test_the_server_start_timeout_follows_the_backend_unless_the_config_sets_one() -> None:
+    """Issue 45 item 4: 120 s fits the C++ backend deserializing an engine, not the LLM API's start on an 8B model
+    (two tensorrt_llm imports, weights, the autotuner, CUDA graphs, the KV-cache estimation pass)."""
+    from trtkit.config.schema import SERVER_START_TIMEOUT_S, ServeSection, server_start_timeout
+
+    for data, backend in ((BASE, "tensorrt"), (pytorch(), "pytorch")):
+        config = parse_config(data)  # resolved: the backend's default, and why
+        assert config.serve.server_start_timeout_s == SERVER_START_TIMEOUT_S[backend]
+        assert [i.reason for i in config.implied if i.field == "serve.server_start_timeout_s"] == [
+            f"build.backend {backend} (config/schema.py says why)"]
+    assert SERVER_START_TIMEOUT_S == {"tensorrt": 120.0, "pytorch": 900.0}
+    assert parse_config(pytorch(serve={"server_start_timeout_s": 200})).serve.server_start_timeout_s == 200
+    assert server_start_timeout(ServeSection(), "pytorch") == 900.0  # a section never resolved: the same default

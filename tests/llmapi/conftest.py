@@ -12,12 +12,13 @@ from tests.conftest import REPO_ROOT
 PYTORCH_CONFIG = REPO_ROOT / "model_configs" / "tiny-llama-pytorch.yaml"
 
 
-def _serve(model_dir: Path, folder: Path):  # type: ignore[no-untyped-def]
+def _serve(model_dir: Path, folder: Path, min_step_ms: float = 0.0):  # type: ignore[no-untyped-def]
     from trtkit.config import load_config
     from trtkit.repository import deploy_repository
     from trtkit.serve import TritonServer
 
-    result = deploy_repository(load_config(PYTORCH_CONFIG), model_dir, folder / "repo", target="cpu")
+    result = deploy_repository(load_config(PYTORCH_CONFIG), model_dir, folder / "repo", target="cpu",
+                               min_step_ms=min_step_ms)
     assert result.settings.llm_api_engine == "reference"
     return TritonServer(folder / "repo", start_timeout_s=150, log_path=folder / "tritonserver.log")
 
@@ -35,6 +36,17 @@ def llmapi_echo(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     from tests.repository.live_client import Live
 
     with _serve(echo_model_dir, tmp_path_factory.mktemp("llmapi-echo")) as server:
+        yield Live(server, echo_model_dir)
+
+
+@pytest.fixture(scope="session")
+def llmapi_paced_echo(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The echo model behind the LLM-API adapter, every engine step at least MIN_STEP_MS long (tests/conftest.py):
+    a 400-token generation lasts at least 8 s on any machine, so a test cancels or stops it while it surely runs."""
+    from tests.conftest import MIN_STEP_MS
+    from tests.repository.live_client import Live
+
+    with _serve(echo_model_dir, tmp_path_factory.mktemp("llmapi-paced"), min_step_ms=MIN_STEP_MS) as server:
         yield Live(server, echo_model_dir)
 
 

@@ -84,7 +84,9 @@ def test_a_repeated_prefix_is_served_from_the_kv_cache(llmapi_echo: Live) -> Non
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_a_cancelled_stream_frees_every_kv_block(llmapi_echo: Live, model: str) -> None:
+def test_a_cancelled_stream_frees_every_kv_block(llmapi_paced_echo: Live, model: str) -> None:
+    """On the paced server a 400-token generation lasts at least 8 s: fewer than 400 steps proves the cancel."""
+    llmapi_echo = llmapi_paced_echo
     url = llmapi_echo.server.metrics_url  # type: ignore[attr-defined]
     before = settled_engine(url, after_iteration=-1)
     results: queue.Queue = queue.Queue()
@@ -102,7 +104,8 @@ def test_a_cancelled_stream_frees_every_kv_block(llmapi_echo: Live, model: str) 
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_a_stop_request_ends_the_request_and_frees_every_kv_block(llmapi_echo: Live, model: str) -> None:
+def test_a_stop_request_ends_the_request_and_frees_every_kv_block(llmapi_paced_echo: Live, model: str) -> None:
+    llmapi_echo = llmapi_paced_echo
     url = llmapi_echo.server.metrics_url  # type: ignore[attr-defined]
     before = settled_engine(url, after_iteration=-1)
     request_id = f"stop-me-{uuid.uuid4().hex}"
@@ -137,20 +140,42 @@ def test_a_stop_request_ends_the_request_and_frees_every_kv_block(llmapi_echo: L
     assert after.active == 0 and after.used_blocks == 0, f"blocks still held: {after}"
 
 
-def test_a_multi_token_bad_word_is_refused_by_name_and_the_next_request_served(llmapi_echo: Live) -> None:
-    refused = llmapi_echo.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 4, stream=True, bad_words=["你好，世界"]))
-    assert refused.error is not None and "bans single tokens only" in str(refused.error)
+@pytest.mark.parametrize("field, value", [("bad_words", ["你好"]), ("repetition_penalty", 1.3),
+                                          ("presence_penalty", 0.5), ("frequency_penalty", 0.4)])
+def test_what_the_pytorch_sampler_ignores_is_refused_by_name_and_the_next_request_served(
+        llmapi_echo: Live, field: str, value: object) -> None:
+    """Issue 45 item 5: TensorRT-LLM 1.2's PyTorch sampler applies no bad words and no penalties; a request that sets
+    one gets an error naming it (never an answer that silently ignored it), and the server keeps serving."""
+    refused = llmapi_echo.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 4, stream=True, **{field: value}))
+    named = "bad_words_list" if field == "bad_words" else field
+    assert refused.error is not None and f"{named}" in str(refused.error) and "ignores it" in str(refused.error)
     assert llmapi_echo.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 3, stream=True)).text == llmapi_echo.expected(3)
+
+
+def test_an_answer_ended_by_its_end_id_bills_the_same_tokens_as_the_cpu_engine_model(
+        llmapi_echo: Live, live: Live) -> None:
+    """Issue 45 item 6: on the 1.2 PyTorch path the end id is the last of CompletionOutput.token_ids (the facade
+    keeps it there, as upstream does); the port drops it, so the count equals the CPU engine model's, which (as the
+    C++ backend) never counts the end id."""
+    cycle = json.loads((llmapi_echo.model_dir / "cycle.json").read_text())
+    seen = []
+    for server in (llmapi_echo, live):  # the continuation is cycle[0], cycle[1], ...: it ends on cycle[5]
+        reply = server.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 20, stream=False, end_id=cycle[5]))
+        assert reply.error is None, reply.error
+        final = reply.finals[-1]
+        seen.append((reply.text, int(final["num_output_tokens"]), final["finish_reason"]))
+    assert seen[0] == seen[1] == (llmapi_echo.expected(5), 5, b"end_id"), seen
 
 
 CASES = [
     ("Tell me about rivers and the sea.", SamplingParams(max_tokens=24)),
     # 12 tokens: the 13th of this seeded sample lies near a tie, and on an AMX Xeon a server process with some
-    # history picked the other side of it about one run in two (two processes need not round fp32 alike; not seen
-    # in process, nor on a fresh pair of servers); the seed and the sampling knobs are exercised all the same
+    # history picked the other side of it about one run in two. Its cause was not found (issue 51 item 3,
+    # docs/backends.md "A seeded near-tie"): on the AMD EPYC where it was looked for, the 24-token sample is
+    # bitwise the same in every process, fresh or after varied batches (the same token ids, the same log-probability
+    # sum to the last bit, in 7 processes), so what differs runs only on that Xeon (MKL's Intel code paths, AMX)
     ("Tell me about rivers and the sea.", SamplingParams(max_tokens=12, temperature=0.9, top_p=0.9, seed=7)),
-    ("Write a list of numbers.", SamplingParams(max_tokens=20, presence_penalty=0.5, frequency_penalty=0.3,
-                                                repetition_penalty=1.2, min_tokens=5)),
+    ("Write a list of numbers.", SamplingParams(max_tokens=20, min_tokens=5)),
     ("Which way is the wind blowing?", SamplingParams(max_tokens=24, guided_decoding_guide_type="json_schema",
                                                       guided_decoding_guide=ENUM)),
     ("Ticket number:", SamplingParams(max_tokens=24, guided_decoding_guide_type="regex", guided_decoding_guide=PATTERN)),
@@ -173,7 +198,7 @@ def _seen(client: TritonLLMClient, server, prompt: str, params: SamplingParams) 
 
 @pytest.mark.parametrize("model", ["tensorrt_llm_bls", ENGINE_MODEL])
 def test_it_answers_as_the_cpu_engine_model(llmapi_server, live_server, tiny_config, model: str) -> None:
-    """Same model, same requests (greedy, seeded sampling, penalties, stop strings, guided decoding): the
+    """Same model, same requests (greedy, seeded sampling, min_tokens, stop strings, guided decoding): the
     LLM-API engine model and the CPU engine model give the same text, finish reason and counts."""
     config = _client_config(tiny_config)
     with TritonLLMClient(llmapi_server.grpc_url, config=config, model_name=model, ledger=False) as llm_api, \
@@ -215,3 +240,19 @@ def test_the_gateway_bills_exactly_through_the_llm_api_engine(llmapi_echo: Live,
         assert [row[:2] for row in gateway.rows(key)] == [(prompt_tokens, 9), (prompt_tokens, 9)]
     finally:
         gateway.stop()
+
+
+def test_min_tokens_holds_the_end_id_back_alike_on_both_engine_models(llmapi_echo: Live, live: Live) -> None:
+    """Issue 51 item 4: min_tokens with an effect one can see. The echo model's greedy answer reaches the end id set
+    here after 2 tokens; with min_tokens 6 the end id is held back until 6 tokens exist (the 1.2 TorchSampler's
+    min-length penalty; the CPU engine's the same), and both engine models answer alike."""
+    cycle = json.loads((llmapi_echo.model_dir / "cycle.json").read_text())
+    seen = {}
+    for name, server in (("llm-api", llmapi_echo), ("cpu", live)):
+        for least in (0, 6):
+            extra = {"min_tokens": least} if least else {}
+            final = server.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 20, stream=False, end_id=cycle[2],
+                                                            **extra)).finals[-1]
+            seen[name, least] = (int(final["num_output_tokens"]), final["finish_reason"])
+    assert seen["cpu", 0] == seen["llm-api", 0] == (2, b"end_id")
+    assert seen["cpu", 6] == seen["llm-api", 6] and seen["cpu", 6][0] >= 6, seen

@@ -21,9 +21,10 @@ from trtkit.config.llm_api import llm_api_contract
 from trtkit.refengine import llm_api
 from trtkit.triton_models.engine_model import EngineModel
 from trtkit.triton_models.llmapi_port import LlmApiPort
+from trtkit.triton_models.requests import InvalidRequest
 
 CONTRACT = llm_api_contract()
-LLM_NAMES = {"generate_async", "get_stats", "shutdown"}
+LLM_NAMES = {"generate_async", "get_stats_async", "shutdown"}
 REQUEST_NAMES = set(CONTRACT["request_output"]["fields_used"]) | {"abort", "__aiter__", "__anext__"}
 COMPLETION_NAMES = set(CONTRACT["completion_output"]["fields_used"])
 
@@ -125,16 +126,20 @@ def test_the_adapter_uses_only_recorded_llm_api_names(recorded, tiny_llama_dir: 
     engine = EngineModel(port, tokenizer, find_anchor(tokenizer), tokens_per_block=16, exclude_input_default=True,
                          decoupled=True)
     requests = [_request([1, 2, 3, 4, 5], 6, runtime_top_k=1, return_log_probs=True),
-                _request([7, 8, 9], 5, temperature=0.8, runtime_top_p=0.9, seed=3, presence_penalty=0.2,
-                         repetition_penalty=1.1, frequency_penalty=0.1, min_tokens=2, end_id=0, pad_id=0),
+                _request([7, 8, 9], 5, temperature=0.8, runtime_top_p=0.9, seed=3, min_tokens=2, end_id=0, pad_id=0),
                 _request([1, 2, 3], 8, guided_decoding_guide_type=b"json"),
-                _request([1, 2, 3], 4, stop_words_list=np.array([[[5, 6], [1, 2]]], dtype=np.int32)[0]),
-                _request([1, 2, 3], 4, bad_words_list=np.array([[[5, 6], [1, 2]]], dtype=np.int32)[0])]
+                _request([1, 2, 3], 4, stop_words_list=np.array([[[5, 6], [1, 2]]], dtype=np.int32)[0])]
     for tensors in requests:
         sink = Sink()
         engine.submit(tensors, sink)
         assert sink.done.wait(60), tensors
         assert "error" not in sink.outputs[-1], sink.outputs[-1]
+    # what the 1.2 PyTorch sampler would ignore is refused by name, before anything reaches the LLM API
+    for extra, name in ((dict(presence_penalty=0.2), "presence_penalty"), (dict(repetition_penalty=1.1),
+                        "repetition_penalty"), (dict(frequency_penalty=0.1), "frequency_penalty"),
+                        (dict(bad_words_list=np.array([[[5], [1]]], dtype=np.int32)[0]), "bad_words_list")):
+        with pytest.raises(InvalidRequest, match=f"^{name}.*PyTorch sampler ignores it"):
+            engine.submit(_request([1, 2, 3], 4, **extra), Sink())
     sink = Sink()
     engine.submit(_request([1, 2, 3], 200, min_tokens=200), sink)
     engine.stop(next(iter(engine.engine_ids)))  # the stop request: abort()
@@ -143,7 +148,7 @@ def test_the_adapter_uses_only_recorded_llm_api_names(recorded, tiny_llama_dir: 
     assert seen.request <= REQUEST_NAMES and {"abort", "outputs", "finished", "cached_tokens"} <= seen.request
     assert seen.completion <= COMPLETION_NAMES, seen.completion - COMPLETION_NAMES
     assert seen.sampling <= set(CONTRACT["sampling_params"]["fields_used"]), seen.sampling
-    assert {"top_k", "temperature", "top_p", "seed", "logprobs", "stop_token_ids", "bad_token_ids"} <= seen.sampling
+    assert {"top_k", "temperature", "top_p", "seed", "logprobs", "stop_token_ids", "min_tokens"} <= seen.sampling
     assert seen.guided <= {"json", "regex", "grammar", "json_object"} and seen.guided
 
 

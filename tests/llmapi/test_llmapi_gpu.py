@@ -12,23 +12,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO_ROOT
-from trtkit.trtllm_build.host_facts import probe_gpus, probe_tensorrt_llm
 
-
-def _skip_reason() -> str | None:
-    gpus, nvml_error = probe_gpus()
-    version, error = probe_tensorrt_llm()
-    missing = [] if gpus else [f"no NVIDIA GPU (NVML: {nvml_error})"]
-    if version is None:
-        missing.append(f"no TensorRT-LLM ({error})")
-    elif not version.startswith("1.2."):
-        missing.append(f"TensorRT-LLM {version} is not 1.2.x")
-    return "; ".join(missing) or None
-
-
-SKIP_REASON = _skip_reason()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(SKIP_REASON is not None,
-                                                  reason=f"needs a GPU host with TensorRT-LLM 1.2.x: {SKIP_REASON}")]
+pytestmark = pytest.mark.gpu  # skipped, with the reason, off a GPU host with TensorRT-LLM 1.2.x (tests/gpu_host.py)
 
 
 class Sink:

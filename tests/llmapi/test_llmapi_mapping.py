@@ -1,7 +1,7 @@
 """The LLM-API mapping in both directions, without a server: the engine-slot request as SamplingParams keyword
 arguments (triton_models/llmapi_sampling.py), and the reference engine's facade answering them as the LLM API
 does (refengine/llm_api.py): greedy, stop and end ids, finish and stop reasons, token_ids_diff, cached tokens,
-abort, log-probabilities, get_stats."""
+abort, log-probabilities, and the iteration statistics with upstream's traps (get_stats / get_stats_async)."""
 
 from __future__ import annotations
 
@@ -29,23 +29,33 @@ def parsed(**changes: object) -> ParsedRequest:
     return base
 
 
-def test_greedy_is_top_k_one_and_sampling_keeps_every_control() -> None:
+def test_greedy_is_top_k_one_and_sampling_keeps_every_control_the_sampler_applies() -> None:
     assert sampling_kwargs(parsed())["top_k"] == 1 and "temperature" not in sampling_kwargs(parsed())
-    s = Sampling(temperature=0.7, top_k=0, top_p=0.9, seed=5, repetition_penalty=1.1, presence_penalty=0.2,
-                 frequency_penalty=0.3, min_tokens=4, return_log_probs=True)
+    s = Sampling(temperature=0.7, top_k=0, top_p=0.9, seed=5, min_tokens=4, return_log_probs=True)
     kwargs = sampling_kwargs(parsed(sampling=s, end_id=2, pad_id=0))
     assert kwargs == {"max_tokens": 8, "exclude_input_from_output": True, "detokenize": False,
                       "include_stop_str_in_output": True, "end_id": 2, "pad_id": 0, "temperature": 0.7, "top_p": 0.9,
-                      "seed": 5, "min_tokens": 4, "repetition_penalty": 1.1, "presence_penalty": 0.2,
-                      "frequency_penalty": 0.3, "logprobs": 1}
+                      "seed": 5, "min_tokens": 4, "logprobs": 1}
     assert sampling_kwargs(parsed(sampling=Sampling(temperature=1.0, top_k=40)))["top_k"] == 40
 
 
-def test_stop_words_split_by_length_and_long_bad_words_are_refused() -> None:
-    kwargs = sampling_kwargs(parsed(stop_ids=[[5], [6, 7]], bad_ids=[[9]]))
-    assert kwargs["stop_token_ids"] == [5] and kwargs["bad_token_ids"] == [9]  # [6, 7]: the engine model's TokenGate
-    with pytest.raises(InvalidRequest, match="bans single tokens only"):
-        sampling_kwargs(parsed(bad_ids=[[9, 10]]))
+def test_stop_words_split_by_length() -> None:
+    kwargs = sampling_kwargs(parsed(stop_ids=[[5], [6, 7]]))
+    assert kwargs["stop_token_ids"] == [5]  # [6, 7]: the engine model's TokenGate catches it and aborts
+
+
+@pytest.mark.parametrize("changes, name", [
+    ({"bad_ids": [[9]]}, "bad_words_list"), ({"bad_ids": [[9, 10]]}, "bad_words_list"),
+    ({"sampling": Sampling(repetition_penalty=1.2)}, "repetition_penalty"),
+    ({"sampling": Sampling(presence_penalty=0.5)}, "presence_penalty"),
+    ({"sampling": Sampling(frequency_penalty=-0.3)}, "frequency_penalty")])
+def test_what_the_1_2_pytorch_sampler_ignores_is_refused_by_name(changes: dict, name: str) -> None:
+    """Issue 45 item 5: the 1.2 TorchSampler applies no bad words and no penalty (contract:
+    sampling_params.ignored_by_the_1_2_sampler); a request that sets one is refused, never answered without it."""
+    with pytest.raises(InvalidRequest, match=rf"^{name}\b.*PyTorch sampler ignores it; drop it, or serve .*tensorrt"):
+        sampling_kwargs(parsed(**changes))
+    neutral = Sampling(repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)
+    assert "repetition_penalty" not in sampling_kwargs(parsed(sampling=neutral))  # neutral values pass, unsent
 
 
 def test_guides_and_finish_reasons_and_log_probs_read_back() -> None:
@@ -110,7 +120,10 @@ def test_streaming_deltas_finish_reasons_and_stop_tokens(llm: LLM, echo_model_di
                                            include_stop_str_in_output=True), streaming=False)[0]
     dropped = _run(llm, cycle, SamplingParams(max_tokens=20, top_k=1, stop_token_ids=[stop]), streaming=False)[0]
     assert kept[0] == cycle[:3] and dropped[0] == cycle[:2] and kept[2:4] == dropped[2:4] == ("stop", stop)
-    assert whole[0][4] == 0 or whole[0][4] % 16 == 0
+    prompt = cycle * 3  # more than two whole 16-token blocks; the streamed run just before cached them
+    _run(llm, prompt, SamplingParams(max_tokens=2, top_k=1), streaming=True)
+    again = _run(llm, prompt, SamplingParams(max_tokens=2, top_k=1), streaming=False)[0]
+    assert again[4] >= 16 and again[4] % 16 == 0 and again[4] < len(prompt), again
 
 
 def test_a_repeated_prompt_reports_cached_tokens_and_abort_cancels(llm: LLM) -> None:
@@ -120,8 +133,78 @@ def test_a_repeated_prompt_reports_cached_tokens_and_abort_cancels(llm: LLM) -> 
     assert again[4] == 48  # three whole 16-token blocks of the 60-token prompt
     aborted = _run(llm, ids, SamplingParams(max_tokens=100, min_tokens=100, top_k=1), streaming=True, abort_after=2)
     assert aborted[-1][1:3] == (True, "cancelled") and len(aborted) < 100
-    stats = llm.get_stats()[0]
-    assert stats["kvCacheStats"]["usedNumBlocks"] == 0 and stats["numActiveRequests"] == 0
+
+
+def test_a_request_ended_by_its_end_id_keeps_the_end_id_in_token_ids(llm: LLM, echo_model_dir: Path) -> None:
+    """As the 1.2 TorchSampler leaves it (contract: completion_output.end_id): the end id is the last of
+    token_ids, with finish_reason stop and no stop_reason; the port drops it (test_live_llmapi bills it)."""
+    import json
+
+    cycle = json.loads((echo_model_dir / "cycle.json").read_text())
+    end = cycle[3]  # the echo model's greedy continuation reaches it after three tokens
+    streamed = _run(llm, cycle, SamplingParams(max_tokens=20, top_k=1, end_id=end), streaming=True)
+    assert [t for d in streamed for t in d[0]] == cycle[:3] + [end] and streamed[-1][1:4] == (True, "stop", None)
+
+
+def _stats_in_a_loop(llm: LLM, action):  # type: ignore[no-untyped-def]
+    """One request inside an event loop on its own thread (as the port runs it), then ``action`` elsewhere."""
+    import threading
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def request() -> None:
+        async for _ in llm.generate_async(list(range(300, 340)), SamplingParams(max_tokens=6, top_k=1),
+                                          streaming=True):
+            pass
+    try:
+        asyncio.run_coroutine_threadsafe(request(), loop).result(60)
+        return action(loop)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+
+def test_statistics_are_read_asynchronously_in_the_loop_that_made_the_first_request(echo_model_dir: Path) -> None:
+    """Issue 45 item 1: upstream creates its iteration statistics on an async queue at the first generate_async run
+    inside an event loop; the async API read in that loop gets the records (blocks used, then freed)."""
+    fresh = LLM(str(echo_model_dir), max_batch_size=2, max_input_len=128, max_seq_len=256,
+                kv_cache_config={"tokens_per_block": 16}, cpu=CpuOptions(kv_cache_bytes=4 << 20))
+    try:
+        assert fresh.get_stats(0.1) == []  # nothing before the first request (upstream warns and returns [])
+
+        async def collect() -> list[dict]:
+            return [record async for record in fresh.get_stats_async(0.5)]
+
+        records = _stats_in_a_loop(fresh, lambda loop: asyncio.run_coroutine_threadsafe(collect(), loop).result(30))
+        used = [r["kvCacheStats"]["usedNumBlocks"] for r in records]
+        assert max(used) >= 3 and used[-1] == 0 and records[-1]["numActiveRequests"] == 0, used
+        assert records[-1]["iter"] > records[0]["iter"]
+    finally:
+        fresh.shutdown()
+
+
+def test_the_sync_get_stats_from_another_thread_fails_as_upstreams_does(echo_model_dir: Path) -> None:
+    """The port's old call: get_stats(timeout) from its stats thread, after a request made in the port's loop. On
+    upstream's async queue the sync read answers None at its timeout, json.loads(None) raises TypeError, and the
+    queue is tainted for async readers from then on (contract: llm.get_stats)."""
+    from trtkit.refengine.llm_api_stats import MixedSyncAsyncAPIError
+
+    fresh = LLM(str(echo_model_dir), max_batch_size=2, max_input_len=128, max_seq_len=256,
+                kv_cache_config={"tokens_per_block": 16}, cpu=CpuOptions(kv_cache_bytes=4 << 20))
+    try:
+        def sync_then_async(loop: asyncio.AbstractEventLoop) -> None:
+            with pytest.raises(TypeError):
+                fresh.get_stats(0.2)
+
+            async def read() -> list[dict]:
+                return [record async for record in fresh.get_stats_async(0.2)]
+            with pytest.raises(MixedSyncAsyncAPIError):
+                asyncio.run_coroutine_threadsafe(read(), loop).result(30)
+        _stats_in_a_loop(fresh, sync_then_async)
+    finally:
+        fresh.shutdown()
 
 
 def test_the_facade_refuses_what_the_cpu_engine_cannot_run(echo_model_dir: Path) -> None:

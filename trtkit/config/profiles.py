@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from trtkit.config.schema import ImpliedSetting, ModelConfig, Profile, ServeSection
+from trtkit.config.schema import SERVER_START_TIMEOUT_S, ImpliedSetting, ModelConfig, Profile, ServeSection
 
 LATENCY_MAX_BATCH = 4
 THROUGHPUT_QUEUE_DELAY_US = 50_000
@@ -59,12 +59,18 @@ def _apply_profile(config: ModelConfig, profile: Profile | None) -> tuple[ModelC
 
 def resolve(config: ModelConfig, profile: Profile | None = None) -> ModelConfig:
     """Every derived field of a config as loaded filled in: the profile's serve settings (``profile`` overrides
-    the YAML's), the client's input limit, reduce fusion; ``implied`` says where each came from."""
+    the YAML's), the client's input limit, reduce fusion, the server's start timeout; ``implied`` says where each
+    came from."""
     resolved, implied = _apply_profile(config, profile)
     client = resolved.client
     if client.max_input_tokens is None:
         client = replace(client, max_input_tokens=resolved.build.max_input_len)
         implied.append(ImpliedSetting("client.max_input_tokens", client.max_input_tokens, "from build.max_input_len"))
+    if resolved.serve.server_start_timeout_s is None:
+        timeout = SERVER_START_TIMEOUT_S[resolved.build.backend]
+        resolved = replace(resolved, serve=replace(resolved.serve, server_start_timeout_s=timeout))
+        implied.append(ImpliedSetting("serve.server_start_timeout_s", timeout,
+                                      f"build.backend {resolved.build.backend} (config/schema.py says why)"))
     if resolved.build.reduce_fusion is None:
         fusion = resolved.convert.tp_size > 1
         resolved = replace(resolved, build=replace(resolved.build, reduce_fusion=fusion))

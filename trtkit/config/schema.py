@@ -136,7 +136,21 @@ class ServeSection:
                         "executor does it: the repository gets the tokenizer-info file both engines read; none: off")
     exclude_input_in_output: bool = described(True)
     instances: InstanceCounts = described(factory=InstanceCounts)
-    server_start_timeout_s: float = bounded(120.0, gt=0.0)
+    server_start_timeout_s: float | None = bounded(None, gt=0.0, doc="None: by build.backend (SERVER_START_TIMEOUT_S)")
+
+
+# How long `trtkit serve` waits for tritonserver to be ready, by build.backend, when the config sets no
+# serve.server_start_timeout_s. tensorrt: the C++ backend deserializes a built engine (seconds to a minute for an 8B
+# model). pytorch: the LLM-API engine model on an 8B model on one H100 imports tensorrt_llm twice (the Triton stub,
+# then the LLM API's MPI worker), loads ~16 GB of weights, runs the autotuner, captures CUDA graphs for its batch
+# sizes and makes a KV-cache estimation pass (a profiling run, then the cache built again): minutes, not the two
+# the C++ backend needs. Not measured here (no GPU): scripts/gpu_smoke.sh records each server's time to ready.
+SERVER_START_TIMEOUT_S = {"tensorrt": 120.0, "pytorch": 900.0}
+
+
+def server_start_timeout(serve: ServeSection, backend: str) -> float:
+    """serve.server_start_timeout_s, or the build.backend's default when the config sets none."""
+    return serve.server_start_timeout_s or SERVER_START_TIMEOUT_S.get(backend, SERVER_START_TIMEOUT_S["tensorrt"])
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from trtkit.config import load_config
-from trtkit.config.schema import ModelConfig
+from trtkit.config.schema import ModelConfig, server_start_timeout
 from trtkit.errors import RepositoryError
 from trtkit.serve import TritonServer
 
@@ -120,7 +120,7 @@ def server_for(config: ModelConfig, repo_dir: Path, world_size: int) -> TritonSe
     serve = config.serve
     return TritonServer(repo_dir, http_port=serve.http_port, grpc_port=serve.grpc_port,
                         metrics_port=serve.metrics_port, bind_address=serve.bind_address,
-                        start_timeout_s=serve.server_start_timeout_s, world_size=world_size)
+                        start_timeout_s=server_start_timeout(serve, config.build.backend), world_size=world_size)
 
 
 def stream_answer(config: ModelConfig, grpc_url: str, prompt: str, max_tokens: int,

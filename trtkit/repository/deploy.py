@@ -67,9 +67,9 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, t
     settings, implied = resolve(config, Path(engine_dir), target=target, tokenizer_dir=tokenizer_dir)
     if emulate_cpp_backend and (settings.target != "cpu" or settings.backend == "pytorch"):
         raise RepositoryError("emulate_cpp_backend is a CPU test switch; the GPU target runs the C++ backend itself")
-    if min_step_ms and (settings.target != "cpu" or settings.backend == "pytorch"):
-        raise RepositoryError("min_step_ms is a test switch of the CPU engine model (build.backend: tensorrt, "
-                              "target cpu)")
+    if min_step_ms and settings.target != "cpu":
+        raise RepositoryError("min_step_ms is a test switch of the CPU engines (target cpu: the CPU engine model, or "
+                              "the LLM-API engine model over the reference engine's facade)")
     settings = replace(settings, emulate_cpp_backend=emulate_cpp_backend, min_step_ms=float(min_step_ms))
     if settings.target == "gpu" and settings.backend != "pytorch":
         _guard_engines(settings.engine_dir, host)

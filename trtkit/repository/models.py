@@ -143,7 +143,8 @@ def engine_llmapi(s: RepoSettings, options_path: object) -> mc.ModelConfig:
                    "tokens_per_block": s.tokens_per_block, "cancellation_check_period_ms": 100})
     if s.llm_api_engine == "reference":  # the CPU engine's own knobs; its limits come from the options file
         params.update({"cpu_kv_cache_bytes": s.cpu_kv_cache_bytes, "cpu_max_queue_size": s.max_queue_size,
-                       "cpu_dtype": s.cpu_dtype, "cpu_threads": s.cpu_threads, "cpu_attention": s.cpu_attention})
+                       "cpu_dtype": s.cpu_dtype, "cpu_threads": s.cpu_threads, "cpu_attention": s.cpu_attention,
+                       "cpu_min_step_ms": s.min_step_ms})
     pbtxt.set_parameters(config, params)
     return config
 

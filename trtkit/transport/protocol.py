@@ -19,6 +19,7 @@ from trtkit.governance.upstream import Delta
 from trtkit.governance.vocabulary import SamplingParams
 from trtkit.tokenizer.prompt_forms import PLAIN
 from trtkit.wire.names import GUIDE_INPUTS, ID_INPUTS, SAMPLING_INPUTS
+from trtkit.wire.responses import cached_tokens_from_reused_blocks
 from trtkit.wire.stop_request import STOP_DATATYPES, STOP_TENSORS, is_not_running
 from trtkit.wire.tensors import NUMPY_OF
 
@@ -94,15 +95,15 @@ def parse_response(as_numpy: Callable[[str], np.ndarray | None], is_final: bool,
     for Triton's empty final response flag, so the finish reason is what ends a request).
 
     A model that answers no ``num_cached_tokens`` (a GPU ensemble that does not stream: the C++ backend's own
-    outputs) has ``kv_cache_reused_blocks``: whole blocks, the last perhaps partly matched, and never the
-    prompt's last token, so blocks x ``tokens_per_block`` is clamped to the prompt minus one."""
+    outputs) has ``kv_cache_reused_blocks``, the last of them perhaps partly matched: only the blocks known whole
+    are billed as cached (``cached_tokens_from_reused_blocks``)."""
     reason_tensor = as_numpy("finish_reason")
     finish_reason = _text(reason_tensor)
     num_input = _int(as_numpy("num_input_tokens"))
     cached = _int(as_numpy("num_cached_tokens"))
     blocks = _int(as_numpy("kv_cache_reused_blocks"))
     if cached is None and blocks is not None and num_input is not None and tokens_per_block:
-        cached = min(blocks * tokens_per_block, max(num_input - 1, 0))
+        cached = cached_tokens_from_reused_blocks(blocks, tokens_per_block, num_input)
     return Delta(text=_text(as_numpy("text_output")), num_input_tokens=num_input,
                  num_output_tokens=_int(as_numpy("num_output_tokens")), num_cached_tokens=cached,
                  finish_reason=finish_reason, is_final=is_final or bool(finish_reason),

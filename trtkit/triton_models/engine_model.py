@@ -11,7 +11,8 @@ the responses carry the same tensors: running counts, cached tokens, the finish 
 the C++ tensorrtllm backend's: raw new tokens per response (nothing held back), ``num_output_tokens``
 counting that response's tokens only, ``num_input_tokens`` / ``num_output_tokens`` only when the request
 sets ``return_num_input_tokens`` / ``return_num_output_tokens``, and no ``finish_reason`` or
-``num_cached_tokens``. The GPU token accounting in the BLS and the client then runs for real on CPU.
+``num_cached_tokens``, and ``kv_cache_reused_blocks`` counting a partly matched block as the 1.2 backend does
+(cpp_reuse.py). The GPU token accounting in the BLS and the client then runs for real on CPU.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 
 from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions
 from trtkit.triton_models.batching import ElementSink, FinalCounter, batch_size, per_element, same_for_all
+from trtkit.triton_models.cpp_reuse import PartialReuse
 from trtkit.triton_models.engine_ports import EnginePort, LoopPort
 from trtkit.triton_models.engine_request import ParsedRequest, parse_request
 from trtkit.triton_models.outputs import engine_outputs
@@ -64,6 +66,7 @@ class RequestStream:
     answered: bool = False  # the final response went out
     triton_id: str = ""
     engine_id: str = ""
+    reported_blocks: int | None = None  # cpp_responses: kv_cache_reused_blocks as the 1.2 backend counts them
 
 
 class EngineModel:
@@ -85,6 +88,9 @@ class EngineModel:
         self.engine_ids: set[str] = set()  # live engine request ids: `stop` also takes one as the request id
         self.streams: dict[str, RequestStream] = {}  # engine request id -> its stream, for sweep_cancelled
         self.live_lock = threading.Lock()
+        engine_config = getattr(getattr(self.loop, "engine", None), "config", None)
+        reuse = bool(engine_config is not None and engine_config.enable_kv_cache_reuse)
+        self.partial_reuse = PartialReuse(tokens_per_block, enabled=cpp_responses and reuse)
 
     def parse(self, inputs: Tensors) -> ParsedRequest:
         return parse_request(inputs, vocab_size=self.vocab_size, decoupled=self.decoupled,
@@ -222,11 +228,22 @@ class EngineModel:
         outputs = engine_outputs(out, chunk, lp, stream.generated, reason if final else None,
                                  self.tokens_per_block, _now_ns)
         outputs["cpu_request_key"] = np.array([[stream.engine_id.encode()]], dtype=np.object_)
+        if self.cpp_responses:
+            self._as_cpp_reuse(stream, outputs, final)
         generated_here = len(ids) if stream.parsed.stream else len(stream.sent_ids)
         stream.sink.send(as_cpp_backend(outputs, generated_here, stream.parsed.return_counts,
                                         stream.parsed.return_perf_metrics)
                          if self.cpp_responses else outputs, final)
         stream.answered = final
+
+    def _as_cpp_reuse(self, stream: RequestStream, outputs: dict[str, np.ndarray], final: bool) -> None:
+        """The reused blocks as the 1.2 C++ backend counts them (a partly matched block too: cpp_reuse.py)."""
+        if stream.reported_blocks is None:
+            whole = int(outputs["kv_cache_reused_blocks"].item())
+            stream.reported_blocks = self.partial_reuse.reused_blocks(stream.parsed.prompt_ids, whole)
+        outputs["kv_cache_reused_blocks"] = np.array([[stream.reported_blocks]], dtype=np.int32)
+        if final:
+            self.partial_reuse.remember(stream.parsed.prompt_ids + stream.sent_ids)
 
     def _fail(self, stream: RequestStream, reason: str) -> None:
         """An engine-side failure of this request: its client gets an error, whatever was sent before."""

@@ -100,4 +100,5 @@ def _cpu_options(params: dict[str, str]) -> Any:
                       dtype="bfloat16" if params.get("cpu_dtype") == "bf16" else "float32",
                       num_threads=integer("cpu_threads", 0), attention=params.get("cpu_attention") or "auto",
                       max_queue_size=integer("cpu_max_queue_size", 1024),
+                      min_step_ms=float(params.get("cpu_min_step_ms") or 0),
                       xgrammar_tokenizer_info=(params.get("xgrammar_tokenizer_info_path") or None) if backend else None)

@@ -5,6 +5,11 @@ As upstream's Triton LLM-API model does, one asyncio event loop runs on its own 
 response becomes the engine slot's delta (llmapi_sampling.engine_delta), handed to ``EngineModel``. ``cancel``
 is ``RequestOutput.abort()``. The engine refuses a request in ``generate_async`` itself, so ``start_request``
 waits for that call and raises its error to the engine model, which answers that request with it.
+
+Statistics (Triton's ``nv_trt_llm_*`` gauges) are read on the same loop with ``get_stats_async``, as trtllm-serve's
+``/metrics`` reads them: the LLM API creates them on an async queue at the first ``generate_async`` (which runs in
+this loop), and a synchronous ``get_stats`` from another thread would taint that queue and fail with ``TypeError``
+on every call (contract: llm.get_stats). Nothing is asked before the first request, when upstream only warns.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from trtkit.triton_models.llmapi_sampling import engine_delta, failed_delta, gui
 
 log = logging.getLogger(__name__)
 SUBMIT_TIMEOUT_S = 60.0
+STATS_TIMEOUT_S = 2.0  # get_stats_async: how long its iteration waits for the next record (upstream's default)
+STATS_REARM_S = 0.1  # after an idle spell the iteration is done until the next request re-arms it: look again
 
 
 class LlmApiPort:
@@ -31,6 +38,8 @@ class LlmApiPort:
         self.vocab_size = vocab_size
         self._live: dict[str, Any] = {}  # engine request id -> the LLM API's RequestOutput
         self._lock = threading.Lock()
+        self._latest: dict[str, Any] | None = None  # the newest iteration record not yet published
+        self._stats_task: asyncio.Task | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="trtkit-llm-api", daemon=True)
         self._thread.start()
@@ -61,6 +70,18 @@ class LlmApiPort:
         with self._lock:
             self._live[rid] = result
         self._loop.create_task(self._drain(rid, result, len(parsed.prompt_ids), arrival, on_output))
+        if self._stats_task is None:  # the LLM API has statistics from its first request on
+            self._stats_task = self._loop.create_task(self._collect_stats())
+
+    async def _collect_stats(self) -> None:
+        while True:
+            try:
+                async for record in self.llm.get_stats_async(STATS_TIMEOUT_S):
+                    with self._lock:
+                        self._latest = record
+            except Exception:  # metrics must never take the model down
+                log.exception("reading the LLM API's iteration statistics failed")
+            await asyncio.sleep(STATS_REARM_S)
 
     async def _drain(self, rid: str, result: Any, num_prompt: int, arrival: float,
                      on_output: Callable[[Any], None]) -> None:
@@ -97,11 +118,15 @@ class LlmApiPort:
         return True
 
     def stats(self) -> Any:
-        """The LLM API's latest iteration stats as an ``EngineStats`` (Triton's KV-cache and request gauges)."""
-        records = self.llm.get_stats(2)
-        return stats_from_iteration(records[-1]) if records else None
+        """The newest iteration record the loop has read, as an ``EngineStats`` (Triton's KV-cache and request
+        gauges); None when no new one came since the last call. Never blocks."""
+        with self._lock:
+            record, self._latest = self._latest, None
+        return stats_from_iteration(record) if record is not None else None
 
     def shutdown(self) -> None:
+        if self._stats_task is not None:
+            self._loop.call_soon_threadsafe(self._stats_task.cancel)
         self.llm.shutdown()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)

@@ -6,7 +6,10 @@
   when unset, which the LLM API does not read as greedy) and top_k only when it limits anything.
 - Stop words: one-token ones go to ``stop_token_ids`` with ``include_stop_str_in_output`` (the C++ backend keeps
   stop words in the output); longer ones are caught by the engine model's TokenGate, which then aborts.
-- Bad words: the LLM API takes single tokens (``bad_token_ids``); a longer one is refused, naming the limit.
+- Refused by name: what TensorRT-LLM 1.2's PyTorch sampler does not apply. ``sampler_type: auto`` picks the
+  TorchSampler unless beam search is asked for, and the 1.2 TorchSampler applies the embedding bias (``logit_bias``)
+  and ``min_tokens`` but no bad words and no repetition, presence or frequency penalty: an answer that silently
+  ignored them would be a wrong answer (contract: sampling_params.ignored_by_the_1_2_sampler).
 - Log-probabilities: ``logprobs=1``; each chosen token's value is read back from ``logprobs_diff``.
 """
 
@@ -20,6 +23,9 @@ from trtkit.triton_models.requests import InvalidRequest
 
 # the LLM API's CompletionOutput.finish_reason (with stop_reason) -> the engine slot's finish reasons
 FINISH_REASONS = {"length": "length", "cancelled": "cancelled", "timeout": "error"}
+# engine-slot input -> its neutral value: set to anything else, the 1.2 PyTorch sampler would ignore it
+IGNORED_PENALTIES = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+IGNORED = ("ignores it; drop it, or serve this model with build.backend: tensorrt (the C++ backend applies it)")
 GUIDE_FIELDS = {"json": ("json_object", True), "json_schema": ("json", None), "regex": ("regex", None),
                 "ebnf_grammar": ("grammar", None)}
 
@@ -36,11 +42,7 @@ def sampling_kwargs(parsed: ParsedRequest) -> dict[str, Any]:
         kwargs["pad_id"] = parsed.pad_id
     if single := [w[0] for w in parsed.stop_ids if len(w) == 1]:
         kwargs["stop_token_ids"] = single
-    if longer := [w for w in parsed.bad_ids if len(w) != 1]:
-        raise InvalidRequest(f"bad_words_list: the LLM API bans single tokens only, and this request has a bad word "
-                             f"of {len(longer[0])} tokens; send one-token bad words (or use the TensorRT backend)")
-    if parsed.bad_ids:
-        kwargs["bad_token_ids"] = [w[0] for w in parsed.bad_ids]
+    refuse_ignored(parsed)
     if s.temperature == 0.0 or s.top_k == 1:
         kwargs["top_k"] = 1
     else:
@@ -51,12 +53,19 @@ def sampling_kwargs(parsed: ParsedRequest) -> dict[str, Any]:
         kwargs["seed"] = s.seed
     if s.min_tokens:
         kwargs["min_tokens"] = s.min_tokens
-    for name, neutral in (("repetition_penalty", 1.0), ("presence_penalty", 0.0), ("frequency_penalty", 0.0)):
-        if getattr(s, name) != neutral:
-            kwargs[name] = getattr(s, name)
     if s.return_log_probs:
         kwargs["logprobs"] = 1
     return kwargs
+
+
+def refuse_ignored(parsed: ParsedRequest) -> None:
+    """InvalidRequest, naming the field, for what TensorRT-LLM 1.2's PyTorch sampler would silently ignore."""
+    if parsed.bad_ids:
+        raise InvalidRequest(f"bad_words_list (bad words): TensorRT-LLM 1.2's PyTorch sampler {IGNORED}")
+    for name, neutral in IGNORED_PENALTIES.items():
+        if getattr(parsed.sampling, name) != neutral:
+            raise InvalidRequest(f"{name} {getattr(parsed.sampling, name)}: TensorRT-LLM 1.2's PyTorch sampler "
+                                 f"{IGNORED}")
 
 
 def guide_kwargs(parsed: ParsedRequest) -> dict[str, Any] | None:
@@ -91,17 +100,23 @@ def chosen_log_probs(entries: list[Any], token_ids: list[int]) -> list[float]:
 
 def engine_delta(output: Any, request_id: str, num_prompt: int, arrival: float, first_token: list[float]) -> Any:
     """The engine slot's view of one LLM-API response: a ``trtkit.refengine.RequestOutput`` delta. ``first_token``
-    holds the time of the request's first token once there is one (set here)."""
+    holds the time of the request's first token once there is one (set here).
+
+    A request that ended on its end id has that id as the last of ``token_ids`` on the 1.2 PyTorch path (the
+    TorchSampler adds the sampled token before it checks for the end id; contract: completion_output.end_id), while
+    the C++ backend leaves it out. It is dropped here, so both backends answer and bill the same tokens."""
     from trtkit.refengine import RequestOutput
 
     out = output.outputs[0]
-    new_ids = list(out.token_ids_diff)
+    finished = bool(output.finished)
+    token_ids, new_ids = list(out.token_ids), list(out.token_ids_diff)
+    if finished and out.finish_reason == "stop" and out.stop_reason is None and new_ids:
+        token_ids, new_ids = token_ids[:-1], new_ids[:-1]
     now = time.monotonic()
     if new_ids and not first_token:
         first_token.append(now)
-    finished = bool(output.finished)
     return RequestOutput(
-        request_id=request_id, new_token_ids=new_ids, output_token_ids=list(out.token_ids), finished=finished,
+        request_id=request_id, new_token_ids=new_ids, output_token_ids=token_ids, finished=finished,
         finish_reason=finish_reason(out.finish_reason, out.stop_reason) if finished else None,  # type: ignore[arg-type]
         num_prompt_tokens=num_prompt, num_reused_tokens=int(getattr(output, "cached_tokens", 0) or 0),
         new_log_probs=chosen_log_probs(list(out.logprobs_diff or []), new_ids) if out.logprobs else None,

@@ -30,6 +30,7 @@ from trtkit.triton_models.requests import (
     scalar,
 )
 from trtkit.triton_models.token_gate import TokenGate
+from trtkit.wire.responses import cached_tokens_from_reused_blocks
 from trtkit.wire.tensors import list_to_words
 
 Outputs = dict[str, np.ndarray]
@@ -73,9 +74,9 @@ class ElementGate:
         self.generated.extend(new)
         self.log_probs.extend(_log_probs_of(response, len(new)))
         self.num_input = _int(response, "num_input_tokens", self.num_input)
-        if "kv_cache_reused_blocks" in response:  # whole blocks, the last one perhaps partly matched
-            blocks = _int(response, "kv_cache_reused_blocks", 0)
-            self.num_cached = min(blocks * self.tokens_per_block, max(self.num_input - 1, 0))
+        if "kv_cache_reused_blocks" in response:  # the last reused block perhaps partly matched: not billed
+            self.num_cached = cached_tokens_from_reused_blocks(_int(response, "kv_cache_reused_blocks", 0),
+                                                               self.tokens_per_block, self.num_input)
         return self.gate.push(new) if self.stream else []
 
     def finish(self) -> list[int]:

@@ -55,7 +55,7 @@ def refusals(quant_algo: str | None, kv_cache_quant_algo: str | None, cc: tuple[
     found = _kernel_refusals(quant_algo, kv_cache_quant_algo, sm_of(cc))
     refused = builder_refusal(quant_algo, kv_cache_quant_algo, sm_of(cc))
     if refused:
-        found.append(Refusal(f"TensorRT-LLM 1.2 refuses {refused}", "on SM 10.x and 11.x (B200, GB200, B300)",
+        found.append(Refusal(f"TensorRT-LLM 1.2 refuses {refused}", "on SM 10.x and 11.x (B200, GB200, B300, GB300)",
                              "use quantization.format fp8 or nvfp4 with kv_cache_dtype fp8 or auto, then re-run "
                              "trtkit calibrate, or build on a Hopper, Ada or RTX Blackwell (SM 12.x) GPU"))
     return found
@@ -103,7 +103,7 @@ PYTORCH_MATRIX: dict[str, tuple[str, ...]] = {
     "W4A16_AWQ": ("ampere", "ada", "hopper"),
 }
 PYTORCH_KV_MATRIX: dict[str, tuple[str, ...]] = {"FP8": ("ampere", "ada", "hopper", "blackwell", "blackwell_rtx")}
-FAMILY_NAMES = {"ampere": "Ampere", "ada": "Ada", "hopper": "Hopper", "blackwell": "Blackwell SM 10.x (B200, B300)",
+FAMILY_NAMES = {"ampere": "Ampere", "ada": "Ada", "hopper": "Hopper", "blackwell": "Blackwell SM 10.x (B200, B300, GB300)",
                 "blackwell_rtx": "Blackwell SM 12.x (RTX PRO 6000, RTX 5090)"}
 
 

@@ -78,3 +78,16 @@ def _str(tensors: Tensors, name: str) -> str | None:
         return ""
     item = np.asarray(value).reshape(-1)[0]
     return item.decode() if isinstance(item, bytes) else str(item)
+
+
+def cached_tokens_from_reused_blocks(reused_blocks: int, tokens_per_block: int, num_input: int) -> int:
+    """Prompt tokens certainly served from the KV cache, from the C++ backend's ``kv_cache_reused_blocks``.
+
+    TensorRT-LLM 1.2 (contract: trtllm_1.2_rules.json kv_cache_reused_blocks_granularity) counts a partly matched
+    block as reused: partial reuse is on by default in KvCacheConfig, and the 1.2 backend's parameters cannot turn it
+    off. Its exact count, ``numMatchedTokens``, is in no response. A partial match ends the search, so only the last
+    reused block may be partial, and nothing says whether it was: the blocks before it are the ones known whole.
+    Billing those only never grants a discount the cache did not earn; it may leave up to one block of cached tokens
+    billed at the prompt price. Never more than the prompt minus one: its last token is always computed."""
+    known_whole = max(reused_blocks - 1, 0)
+    return min(known_whole * tokens_per_block, max(num_input - 1, 0))
