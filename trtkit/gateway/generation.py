@@ -116,10 +116,11 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
     governor = ctx.client.governor
     scope = None
     if call.parent_id:
-        scope = governor.budgets.scope_of(_bare_id(call.parent_id))
-        if scope is None:
-            raise RequestValidationError(f"{PARENT_HEADER} '{call.parent_id}' names no running request of this "
-                                         f"gateway; send it only while the parent runs", param=PARENT_HEADER)
+        scope = governor.budgets.scope_of(_bare_id(call.parent_id), caller.tenant)
+        if scope is None:  # another key's request reads as no request: its existence is not told
+            raise RequestValidationError(f"{PARENT_HEADER} '{call.parent_id[:100]}' names no running request of "
+                                         f"this API key; send it only while the parent runs, with the parent's key",
+                                         param=PARENT_HEADER)
     token = current_key.set(key)
     admitted = asyncio.Event()
     try:

@@ -55,6 +55,9 @@ class LedgerRow:
     local_prompt_tokens: int | None = None
     local_completion_tokens: int | None = None
     counted_locally: bool = False  # the bill is the text received, counted locally: the upstream sent no count
+    # how the governor corrected the bill, comma-separated (governance/billing.py: overrun, usage_doubtful,
+    # usage_clamped); empty when nothing was
+    usage_flags: str = ""
 
 
 ROW_COLUMNS = tuple(f.name for f in fields(LedgerRow))

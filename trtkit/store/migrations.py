@@ -196,6 +196,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         "ALTER TABLE requests ADD COLUMN local_prompt_tokens BIGINT",
         "ALTER TABLE requests ADD COLUMN local_completion_tokens BIGINT",
         "ALTER TABLE requests ADD COLUMN counted_locally INTEGER NOT NULL DEFAULT 0")),
+    # Hardening (docs/hardening.md): a bill the governor corrected names how (``usage_flags``: overrun,
+    # usage_doubtful, usage_clamped); a key may cap its requests in flight (``max_concurrent``), counted per key in
+    # ``key_slots`` by the same admission transaction as its budgets, so the cap is exact across replicas.
+    Migration(10, "m010_hardening", (
+        "ALTER TABLE requests ADD COLUMN usage_flags TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE api_keys ADD COLUMN max_concurrent BIGINT",
+        """CREATE TABLE IF NOT EXISTS key_slots (
+            key_id TEXT PRIMARY KEY, in_flight BIGINT NOT NULL DEFAULT 0)""")),
 )
 
 _LEGACY_LEDGER_NAMES = {m.name: m.version for m in MIGRATIONS[:3]}
