@@ -22,8 +22,10 @@ def test_an_honest_answer_of_exactly_the_cap_is_never_cut(tiny_counter) -> None:
 def test_every_way_of_sending_more_is_cut(tiny_counter) -> None:  # type: ignore[no-untyped-def]
     one_char = OutputMeter(5, tiny_counter)
     assert [one_char.passed("a") for _ in range(6)] == [False] * 5 + [True]  # an event is a token at least
-    huge = OutputMeter(5, tiny_counter)
+    huge = OutputMeter(5, tiny_counter)  # the text's tokens, past a small tolerance for re-reading
     assert huge.passed("word " * 10_000) and huge.overrun >= 9_000
+    few = OutputMeter(100, tiny_counter)
+    assert not few.passed(" the" * 100) and few.passed(" the" * 20)  # 120 tokens in two events
     empty = OutputMeter(5, tiny_counter)
     assert not any(empty.passed("") for _ in range(1000))  # events without text carry no output
 

@@ -37,6 +37,7 @@ from trtkit.gateway.generation import (
     sse_error,
     start_generation,
 )
+from trtkit.gateway.guide_limits import check_relayed
 from trtkit.gateway.protocol import CompletionRequest
 from trtkit.gateway.relay_events import AnswerMerger, EventRelay
 from trtkit.gateway.responses import SSE_DONE, LastEvent
@@ -101,6 +102,7 @@ class RelayEndpoint:
         body.pop("stream", None)
         if set(body.get("stream_options") or {}) <= {"include_usage"}:
             body.pop("stream_options", None)
+        check_relayed(body, self.ctx.config.gateway.limits)
         prompt = self._prompt(request)
         generation = await start_generation(self.ctx, call, prompt, relay_params(request, body), request.user)
         response_id = f"{self.id_prefix}-{generation.request_id}"

@@ -76,6 +76,8 @@ class Governor:
             key = cache_key(caller.tenant, self.model, ids, params.identity())  # the engine's input: every form
             hit = self.cache.get(key)
             if hit is not None:
+                request_id = request_id or uuid.uuid4().hex
+                self._admit_hit(caller, request_id)
                 result = self._cache_hit(hit.text, hit.finish_reason, started, truncated, request_id)
                 if record_hit and self.ledger is not None:
                     self.ledger.record(self._hit_row(result, caller))
@@ -91,6 +93,16 @@ class Governor:
             raise
         return PreparedRequest(request_id, prompt, len(ids), params, caller, key, reservation, started, truncated,
                                list(ids))
+
+    def _admit_hit(self, caller: Caller, request_id: str) -> None:
+        """A cache hit is a request like any other to the limits that count requests (a key's RPM): admitted
+        through the one admission path with nothing to hold, and settled at once."""
+        try:
+            reservation = self.budgets.reserve(caller, 0, 0.0, request_id)
+        except BudgetExceededError:
+            self.metrics.budget_rejections.labels(self.model).inc()
+            raise
+        self.budgets.settle(reservation, 0, 0.0)
 
     def _max_tokens(self, requested: int | None, prompt_tokens: int) -> int:
         max_seq_len = self.config.build.max_seq_len

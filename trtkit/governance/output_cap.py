@@ -7,11 +7,14 @@ limit, or stream without end. For those, the governor counts what arrives and cu
 passes the cap (``FINISH_OVERRUN``): the upstream's request is closed, the bill is at most the reservation, and the
 overrun is flagged in the ledger and counted in a metric (``billing.py``).
 
-What is counted: the text's tokens under the model's tokenizer, and never fewer than the events that carried text
-(an upstream sending one character an event counts one token an event). Counting cheaply: the UTF-8 bytes of text
-not yet tokenized bound its tokens from above, so the tokenizer runs only when that bound could pass the cap; the
-new text is then tokenized alone (a join can only merge tokens, so the running sum errs high), and the whole text
-once more before the stream is cut, so that an honest answer of exactly ``max_tokens`` is never cut.
+What is counted: the events that carried text (each carries a token at least: an upstream sending one character an
+event counts one token an event), and the text's tokens under the model's tokenizer, less a small tolerance
+(``tolerance``): text re-read as tokens is not always what the engine generated (a word made of two generated tokens
+can re-read as three), and an honest answer of exactly ``max_tokens`` must never be cut. The tolerance bounds what a
+hostile upstream can slip past the cap in a few huge events; the bill is cut to the reservation whatever was
+counted. Counting cheaply: the UTF-8 bytes of text not yet tokenized bound its tokens from above, so the tokenizer runs
+only when that bound could pass the limit; the new text is then tokenized alone (the running sum errs high), and the
+whole text once more before the stream is cut.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class OutputMeter:
     def __init__(self, cap: int, counter: TokenCounter) -> None:
         self.cap = cap
         self.counter = counter
+        self.text_limit = cap + tolerance(cap)
         self.pieces = 0  # deltas that carried text
         self.counted: list[str] = []  # text already tokenized (``tokens`` of it, or more)
         self.tokens = 0
@@ -42,21 +46,26 @@ class OutputMeter:
             return True
         self.unsure.append(text)
         self.unsure_bytes += len(text.encode("utf-8", "surrogatepass"))
-        if self.tokens + self.unsure_bytes <= self.cap:  # every token is at least one byte
+        if self.tokens + self.unsure_bytes <= self.text_limit:  # every token is at least one byte
             return False
         new = "".join(self.unsure)
         self.unsure.clear()
         self.unsure_bytes = 0
         self.counted.append(new)
         self.tokens += len(self.counter.text_ids(new))
-        if self.tokens <= self.cap:
+        if self.tokens <= self.text_limit:
             return False
         whole = "".join(self.counted)  # confirm on the whole text before cutting
         self.counted = [whole]
         self.tokens = len(self.counter.text_ids(whole))
-        return self.tokens > self.cap
+        return self.tokens > self.text_limit
 
     @property
     def overrun(self) -> int:
         """Tokens counted past the cap (0 while within it)."""
-        return max(0, max(self.pieces, self.tokens) - self.cap)
+        return max(0, self.pieces - self.cap, self.tokens - self.text_limit)
+
+
+def tolerance(cap: int) -> int:
+    """How far the text of an answer of ``cap`` generated tokens may re-read past ``cap`` tokens."""
+    return 8 + cap // 16

@@ -26,7 +26,7 @@ class Behaviour:
     tokens: int | None = None  # text events to send; None: max_tokens (n_predict where honour_n_predict)
     forever: bool = False  # stream text events until the client closes the connection
     honour_n_predict: bool = False  # llama.cpp: n_predict wins over max_tokens
-    token_text: str = "tok "
+    token_text: str = " the"  # one token of SmolLM2's tokenizer (the test models'), as an engine streams them
     event_bytes: int = 0  # first, one event whose text is this many bytes
     unframed_bytes: int = 0  # send this many bytes that hold no event boundary, then close
     usage: dict[str, Any] | None = None  # the usage report as sent (None: the honest one)
