@@ -37,11 +37,13 @@ def gateway(config_path: ConfigArg,
     run_gateway(load_config(config_path), backend, port=port, bind=host, no_auth=no_auth)
 
 
-def _store(url: str | None, *, create: bool = False):  # type: ignore[no-untyped-def]
-    """The gateway store; only `keys create` may create it (a mistyped --store fails, naming the path)."""
+def _store(url: str | None, *, create: bool = False, read_only: bool = False):  # type: ignore[no-untyped-def]
+    """The gateway store; only `keys create` may create it (a mistyped --store fails, naming the path), and
+    `keys list` opens it read-only (nothing in the file or beside it changes)."""
     from trtkit.store import open_gateway_store, parse_store_url
 
-    return open_gateway_store(parse_store_url(url, "--store") if url else None, keep_leases=False, create=create)
+    return open_gateway_store(parse_store_url(url, "--store") if url else None, keep_leases=False, create=create,
+                              read_only=read_only)
 
 
 def _key_name(name: str) -> str:
@@ -88,7 +90,7 @@ def keys_create(
 
 def keys_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """The keys, without secrets: active ones and revoked ones (kept as history)."""
-    db = _store(store)
+    db = _store(store, read_only=True)
     try:
         keys = db.list_keys()
     finally:

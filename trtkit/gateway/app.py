@@ -94,6 +94,9 @@ class _TooLarge(Exception):
 def create_app(ctx: ServingContext, door: Door) -> FastAPI:
     app = FastAPI(title="trtkit gateway", docs_url=None, redoc_url=None, openapi_url=None, **_without_telemetry())
     metrics = ctx.metrics
+    # what the server's connection protocol holds each request's head to, and where it counts what it refused
+    app.state.limits = ctx.config.gateway.limits
+    app.state.on_refused = lambda reason: metrics.refusals.labels(reason).inc()
     # an OpenAI-compatible upstream gets requests as given (gateway.relay); Triton, the serving classes' requests
     (chat_model, chat_create), (text_model, text_create) = relay_routes(ctx) if ctx.relays else (
         (ChatCompletionRequest, ServingChat(ctx).create), (CompletionRequest, ServingCompletions(ctx).create))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
+from trtkit.config.gateway_limits import GatewayLimitsSection
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ConfigError
 from trtkit.gateway.admission import StoreRuleBook, waits_on_network
@@ -115,15 +116,21 @@ def run_gateway(config: ModelConfig, backend: str | None, *, port: int | None = 
 
 
 def uvicorn_config(app: object, bind: str, port: int) -> uvicorn.Config:
-    """The one uvicorn setup (the CLI and the live tests share it)."""
+    """The one uvicorn setup (the CLI and the live tests share it). The gateway's app carries its
+    ``gateway.limits`` (``app.state.limits``): the head of every request is held to them (``http_limits.py``)."""
     import uvicorn
+
+    from trtkit.gateway.http_limits import guarded_protocol
 
     # keep-alive longer than clients' pools keep idle connections, so a reused connection is not closed
     # under a request in flight (uvicorn's 5 s default races with httpx/openai connection reuse).
-    # loop/http "auto": uvloop and httptools (dependencies) when importable; less CPU per request than
+    # loop "auto": uvloop when importable; httptools under the gateway's limits: less CPU per request than
     # asyncio + h11 (benchmarks/gateway_overhead.py prints the gateway's CPU per request).
+    state = getattr(app, "state", None)
+    limits = getattr(state, "limits", None) or GatewayLimitsSection()
+    http = guarded_protocol(limits, getattr(state, "on_refused", None))
     return uvicorn.Config(app, host=bind, port=port, log_level="warning", access_log=False,  # type: ignore[arg-type]
-                          lifespan="off", timeout_keep_alive=75, loop="auto", http="auto")
+                          lifespan="off", timeout_keep_alive=75, loop="auto", http=http)
 
 
 def run_in_loop(main: Coroutine[Any, Any, None], loop_factory: Callable[[], asyncio.AbstractEventLoop] | None) -> None:

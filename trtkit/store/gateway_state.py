@@ -19,7 +19,7 @@ from trtkit.store import holds, leases
 from trtkit.store.conversations import ConversationStore
 from trtkit.store.db import Database, Session
 from trtkit.store.leases import LeaseKeeper
-from trtkit.store.migrations import migrate
+from trtkit.store.migrations import check_readable, migrate
 from trtkit.store.records import ApiKey, BudgetLimit, Hold, RateLimit
 from trtkit.store.session import LimitReached
 
@@ -59,7 +59,7 @@ class SqlGatewayStore:
     same keeper frees any replica's holds whose lease ran out (a replica killed with kill -9)."""
 
     def __init__(self, db: Database, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, keep_leases: bool = True,
-                 create: bool = True) -> None:
+                 create: bool = True, read_only: bool = False) -> None:
         if lease_seconds <= 0:
             raise ClientError(f"lease_seconds must be > 0, got {lease_seconds}; set gateway.lease_seconds")
         self.db = db
@@ -67,7 +67,10 @@ class SqlGatewayStore:
         self.lease_seconds = float(lease_seconds)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         try:
-            migrate(db, create=create)
+            if read_only:
+                check_readable(db)
+            else:
+                migrate(db, create=create)
         except BaseException:
             db.close()
             raise

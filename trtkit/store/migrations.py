@@ -218,6 +218,20 @@ def migrate(db: Database, *, create: bool = True) -> list[str]:
     return db.transact(_migrate)
 
 
+def check_readable(db: Database) -> int:
+    """For a command that only reads: the store holds trtkit's schema at this version, and nothing is written
+    (no table made, no migration run: an older store is refused, naming how to upgrade it). Returns the version."""
+    if not db.read(lambda s: _table_exists(s, "schema_version")):
+        raise StoreNotFound(f"{db.url.redacted()} holds no trtkit store (no schema_version table); check the URL "
+                            f"(a command that only reads a store never creates one)")
+    version = schema_version(db)
+    if version < MIGRATIONS[-1].version:
+        raise StoreNotFound(f"{db.url.redacted()} holds a trtkit store of schema version {version}, older than this "
+                            f"trtkit's {MIGRATIONS[-1].version}; a command that only reads it never upgrades it: run "
+                            f"`trtkit gateway` or `trtkit keys create` on it once (they migrate it), then read it")
+    return version
+
+
 def schema_version(db: Database) -> int:
     return int(db.read(lambda s: s.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()[0]))
 
