@@ -69,6 +69,9 @@ def keys_create(
         conversation_budgets: Annotated[bool, typer.Option(
             "--conversation-budgets", help="May give a stored conversation its own token budget (Responses API "
                                            "metadata trtkit_budget_tokens)")] = False,
+        max_concurrent: Annotated[int | None, typer.Option(
+            "--max-concurrent", min=1, help="Requests in flight at once, across every replica; default "
+                                            "gateway.limits.max_concurrent_per_key")] = None,
         store: StoreOpt = None) -> None:
     """Create a key (and the store, the first time). The secret is printed once on stdout and stored only as
     a hash."""
@@ -78,7 +81,7 @@ def keys_create(
         raise typer.BadParameter("give --budget-tokens or --budget-cost, not both", param_hint="'--budget-cost'")
     key_id, secret = new_secret()
     key = ApiKey(key_id, name, user, budget_tokens, budget_cost, period, rpm, tpm, tuple(models or ()), time.time(),
-                 can_budget_conversations=conversation_budgets)
+                 can_budget_conversations=conversation_budgets, max_concurrent=max_concurrent)
     db = _store(store, create=True)
     try:
         db.add_key(key, hash_secret(secret))
@@ -98,7 +101,7 @@ def keys_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     rows = [{"name": k.name, "id": k.key_id, "user": k.user, "budget_tokens": k.budget_tokens,
              "budget_cost": k.budget_cost, "period": k.period, "rpm": k.rpm, "tpm": k.tpm,
              "models": list(k.models), "revoked": k.is_revoked,
-             "conversation_budgets": k.can_budget_conversations} for k in keys]
+             "conversation_budgets": k.can_budget_conversations, "max_concurrent": k.max_concurrent} for k in keys]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -109,6 +112,7 @@ def keys_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         typer.echo(f"{r['name']:<20} {r['id']}  {state:<8} user={r['user'] or '-'} budget_tokens="
                    f"{r['budget_tokens'] or '-'} budget_cost={r['budget_cost'] or '-'}/{r['period']} "
                    f"rpm={r['rpm'] or '-'} tpm={r['tpm'] or '-'} models={','.join(r['models']) or '*'}"
+                   + (f" max_concurrent={r['max_concurrent']}" if r["max_concurrent"] else "")
                    + (" conversation_budgets" if r["conversation_budgets"] else ""))
 
 

@@ -2,8 +2,8 @@
 
 The Governor's one admission path (``BudgetGuard.reserve`` → ``settle`` → ``release_rules``) calls
 this RuleBook, which turns a request into holds in the store: the key's RPM/TPM window, the key's
-budget for its period, a stored conversation's own budget, and every ``client.budgets`` rule that applies (user,
-key, session, global).
+budget for its period, a stored conversation's own budget, every ``client.budgets`` rule that applies (user,
+key, session, global), and one of the key's concurrent slots (``store/slots.py``).
 All are taken in one transaction with conditional updates, or none is. Nothing else touches a budget.
 """
 
@@ -17,12 +17,13 @@ from urllib.parse import urlsplit
 
 from trtkit.config.schema import BudgetRule
 from trtkit.errors import BudgetExceededError
-from trtkit.gateway.errors import RateLimitedError
+from trtkit.gateway.errors import ConcurrencyLimitedError, RateLimitedError
 from trtkit.gateway.keys import ApiKey
 from trtkit.governance.budgets import period_start
 from trtkit.governance.vocabulary import Caller
 from trtkit.store import BudgetLimit, GatewayStore, Hold, RateLimit, Refused
 from trtkit.store.conversations import budget_account
+from trtkit.store.records import SlotLimit
 
 # The key of the request being admitted (set by the serving layer; asyncio tasks copy it).
 current_key: contextvars.ContextVar[ApiKey | None] = contextvars.ContextVar("trtkit_gateway_key", default=None)
@@ -33,18 +34,24 @@ conversation_budget: contextvars.ContextVar[tuple[str, int] | None] = contextvar
 
 
 class StoreRuleBook:
-    def __init__(self, store: GatewayStore, rules: list[BudgetRule], *, waits_on_network: bool = False) -> None:
+    """``max_concurrent_per_key``: requests of one key in flight at once, unless the key sets its own
+    (``gateway.limits.max_concurrent_per_key``; None: no cap), held in the store as one more conditional update."""
+
+    def __init__(self, store: GatewayStore, rules: list[BudgetRule], *, waits_on_network: bool = False,
+                 max_concurrent_per_key: int | None = None) -> None:
         self.store = store
         self.rules = rules
         self.waits_on_network = waits_on_network
+        self.max_concurrent_per_key = max_concurrent_per_key
         self.rate_headers: dict[str, dict[str, str]] = {}  # request id -> x-ratelimit-* of its admission
 
     def reserve(self, caller: Caller, tokens: int, cost: float, request_id: str) -> object:
         key = current_key.get()
         now = time.time()
         rate = _rate_limit(key, now)
+        slot = self._slot(key)
         try:
-            hold = self.store.reserve(tokens, cost, self._budgets(caller, key, now), rate)
+            hold = self.store.reserve(tokens, cost, self._budgets(caller, key, now), rate, slot)
         except Refused as refused:
             raise _refusal(refused, tokens, cost, now) from None
         if rate is not None and request_id:
@@ -54,6 +61,10 @@ class StoreRuleBook:
     def settle(self, handle: object, used_tokens: int, used_cost: float) -> None:
         assert isinstance(handle, Hold)
         self.store.settle(handle, used_tokens, used_cost)
+
+    def _slot(self, key: ApiKey | None) -> SlotLimit | None:
+        cap = None if key is None else key.max_concurrent or self.max_concurrent_per_key
+        return None if cap is None or key is None else SlotLimit(key.key_id, cap)
 
     def _budgets(self, caller: Caller, key: ApiKey | None, now: float) -> list[BudgetLimit]:
         limits = []
@@ -110,6 +121,11 @@ def rate_headers(rate: RateLimit, used: dict[str, int], now: float) -> dict[str,
 
 def _refusal(refused: Refused, tokens: int, cost: float, now: float) -> Exception:
     limit = refused.limit
+    if isinstance(limit, SlotLimit):
+        return ConcurrencyLimitedError(
+            f"concurrency: this key has {refused.state[0]} requests in flight, its limit is {limit.max_concurrent} "
+            f"(the key's max_concurrent, else gateway.limits.max_concurrent_per_key); retry when one has ended",
+            1, {"retry-after": "1"})
     if isinstance(limit, RateLimit):
         retry_after = max(1, math.ceil(limit.window_start + 60 - now))
         used = {"requests": refused.state[0], "tokens": refused.state[1]}

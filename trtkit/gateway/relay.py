@@ -109,7 +109,8 @@ class RelayEndpoint:
         if request.stream:
             relay = EventRelay(response_id, request.model, chat=self.chat, include_usage=include_usage)
             return CancellingStreamResponse(self._events(generation, relay), generation.headers,
-                                            lambda: self.ctx.metrics.disconnects.labels("true").inc())
+                                            lambda: self.ctx.metrics.disconnects.labels("true").inc(),
+                                            self.ctx.send_timeout_s)
         finished, answer = await run_or_cancel(self._answer(generation, response_id, request.model), call.receive)
         if not finished:
             self.ctx.metrics.disconnects.labels("false").inc()

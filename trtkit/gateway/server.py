@@ -71,7 +71,8 @@ def build_gateway(config: ModelConfig, backend: str | None, *, no_auth: bool = F
         log.warning("released %d budget holds whose lease ran out (a gateway stopped mid-request)", expired)
     registry = CollectorRegistry()
     in_threads = waits_on_network(store, config.gateway.store_calls)
-    rulebook = StoreRuleBook(store, list(config.client.budgets), waits_on_network=in_threads)
+    rulebook = StoreRuleBook(store, list(config.client.budgets), waits_on_network=in_threads,
+                             max_concurrent_per_key=config.gateway.limits.max_concurrent_per_key)
     client = open_gateway_client(config, upstream, ledger=ledger or open_ledger(gateway_ledger_url(config)),
                                  metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
     client.governor.default_max_tokens = None  # no max_tokens: all the room the prompt leaves

@@ -94,7 +94,8 @@ class ServingEndpoint(Generic[RequestT]):
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return CancellingStreamResponse(self._events(generation, response_id, include_usage, log_probs, plan),
-                                            generation.headers, lambda: self.ctx.metrics.disconnects.labels("true").inc())
+                                            generation.headers, lambda: self.ctx.metrics.disconnects.labels("true").inc(),
+                                            self.ctx.send_timeout_s)
         finished, result = await run_or_cancel(generation.result(), call.receive)
         if not finished:
             self.ctx.metrics.disconnects.labels("false").inc()

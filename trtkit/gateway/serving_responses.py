@@ -90,7 +90,8 @@ class ServingResponses:
         turn, generation = await self._start(request, call, params)
         if request.stream:
             return CancellingStreamResponse(self._events(turn, generation), generation.headers,
-                                            lambda: self.ctx.metrics.disconnects.labels("true").inc())
+                                            lambda: self.ctx.metrics.disconnects.labels("true").inc(),
+                                            self.ctx.send_timeout_s)
         finished, result = await run_or_cancel(generation.result(), call.receive)
         if not finished:
             self.ctx.metrics.disconnects.labels("false").inc()

@@ -20,7 +20,7 @@ from trtkit.store.conversations import ConversationStore
 from trtkit.store.db import Database, Session
 from trtkit.store.leases import LeaseKeeper
 from trtkit.store.migrations import check_readable, migrate
-from trtkit.store.records import ApiKey, BudgetLimit, Hold, RateLimit
+from trtkit.store.records import ApiKey, BudgetLimit, Hold, RateLimit, SlotLimit
 from trtkit.store.session import LimitReached
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,8 @@ class GatewayStore(Protocol):
     def find_key(self, key_id: str) -> tuple[ApiKey, str] | None: ...
     def list_keys(self) -> list[ApiKey]: ...
     def revoke_key(self, name_or_id: str) -> bool: ...
-    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None) -> Hold: ...
+    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None,
+                slot: SlotLimit | None = None) -> Hold: ...
     def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None: ...
     def renew(self) -> int: ...
     def retry_settles(self) -> int: ...
@@ -88,11 +89,11 @@ class SqlGatewayStore:
                 raise ClientError(f"an active key named '{key.name}' exists; pick another --name, or "
                                   f"`trtkit keys revoke {key.name}` first to give the name a new secret")
             s.execute('INSERT INTO api_keys (key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, '
-                      "rpm, tpm, models, created_at, revoked_at, can_budget_conversations) "
-                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL,?)",
+                      "rpm, tpm, models, created_at, revoked_at, can_budget_conversations, max_concurrent) "
+                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL,?,?)",
                       (key.key_id, key.name, secret_hash, key.user, key.budget_tokens, key.budget_cost, key.period,
                        key.rpm, key.tpm, json.dumps(list(key.models)), key.created_at,
-                       int(key.can_budget_conversations)))
+                       int(key.can_budget_conversations), key.max_concurrent))
         self.db.transact(work)
 
     def find_key(self, key_id: str) -> tuple[ApiKey, str] | None:
@@ -109,13 +110,15 @@ class SqlGatewayStore:
             (time.time(), name_or_id, name_or_id)).rowcount))
 
     # -- admission --------------------------------------------------------------------------------------
-    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None) -> Hold:
+    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None,
+                slot: SlotLimit | None = None) -> Hold:
         """All holds or none, in one transaction sent in one flight; raises Refused naming the limit that
-        said no. Holds are transient (the ledger is the record), so their commits need not wait for the disk."""
-        hold = Hold(os.urandom(16).hex(), tokens, cost, holds.merged_budgets(budgets), rate)
+        said no. Holds are transient (the ledger is the record), so their commits need not wait for the disk.
+        ``slot``: one of the key's concurrent slots (``slots.py``), taken in the same transaction."""
+        hold = Hold(os.urandom(16).hex(), tokens, cost, holds.merged_budgets(budgets), rate, slot=slot)
         impossible = holds.never_fits(tokens, cost, hold.budgets, rate)
         if impossible is not None:
-            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate))
+            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate, slot))
         # Live before its row exists: a renewal that runs while the admission waits for the database covers it.
         with self._live_lock:
             self._live[hold.id] = hold
@@ -125,7 +128,7 @@ class SqlGatewayStore:
                                                              self.db.dialect.name))
         except LimitReached:
             self._forget(hold)
-            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate)) from None
+            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate, slot)) from None
         except BaseException:
             self._forget(hold)
             raise
@@ -216,7 +219,7 @@ class SqlGatewayStore:
 
 
 _KEY_SELECT = ('SELECT key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, rpm, tpm, models, '
-               "created_at, revoked_at, can_budget_conversations FROM api_keys")
+               "created_at, revoked_at, can_budget_conversations, max_concurrent FROM api_keys")
 
 
 def _key_of(row: tuple) -> ApiKey:
@@ -225,4 +228,5 @@ def _key_of(row: tuple) -> ApiKey:
                   budget_cost=None if row[5] is None else float(row[5]), period=row[6],
                   rpm=None if row[7] is None else int(row[7]), tpm=None if row[8] is None else int(row[8]),
                   models=tuple(json.loads(row[9])), created_at=float(row[10]),
-                  revoked_at=None if row[11] is None else float(row[11]), can_budget_conversations=bool(row[12]))
+                  revoked_at=None if row[11] is None else float(row[11]), can_budget_conversations=bool(row[12]),
+                  max_concurrent=None if row[13] is None else int(row[13]))

@@ -2,7 +2,8 @@
 
 Lock order, the same in every transaction, so PostgreSQL never deadlocks on them: a reservation row
 first (settle and the sweeper claim it with DELETE; reserve inserts a new one last, which nobody else
-can be waiting on), then the rate window, then budget rows sorted by (account, period_start).
+can be waiting on), then the key's concurrency slots (``slots.py``), then the rate window, then budget rows
+sorted by (account, period_start).
 
 SQLite runs the statements below; PostgreSQL runs the same steps as two functions of migration 6
 (``trtkit_reserve``, ``trtkit_settle``), one call each: that halves the client's and the server's CPU per
@@ -14,8 +15,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from trtkit.store import leases
-from trtkit.store.records import BudgetLimit, Hold, RateLimit, Refused
+from trtkit.store import leases, slots
+from trtkit.store.records import BudgetLimit, Hold, RateLimit, Refused, SlotLimit
 from trtkit.store.session import Result, Session, Statement
 
 _BUDGET_STATE = ("SELECT used_tokens, reserved_tokens, used_cost, reserved_cost FROM budget_accounts "
@@ -73,7 +74,8 @@ def reserve_statements(hold: Hold, owner: str, now: float, expires_at: float, di
     On PostgreSQL one call of ``trtkit_reserve`` (migration 6), which runs the same statements server-side;
     its first row is the rate window's (requests, tokens), as the first statement's is here."""
     if dialect == "postgresql":
-        return [("SELECT out_requests, out_tokens FROM trtkit_reserve(?, ?, ?, ?, ?)",
+        function = "trtkit_reserve_slot" if hold.slot is not None else "trtkit_reserve"
+        return [(f"SELECT out_requests, out_tokens FROM {function}(?, ?, ?, ?, ?)",
                  (hold.id, owner, now, expires_at, hold_json(hold)))]
     statements: list[Statement] = []
     if hold.rate is not None:
@@ -85,6 +87,8 @@ def reserve_statements(hold: Hold, owner: str, now: float, expires_at: float, di
         statements.append(("INSERT INTO budget_accounts (account, period_start, max_tokens, max_cost, "
                            "reserved_tokens, reserved_cost) VALUES " + ", ".join([_BUDGET_ROW] * len(hold.budgets))
                            + _BUDGET_UPSERT_TAIL, params))
+    if hold.slot is not None:  # (SQLite has one writer: the order of statements cannot deadlock)
+        statements.append(slots.take(hold.slot))
     statements.append(("INSERT INTO reservations (id, owner, created_at, expires_at, body) VALUES (?, ?, ?, ?, ?)",
                        (hold.id, owner, now, expires_at, hold_json(hold))))
     return statements
@@ -106,8 +110,12 @@ def _rate_statement(rate: RateLimit, tokens: int) -> Statement:
 
 
 def refusal(session: Session, tokens: int, cost: float, budgets: list[BudgetLimit],
-            rate: RateLimit | None) -> Refused:
+            rate: RateLimit | None, slot: SlotLimit | None = None) -> Refused:
     """Which limit said no, with its counters now (read after the rolled-back admission)."""
+    if slot is not None:
+        taken = slots.in_flight(session, slot)
+        if taken + 1 > slot.max_concurrent:
+            return Refused(slot, "concurrency", (taken,))
     if rate is not None:
         row = session.execute(_RATE_STATE, (rate.key_id, rate.window_start)).fetchone()
         used = (int(row[0]), int(row[1])) if row else (0, 0)
@@ -126,7 +134,9 @@ def refusal(session: Session, tokens: int, cost: float, budgets: list[BudgetLimi
     # Freed meanwhile (a settle between the refusal and this read): still refused, naming the nearest limit.
     if states:
         return Refused(states[0][0], "budget", states[0][1])
-    assert rate is not None
+    if rate is None:
+        assert slot is not None
+        return Refused(slot, "concurrency", (slots.in_flight(session, slot),))
     row = session.execute(_RATE_STATE, (rate.key_id, rate.window_start)).fetchone()
     return Refused(rate, "requests" if rate.rpm is not None else "tokens", tuple(row) if row else (0, 0))
 
@@ -136,8 +146,11 @@ def settle_statements(hold: Hold, used_tokens: int, used_cost: float, dialect: s
     is still there (a sweeper may have freed it when its lease ran out), add the use, delete the row.
     On PostgreSQL one call of ``trtkit_settle`` (migration 6) runs the same steps server-side."""
     if dialect == "postgresql":
-        return [("SELECT trtkit_settle(?, ?, ?, ?)", (hold.id, hold_json(hold), used_tokens, float(used_cost)))]
+        function = "trtkit_settle_slot" if hold.slot is not None else "trtkit_settle"
+        return [(f"SELECT {function}(?, ?, ?, ?)", (hold.id, hold_json(hold), used_tokens, float(used_cost)))]
     statements: list[Statement] = [("SELECT id FROM reservations WHERE id = ?", (hold.id,))]
+    if hold.slot is not None:
+        statements.append(slots.give_back(hold))
     if hold.rate is not None:  # TPM counts what was used, once known
         r = hold.rate
         statements.append((f"UPDATE rate_windows SET tokens = tokens - {_HELD} + ? WHERE key_id = ? AND "
@@ -165,14 +178,19 @@ def free_expired(session: Session, now: float, in_flight: set[str]) -> int:
     rows = leases.claim_expired(session, "reservations", now, "body", spared=in_flight)
     rate_back: dict[tuple[str, int], int] = {}
     budget_back: dict[tuple[str, float], tuple[int, float]] = {}
+    slots_back: dict[str, int] = {}
     for (body,) in rows:
         b = json.loads(body)
+        slot = slots.slot_of(b)
+        if slot is not None:
+            slots_back[slot.key_id] = slots_back.get(slot.key_id, 0) + 1
         if b["rate"]:
             key = (b["rate"][0], int(b["rate"][1]))
             rate_back[key] = rate_back.get(key, 0) + int(b["tokens"])
         for account, period_start, _max_tokens, _max_cost in b["budgets"]:
             tokens, cost = budget_back.get((account, float(period_start)), (0, 0.0))
             budget_back[(account, float(period_start))] = (tokens + int(b["tokens"]), cost + float(b["cost"]))
+    slots.give_back_expired(session, slots_back)
     for (key_id, window_start), tokens in sorted(rate_back.items()):
         session.execute("UPDATE rate_windows SET tokens = tokens - ? WHERE key_id = ? AND window_start = ?",
                         (tokens, key_id, window_start))
@@ -192,6 +210,9 @@ def hold_json(hold: Hold) -> str:
 
 def hold_body(hold: Hold) -> dict:
     rate = hold.rate
-    return {"tokens": hold.tokens, "cost": hold.cost,
+    body = {"tokens": hold.tokens, "cost": hold.cost,
             "budgets": [[b.account, b.period_start, b.max_tokens, b.max_cost] for b in hold.budgets],
             "rate": [rate.key_id, rate.window_start, rate.rpm, rate.tpm] if rate else None}
+    if hold.slot is not None:
+        body["slot"] = [hold.slot.key_id, hold.slot.max_concurrent]
+    return body

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from trtkit.errors import StoreNotFound
 from trtkit.store.db import Database, Session
+from trtkit.store.slots import PG_FUNCTIONS as PG_SLOT_FUNCTIONS
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class Migration:
     name: str
     statements: tuple[str, ...]
     dialects: tuple[str, ...] = ("sqlite", "postgresql")  # elsewhere the version is recorded, nothing run
+    postgresql_only: tuple[str, ...] = ()  # run after ``statements`` on PostgreSQL alone (its functions)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -199,11 +201,13 @@ MIGRATIONS: tuple[Migration, ...] = (
     # Hardening (docs/hardening.md): a bill the governor corrected names how (``usage_flags``: overrun,
     # usage_doubtful, usage_clamped); a key may cap its requests in flight (``max_concurrent``), counted per key in
     # ``key_slots`` by the same admission transaction as its budgets, so the cap is exact across replicas.
+    # On PostgreSQL a hold with a slot is admitted and settled by two functions that take or give back the slot and
+    # call migration 6's functions, left as they are (``slots.py``).
     Migration(10, "m010_hardening", (
         "ALTER TABLE requests ADD COLUMN usage_flags TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE api_keys ADD COLUMN max_concurrent BIGINT",
         """CREATE TABLE IF NOT EXISTS key_slots (
-            key_id TEXT PRIMARY KEY, in_flight BIGINT NOT NULL DEFAULT 0)""")),
+            key_id TEXT PRIMARY KEY, in_flight BIGINT NOT NULL DEFAULT 0)"""), postgresql_only=PG_SLOT_FUNCTIONS),
 )
 
 _LEGACY_LEDGER_NAMES = {m.name: m.version for m in MIGRATIONS[:3]}
@@ -248,7 +252,8 @@ def _migrate(session: Session) -> list[str]:
     for migration in MIGRATIONS:
         if migration.version in done:
             continue
-        for statement in migration.statements if session.dialect.name in migration.dialects else ():
+        statements = migration.statements + (migration.postgresql_only if session.dialect.name == "postgresql" else ())
+        for statement in statements if session.dialect.name in migration.dialects else ():
             session.execute(statement.replace("{id_pk}", session.dialect.id_primary_key))
         _record(session, migration)
         applied.append(migration.name)

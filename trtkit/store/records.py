@@ -19,6 +19,7 @@ class ApiKey:
     created_at: float = 0.0
     revoked_at: float | None = None
     can_budget_conversations: bool = False  # may give a conversation its own budget (Responses API metadata)
+    max_concurrent: int | None = None  # requests in flight at once (None: gateway.limits.max_concurrent_per_key)
 
     @property
     def is_revoked(self) -> bool:
@@ -44,6 +45,14 @@ class RateLimit:
     tpm: int | None
 
 
+@dataclass(slots=True, frozen=True)
+class SlotLimit:
+    """A key's requests in flight at once: one slot a hold, counted in ``key_slots`` (exact across replicas)."""
+
+    key_id: str
+    max_concurrent: int
+
+
 @dataclass(slots=True)
 class Hold:
     """One admitted request's holds; settle() turns them into use."""
@@ -55,12 +64,14 @@ class Hold:
     rate: RateLimit | None
     rate_state: dict[str, int] = field(default_factory=dict)  # requests/tokens used in the window after admission
     body: str = ""  # its reservation row's JSON (holds.hold_json), made once
+    slot: SlotLimit | None = None  # one of its key's concurrent slots
 
 
 class Refused(Exception):
     """A conditional update matched no row. ``limit`` is what refused; ``state`` its counters then:
-    (requests, tokens) of a rate window, (used_tokens, reserved_tokens, used_cost, reserved_cost) of a budget."""
+    (requests, tokens) of a rate window, (used_tokens, reserved_tokens, used_cost, reserved_cost) of a budget,
+    (in_flight,) of a key's slots."""
 
-    def __init__(self, limit: BudgetLimit | RateLimit, what: str, state: tuple) -> None:
+    def __init__(self, limit: BudgetLimit | RateLimit | SlotLimit, what: str, state: tuple) -> None:
         super().__init__(what)
         self.limit, self.what, self.state = limit, what, state

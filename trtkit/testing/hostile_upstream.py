@@ -14,9 +14,11 @@ status and a body of any size. It binds 127.0.0.1 only and keeps counts of what 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +37,7 @@ class Behaviour:
     status: int = 200
     error_body_bytes: int = 0  # with a status other than 200: a body of this many bytes
     pace_s: float = 0.0  # a pause between two text events
+    padding_bytes: int = 0  # a field of this many bytes in every text event (no text: the output meter sees none)
 
 
 @dataclass(slots=True)
@@ -47,9 +50,13 @@ class Stats:
 
 
 class HostileUpstream:
-    def __init__(self, behaviour: Behaviour | None = None) -> None:
+    """``capacity``: answers streamed at once at most, the others wait their turn (as an engine's batch does)."""
+
+    def __init__(self, behaviour: Behaviour | None = None, *, capacity: int | None = None) -> None:
         self.behaviour = behaviour or Behaviour()
         self.stats = Stats()
+        self.capacity = capacity
+        self._slots: asyncio.Semaphore | None = None
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -122,14 +129,17 @@ class HostileUpstream:
             await _send_raw(writer, b.status, b"x" * b.error_body_bytes if b.error_body_bytes else
                             json.dumps({"error": {"message": "refused", "type": "invalid_request_error"}}).encode())
             return
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
-        self.stats.open_streams += 1
-        try:
-            await self._events(writer, request, b)
-        except ConnectionError:
-            self.stats.closed_early += 1
-        finally:
-            self.stats.open_streams -= 1
+        if self.capacity is not None and self._slots is None:
+            self._slots = asyncio.Semaphore(self.capacity)
+        async with self._slots if self._slots is not None else _nothing():
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+            self.stats.open_streams += 1
+            try:
+                await self._events(writer, request, b)
+            except ConnectionError:
+                self.stats.closed_early += 1
+            finally:
+                self.stats.open_streams -= 1
 
     async def _events(self, writer: asyncio.StreamWriter, request: dict[str, Any], b: Behaviour) -> None:
         chat = "messages" in request
@@ -144,7 +154,7 @@ class HostileUpstream:
                 request.get("max_tokens") or request.get("max_completion_tokens") or 16
         sent = 0
         while b.forever or sent < count:
-            await self._write(writer, _event(chat, b.token_text))
+            await self._write(writer, _event(chat, b.token_text, padding=b.padding_bytes))
             sent += 1
             if b.pace_s:
                 await asyncio.sleep(b.pace_s)
@@ -171,7 +181,12 @@ class HostileUpstream:
         await writer.drain()
 
 
-def _event(chat: bool, text: str | None, finish_reason: Any = None) -> bytes:
+@contextlib.asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
+
+
+def _event(chat: bool, text: str | None, finish_reason: Any = None, padding: int = 0) -> bytes:
     if chat:
         delta = {} if text is None else {"content": text}
         choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish_reason}
@@ -179,6 +194,8 @@ def _event(chat: bool, text: str | None, finish_reason: Any = None) -> bytes:
         choice = {"index": 0, "text": text or "", "finish_reason": finish_reason}
     event = {"id": "h", "object": "chat.completion.chunk" if chat else "text_completion", "created": 1,
              "model": "hostile", "choices": [choice]}
+    if padding:
+        event["system_fingerprint"] = "p" * padding
     return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
