@@ -54,6 +54,7 @@ class HostileUpstream:
 
     def __init__(self, behaviour: Behaviour | None = None, *, capacity: int | None = None) -> None:
         self.behaviour = behaviour or Behaviour()
+        self.by_user: dict[str, Behaviour] = {}  # a request whose "user" is here gets that behaviour instead
         self.stats = Stats()
         self.capacity = capacity
         self._slots: asyncio.Semaphore | None = None
@@ -117,7 +118,9 @@ class HostileUpstream:
                     continue
                 request = json.loads(body or b"{}")
                 self.stats.requests.append(request)
-                await self._answer(writer, request, self.behaviour)
+                user = request.get("user")
+                await self._answer(writer, request, self.by_user.get(user, self.behaviour) if isinstance(user, str)
+                                   else self.behaviour)
                 return  # a streamed answer ends with the connection
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
