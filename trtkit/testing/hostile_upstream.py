@@ -151,10 +151,7 @@ class HostileUpstream:
             return
         if b.event_bytes:
             await self._write_in_pieces(writer, _event(chat, "y" * b.event_bytes))
-        count = b.tokens
-        if count is None:
-            count = request.get("n_predict") if b.honour_n_predict and request.get("n_predict") else \
-                request.get("max_tokens") or request.get("max_completion_tokens") or 16
+        count = b.tokens if b.tokens is not None else _asked_length(request, b.honour_n_predict)
         sent = 0
         while b.forever or sent < count:
             await self._write(writer, _event(chat, b.token_text, padding=b.padding_bytes))
@@ -182,6 +179,14 @@ class HostileUpstream:
         self.stats.events_sent += 1
         self.stats.bytes_sent += len(data)
         await writer.drain()
+
+
+def _asked_length(request: dict[str, Any], honour_n_predict: bool) -> int:
+    for name in (("n_predict",) if honour_n_predict else ()) + ("max_tokens", "max_completion_tokens"):
+        value = request.get(name)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 16
 
 
 @contextlib.asynccontextmanager
