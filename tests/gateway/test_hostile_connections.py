@@ -1,7 +1,8 @@
 """Connections that never send a proper request (issue 44, item 5), on real sockets against the gateway's own
 server stack (uvicorn on httptools, as the CLI runs it): a head past gateway.limits.max_header_bytes is a 431 and
 the connection closed before the rest is read; a connection that sends nothing, or its head a byte at a time, is
-closed after gateway.limits.header_timeout_seconds. None of it needs a key, and the gateway keeps serving."""
+closed after gateway.limits.header_timeout_seconds, a body that never arrives whole is a 408 after
+body_timeout_seconds. None of it needs a key, and the gateway keeps serving."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from trtkit.testing.hostile_upstream import HostileUpstream
 @pytest.fixture(scope="module")
 def gateway(tiny_config, tmp_path_factory):  # type: ignore[no-untyped-def]
     with HostileUpstream() as upstream:
-        running = RunningGateway(hostile_config(tiny_config, header_timeout_seconds=1.0, max_header_bytes=16384),
+        running = RunningGateway(hostile_config(tiny_config, header_timeout_seconds=1.0, max_header_bytes=16384,
+                                                body_timeout_seconds=1.0),
                                  upstream.url, tmp_path_factory.mktemp("connections"))
         yield running
         running.stop()
@@ -74,6 +76,16 @@ def test_silent_and_slow_connections_are_closed(gateway) -> None:
     assert gateway.metric('trtkit_gateway_refusals_total{reason="header_timeout"}') >= 51
     _, secret = gateway.key()
     assert post(gateway, secret, chat(2))[0] == 200  # and it keeps serving
+
+
+def test_a_body_sent_a_byte_at_a_time_is_a_408(gateway) -> None:
+    _, secret = gateway.key()
+    sock = connect(gateway)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + secret.encode() +
+                 b"\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{")
+    answer = sock.recv(65536)  # the rest of the body never comes
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 408") and b"gateway.limits.body_timeout_seconds" in answer
 
 
 def test_a_kept_alive_connection_idle_between_requests_is_not_cut_by_the_head_timer(gateway) -> None:

@@ -22,6 +22,9 @@ class GatewayLimitsSection:
     header_timeout_seconds: float = bounded(
         15.0, gt=0.0, le=3600.0, doc="a connection must send a complete request head this soon after it opens, and "
         "each request's head this soon after its first byte (nginx's client_header_timeout); else it is closed")
+    body_timeout_seconds: float = bounded(
+        60.0, gt=0.0, le=3600.0, doc="a request's body must arrive whole this soon after its head (nginx's "
+        "client_body_timeout); else 408")
     max_json_depth: int = bounded(
         64, ge=8, le=512, doc="nesting of a request body's JSON at most; deeper: 400 naming the limit")
     max_schema_depth: int = bounded(

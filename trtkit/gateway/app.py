@@ -45,6 +45,7 @@ class Door:
     max_body_bytes: int
     store_in_threads: bool = False  # look keys up in a worker thread (gateway.store_calls)
     max_json_depth: int = 64  # gateway.limits.max_json_depth
+    body_timeout_s: float = 60.0  # gateway.limits.body_timeout_seconds
 
     def authenticate(self, request: Request) -> ApiKey | None:
         header = request.headers.get("authorization", "")
@@ -77,12 +78,20 @@ class Door:
             raise _TooLarge(int(declared))
 
     async def body(self, request: Request) -> bytes:
+        """The body, within ``max_body_bytes`` and ``body_timeout_s`` (a body sent a byte at a time would hold a
+        connection and a task for ever)."""
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise _TooLarge(None)
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        raise _TooLarge(None)
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise _AsHttp(HttpError(408, f"the request body did not arrive within {self.body_timeout_s:g} s "
+                                         f"(gateway.limits.body_timeout_seconds)", "invalid_request_error",
+                                    "request_timeout", reason="body_timeout")) from None
         return b"".join(chunks)
 
 

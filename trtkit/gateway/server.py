@@ -79,7 +79,8 @@ def build_gateway(config: ModelConfig, backend: str | None, *, no_auth: bool = F
     client.governor.max_tokens_overflow = config.gateway.max_tokens_overflow
     ctx = ServingContext(config, client, rulebook, GatewayMetrics(registry))
     app = create_app(ctx, Door(store, require_auth=not no_auth, max_body_bytes=config.gateway.max_body_bytes,
-                                   store_in_threads=in_threads, max_json_depth=config.gateway.limits.max_json_depth))
+                                   store_in_threads=in_threads, max_json_depth=config.gateway.limits.max_json_depth,
+                                   body_timeout_s=config.gateway.limits.body_timeout_seconds))
     return Gateway(app, client, store)
 
 
