@@ -39,9 +39,10 @@ from robustness.hostile_run import budget_figures, innocent, loop_probe, rss_mb,
 from robustness.server import tiny_repository  # noqa: E402
 
 MODEL = "tiny-llama"
-# a gateway as an operator of a shared one would run it in front of this engine: a key may hold at most half of the
-# tiny engine's batch of 8 (docs/hardening.md: size the cap below your engine's batch), heads within 5 s
-LIMITS = {"triton": {"max_concurrent_per_key": 4, "header_timeout_seconds": 5.0},
+# a gateway as an operator of a shared one would run it in front of these engines: a key may hold at most half of
+# the engine's batch (docs/hardening.md: size the cap below it): the tiny model serves 4 at once (serve.max_batch_size
+# under its latency profile), the hostile upstream 16; heads within 5 s
+LIMITS = {"triton": {"max_concurrent_per_key": 2, "header_timeout_seconds": 5.0},
           "relay": {"max_concurrent_per_key": 8, "header_timeout_seconds": 5.0}}
 
 
