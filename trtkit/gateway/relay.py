@@ -103,8 +103,9 @@ class RelayEndpoint:
         if set(body.get("stream_options") or {}) <= {"include_usage"}:
             body.pop("stream_options", None)
         check_relayed(body, self.ctx.config.gateway.limits)
+        params = relay_params(request, body)  # (refusals by field before the prompt is rendered and counted)
         prompt = self._prompt(request)
-        generation = await start_generation(self.ctx, call, prompt, relay_params(request, body), request.user)
+        generation = await start_generation(self.ctx, call, prompt, params, request.user)
         response_id = f"{self.id_prefix}-{generation.request_id}"
         if request.stream:
             relay = EventRelay(response_id, request.model, chat=self.chat, include_usage=include_usage)
