@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextvars
 import ipaddress
 import math
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -44,6 +45,11 @@ class StoreRuleBook:
         self.waits_on_network = waits_on_network
         self.max_concurrent_per_key = max_concurrent_per_key
         self.rate_headers: dict[str, dict[str, str]] = {}  # request id -> x-ratelimit-* of its admission
+        # this replica's own holds in flight per key: a lower bound of the store's count, so a key already at its
+        # cap here is refused before its prompt is counted (a burst of 150 costs the door, not the loop's time)
+        self._local_slots: dict[str, int] = {}
+        self._local_holds: set[str] = set()  # the holds counted there (each given back once, however settled)
+        self._local_lock = threading.Lock()
 
     def reserve(self, caller: Caller, tokens: int, cost: float, request_id: str) -> object:
         key = current_key.get()
@@ -54,13 +60,31 @@ class StoreRuleBook:
             hold = self.store.reserve(tokens, cost, self._budgets(caller, key, now), rate, slot)
         except Refused as refused:
             raise _refusal(refused, tokens, cost, now) from None
+        if slot is not None:
+            with self._local_lock:
+                self._local_slots[slot.key_id] = self._local_slots.get(slot.key_id, 0) + 1
+                self._local_holds.add(hold.id)
         if rate is not None and request_id:
             self.rate_headers[request_id] = rate_headers(rate, hold.rate_state, now)
         return hold
 
     def settle(self, handle: object, used_tokens: int, used_cost: float) -> None:
         assert isinstance(handle, Hold)
-        self.store.settle(handle, used_tokens, used_cost)
+        try:
+            self.store.settle(handle, used_tokens, used_cost)
+        finally:
+            with self._local_lock:
+                if handle.slot is not None and handle.id in self._local_holds:
+                    self._local_holds.discard(handle.id)
+                    self._local_slots[handle.slot.key_id] -= 1
+
+    def refuse_at_cap(self, key: ApiKey | None) -> None:
+        """Raise ConcurrencyLimitedError when this replica alone holds the key's cap already (the store would refuse
+        the key too: its count is at least this replica's); cheap, so called before any work on the request."""
+        slot = self._slot(key)
+        if slot is not None and self._local_slots.get(slot.key_id, 0) >= slot.max_concurrent:
+            raise _refusal(Refused(slot, "concurrency", (self._local_slots.get(slot.key_id, 0),)), 0, 0.0,
+                           time.time())
 
     def _slot(self, key: ApiKey | None) -> SlotLimit | None:
         cap = None if key is None else key.max_concurrent or self.max_concurrent_per_key

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from trtkit.gateway.error_responses import HttpError, body_too_large, http_error, validation_error
 from trtkit.gateway.errors import AuthenticationError
-from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingContext
+from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingContext, refuse_at_cap
 from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
 from trtkit.gateway.openapi import openapi_document
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
@@ -115,6 +115,7 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
             try:
                 door.check_declared_size(request)
                 key = await door.aauthenticate(request)
+                await refuse_at_cap(ctx, key)  # a key at its cap costs no more than this
                 payload = parse(model, await door.body(request), door.max_json_depth)
             except _TooLarge as too_large:
                 raise _AsHttp(body_too_large(too_large.size, door.max_body_bytes)) from None

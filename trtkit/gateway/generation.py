@@ -159,6 +159,17 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
     return Generation(request_id, first, chunks, headers)
 
 
+async def refuse_at_cap(ctx: ServingContext, key: ApiKey | None) -> None:
+    """A key that holds its concurrency cap on this replica already is refused at the door, before its body is
+    parsed or its prompt counted, with its refusal row as at admission."""
+    try:
+        ctx.rulebook.refuse_at_cap(key)
+    except ConcurrencyLimitedError as exc:
+        caller = Caller(user=key.user if key and key.user else "", key_id=key.name if key else "")
+        await ctx.client.governor.arecord_refusal(caller, uuid.uuid4().hex, _reason(exc))
+        raise
+
+
 async def _next(chunks: AsyncIterator[StreamChunk]) -> StreamChunk:
     return await chunks.__anext__()
 
