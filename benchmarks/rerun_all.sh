@@ -14,6 +14,7 @@
 #                                                                      perplexities are not the headline ones)
 #   soak (direct)        --minutes 5 in both modes (7 min); soak --gateway: --minutes 5 (7 min), FULL=1: 15
 #   fuzz                 --requests 10000 direct (2-4 min); --gateway --requests 3000 (~8 min), FULL=1: 10000 (~28)
+#   hostile              --quick (~3 min: 10 s quiet and attacked runs a mode), FULL=1: 20 s each (~4 min)
 # Each benchmark runs under `flock /tmp/trtkit-bench.lock` (no two benchmarks at once, from here or elsewhere)
 # and at nice 0: on a shared machine, say so where the figures are used. A benchmark that misses a target exits
 # 1; the run goes on, and the recorded section says so.
@@ -53,6 +54,7 @@ run calibration_quality calibration_quality.py $(quick_or_full --quick "")
 run guided_decoding guided_decoding.py
 run fuzz fuzz.py --requests 10000
 run fuzz fuzz.py --gateway --requests "$(quick_or_full 3000 10000)"
+run hostile hostile.py $(quick_or_full --quick "")
 run ensemble_cancel ensemble_cancel.py
 run client_overhead client_overhead.py
 run triton_overhead triton_overhead.py

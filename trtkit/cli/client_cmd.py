@@ -158,13 +158,14 @@ def usage(by: Annotated[Literal["day", "model", "user", "key", "session", "org",
           ) -> None:
     """Report the usage ledger by day, model, user, API key (the gateway's key names), session, or the level of the
     gateway's hierarchy a request ran under (org, team, project: '-' for keys under none). It reads an existing
-    ledger only: a path with no ledger is an error naming it."""
+    ledger only, read-only (nothing in the file or beside it changes): a path with no ledger is an error naming
+    it."""
     from trtkit.store import ledger_url
     from trtkit.store.ledger import open_ledger
     from trtkit.store.usage_reports import format_report, usage_report
 
     since = time.time() - days * 86400 if days else None
-    with open_ledger(ledger_url(store, "--store"), create=False) as ledger:
+    with open_ledger(ledger_url(store, "--store"), create=False, read_only=True) as ledger:
         typer.echo(format_report(usage_report(ledger, by, since), "json" if as_json else fmt, by))  # type: ignore[arg-type]
 
 

@@ -39,11 +39,13 @@ def gateway(config_path: ConfigArg,
     run_gateway(load_config(config_path), backend, port=port, bind=host, no_auth=no_auth)
 
 
-def _store(url: str | None, *, create: bool = False):  # type: ignore[no-untyped-def]
-    """The gateway store; only `keys create` may create it (a mistyped --store fails, naming the path)."""
+def _store(url: str | None, *, create: bool = False, read_only: bool = False):  # type: ignore[no-untyped-def]
+    """The gateway store; only `keys create` may create it (a mistyped --store fails, naming the path), and
+    `keys list` opens it read-only (nothing in the file or beside it changes)."""
     from trtkit.store import open_gateway_store, parse_store_url
 
-    return open_gateway_store(parse_store_url(url, "--store") if url else None, keep_leases=False, create=create)
+    return open_gateway_store(parse_store_url(url, "--store") if url else None, keep_leases=False, create=create,
+                              read_only=read_only)
 
 
 def _key_name(name: str) -> str:
@@ -73,6 +75,9 @@ def keys_create(
                                                     "create`): its team's and organisation's limits hold it too",
                                                     show_default=False)] = None,
         alert_at: AlertOpt = None,
+        max_concurrent: Annotated[int | None, typer.Option(
+            "--max-concurrent", min=1, help="Requests in flight at once, across every replica; default "
+                                            "gateway.limits.max_concurrent_per_key")] = None,
         store: StoreOpt = None) -> None:
     """Create a key (and the store, the first time). The secret is printed once on stdout and stored only as
     a hash."""
@@ -83,7 +88,7 @@ def keys_create(
     key_id, secret = new_secret()
     key = ApiKey(key_id, name, user, budget_tokens, budget_cost, period, rpm, tpm, tuple(models or ()), time.time(),
                  can_budget_conversations=conversation_budgets, project=project,
-                 alert_at=alert_fractions(alert_at) or ())
+                 alert_at=alert_fractions(alert_at) or (), max_concurrent=max_concurrent)
     db = _store(store, create=True)
     try:
         db.add_key(key, hash_secret(secret))
@@ -95,7 +100,7 @@ def keys_create(
 
 def keys_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """The keys, without secrets: active ones and revoked ones (kept as history)."""
-    db = _store(store)
+    db = _store(store, read_only=True)
     try:
         keys = db.list_keys()
     finally:
@@ -104,7 +109,7 @@ def keys_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
              "budget_cost": k.budget_cost, "period": k.period, "rpm": k.rpm, "tpm": k.tpm,
              "models": list(k.models), "revoked": k.is_revoked,
              "conversation_budgets": k.can_budget_conversations, "project": k.project,
-             "alert_at": [round(a * 100, 6) for a in k.alert_at]} for k in keys]
+             "alert_at": [round(a * 100, 6) for a in k.alert_at], "max_concurrent": k.max_concurrent} for k in keys]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -116,6 +121,7 @@ def keys_list(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
                    f"{r['budget_tokens'] or '-'} budget_cost={r['budget_cost'] or '-'}/{r['period']} "
                    f"rpm={r['rpm'] or '-'} tpm={r['tpm'] or '-'} models={','.join(r['models']) or '*'} "
                    f"project={r['project'] or '-'}"
+                   + (f" max_concurrent={r['max_concurrent']}" if r["max_concurrent"] else "")
                    + (" conversation_budgets" if r["conversation_budgets"] else ""))
 
 

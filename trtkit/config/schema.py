@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trtkit.config.gateway_limits import GatewayLimitsSection
 from trtkit.config.gpus import unknown_gpu
 from trtkit.config.k8s_schema import K8sSection
 from trtkit.config.loader import bounded, derived, described
@@ -240,6 +241,9 @@ class UpstreamSection:
     read_timeout_seconds: float = bounded(60.0, gt=0.0, doc="for the upstream's answer to begin, and between two of "
                                           "its events; past it the request fails (503 before the answer began)")
     pool_size: int = bounded(256, ge=1, doc="kept connections to the upstream at most (more requests wait)")
+    max_event_bytes: int = bounded(262144, ge=1024, le=64 << 20, doc="one server-sent event of the upstream at "
+                                   "most; a larger one breaks the answer (502): a stream cannot make the gateway "
+                                   "buffer without bound")
 
 
 def _percents(values: list[float]) -> str | None:
@@ -294,6 +298,8 @@ class GatewaySection:
                                                     doc="stored conversations of POST /v1/responses")
     upstream: UpstreamSection = described(factory=UpstreamSection, doc="the OpenAI-compatible upstream, when "
                                           "there is one")
+    limits: GatewayLimitsSection = described(factory=GatewayLimitsSection, doc="what a hostile caller is refused or "
+                                             "cut at (docs/hardening.md)")
     alerts: AlertsSection = described(factory=AlertsSection, doc="spend alerts (a signed webhook)")
     telemetry: TelemetrySection = described(factory=TelemetrySection, doc="OpenTelemetry GenAI metrics and spans")
 

@@ -3,7 +3,8 @@
 The Governor's one admission path (``BudgetGuard.reserve`` → ``settle`` → ``release_rules``) calls
 this RuleBook, which turns a request into holds in the store: the RPM/TPM windows and the budgets for their periods
 of the key and of every level above it (its project, team and organisation: ``ApiKey.chain``), a stored
-conversation's own budget, and every ``client.budgets`` rule that applies (user, key, session, global).
+conversation's own budget, every ``client.budgets`` rule that applies (user, key, session, global), and one of the
+key's concurrent slots (``store/slots.py``).
 All are taken in one transaction with conditional updates, or none is. Nothing else touches a budget. A refusal
 names the level and the limit that refused (``team 'ml': budget of 5000 tokens per month``).
 """
@@ -13,19 +14,20 @@ from __future__ import annotations
 import contextvars
 import ipaddress
 import math
+import threading
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from trtkit.config.schema import BudgetRule
 from trtkit.errors import BudgetExceededError
-from trtkit.gateway.errors import RateLimitedError
+from trtkit.gateway.errors import ConcurrencyLimitedError, RateLimitedError
 from trtkit.gateway.keys import ApiKey
 from trtkit.governance.budgets import period_start
 from trtkit.governance.vocabulary import Caller
 from trtkit.store import BudgetLimit, GatewayStore, Hold, RateLimit, Refused
 from trtkit.store.conversations import budget_account
-from trtkit.store.records import LEVELS
+from trtkit.store.records import LEVELS, SlotLimit
 
 # The key of the request being admitted (set by the serving layer; asyncio tasks copy it).
 current_key: contextvars.ContextVar[ApiKey | None] = contextvars.ContextVar("trtkit_gateway_key", default=None)
@@ -39,26 +41,42 @@ AlertHook = Callable[[list[BudgetLimit], dict[str, tuple[float, ...]]], None]
 
 
 class StoreRuleBook:
+    """``max_concurrent_per_key``: requests of one key in flight at once, unless the key sets its own
+    (``gateway.limits.max_concurrent_per_key``; None: no cap), held in the store as one more conditional update.
+    ``on_settle``: spend alerts (``alerts.py``), told after each settle which budget accounts it drew on."""
+
     def __init__(self, store: GatewayStore, rules: list[BudgetRule], *, waits_on_network: bool = False,
-                 on_settle: AlertHook | None = None, alert_at: tuple[float, ...] = ()) -> None:
+                 on_settle: AlertHook | None = None, alert_at: tuple[float, ...] = (),
+                 max_concurrent_per_key: int | None = None) -> None:
         self.store = store
         self.rules = rules
         self.waits_on_network = waits_on_network
+        self.max_concurrent_per_key = max_concurrent_per_key
         self.rate_headers: dict[str, dict[str, str]] = {}  # request id -> x-ratelimit-* of its admission
         # spend alerts (gateway.alerts): told which budget accounts a settled request drew on, with each account's
         # thresholds (its own --alert-at, else ``alert_at``, the config's); must not block
         self.on_settle = on_settle
         self.alert_at = alert_at
         self._alerting: dict[str, dict[str, tuple[float, ...]]] = {}
+        # this replica's own holds in flight per key: a lower bound of the store's count, so a key already at its
+        # cap here is refused before its prompt is counted (a burst of 150 costs the door, not the loop's time)
+        self._local_slots: dict[str, int] = {}
+        self._local_holds: set[str] = set()  # the holds counted there (each given back once, however settled)
+        self._local_lock = threading.Lock()
 
     def reserve(self, caller: Caller, tokens: int, cost: float, request_id: str) -> object:
         key = current_key.get()
         now = time.time()
         rates = _rate_limits(key, now)
+        slot = self._slot(key)
         try:
-            hold = self.store.reserve(tokens, cost, self._budgets(caller, key, now), rates)
+            hold = self.store.reserve(tokens, cost, self._budgets(caller, key, now), rates, slot)
         except Refused as refused:
             raise _refusal(refused, tokens, cost, now, key) from None
+        if slot is not None:
+            with self._local_lock:
+                self._local_slots[slot.key_id] = self._local_slots.get(slot.key_id, 0) + 1
+                self._local_holds.add(hold.id)
         if hold.rates and request_id:
             self.rate_headers[request_id] = tightest_rate_headers(hold.rates, hold.rate_states, now)
         if self.on_settle is not None and key is not None:
@@ -69,10 +87,28 @@ class StoreRuleBook:
 
     def settle(self, handle: object, used_tokens: int, used_cost: float) -> None:
         assert isinstance(handle, Hold)
-        self.store.settle(handle, used_tokens, used_cost)
+        try:
+            self.store.settle(handle, used_tokens, used_cost)
+        finally:
+            with self._local_lock:
+                if handle.slot is not None and handle.id in self._local_holds:
+                    self._local_holds.discard(handle.id)
+                    self._local_slots[handle.slot.key_id] -= 1
         thresholds = self._alerting.pop(handle.id, None) if self.on_settle is not None else None
         if thresholds and used_tokens and self.on_settle is not None:
             self.on_settle(handle.budgets, thresholds)  # spend alerts look at these accounts, off the request's path
+
+    def refuse_at_cap(self, key: ApiKey | None) -> None:
+        """Raise ConcurrencyLimitedError when this replica alone holds the key's cap already (the store would refuse
+        the key too: its count is at least this replica's); cheap, so called before any work on the request."""
+        slot = self._slot(key)
+        if slot is not None and self._local_slots.get(slot.key_id, 0) >= slot.max_concurrent:
+            raise _refusal(Refused(slot, "concurrency", (self._local_slots.get(slot.key_id, 0),)), 0, 0.0,
+                           time.time(), key)
+
+    def _slot(self, key: ApiKey | None) -> SlotLimit | None:
+        cap = None if key is None else key.max_concurrent or self.max_concurrent_per_key
+        return None if cap is None or key is None else SlotLimit(key.key_id, cap)
 
     def _thresholds(self, key: ApiKey) -> dict[str, tuple[float, ...]]:
         """Each budget account of the key and its levels, with the thresholds it alerts at."""
@@ -171,6 +207,12 @@ def _level_of(subject: str, key: ApiKey | None) -> tuple[str, str, str] | None:
 
 def _refusal(refused: Refused, tokens: int, cost: float, now: float, key: ApiKey | None = None) -> Exception:
     limit = refused.limit
+    if isinstance(limit, SlotLimit):
+        who = f"key '{key.name}'" if key is not None else "this key"
+        return ConcurrencyLimitedError(
+            f"concurrency limit of {who}: {refused.state[0]} requests in flight, its limit is {limit.max_concurrent} "
+            f"(the key's max_concurrent, else gateway.limits.max_concurrent_per_key); retry when one has ended",
+            1, {"retry-after": "1"})
     if isinstance(limit, RateLimit):
         retry_after = max(1, math.ceil(limit.window_start + 60 - now))
         used = {"requests": refused.state[0], "tokens": refused.state[1]}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,16 +21,19 @@ from prometheus_client import generate_latest
 from pydantic import BaseModel, ValidationError
 
 from trtkit.gateway.error_responses import HttpError, body_too_large, http_error, validation_error
-from trtkit.gateway.errors import AuthenticationError, RequestValidationError
-from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingContext
+from trtkit.gateway.errors import AuthenticationError
+from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingContext, refuse_at_cap
 from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
 from trtkit.gateway.openapi import openapi_document
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.relay import relay_routes
+from trtkit.gateway.request_body import parse
 from trtkit.gateway.serving_chat import ServingChat
 from trtkit.gateway.serving_completions import ServingCompletions
 from trtkit.gateway.serving_responses import ServingResponses, add_response_routes
 from trtkit.store import GatewayStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -41,6 +44,8 @@ class Door:
     require_auth: bool
     max_body_bytes: int
     store_in_threads: bool = False  # look keys up in a worker thread (gateway.store_calls)
+    max_json_depth: int = 64  # gateway.limits.max_json_depth
+    body_timeout_s: float = 60.0  # gateway.limits.body_timeout_seconds
 
     def authenticate(self, request: Request) -> ApiKey | None:
         header = request.headers.get("authorization", "")
@@ -73,12 +78,20 @@ class Door:
             raise _TooLarge(int(declared))
 
     async def body(self, request: Request) -> bytes:
+        """The body, within ``max_body_bytes`` and ``body_timeout_s`` (a body sent a byte at a time would hold a
+        connection and a task for ever)."""
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise _TooLarge(None)
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        raise _TooLarge(None)
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise _AsHttp(HttpError(408, f"the request body did not arrive within {self.body_timeout_s:g} s "
+                                         f"(gateway.limits.body_timeout_seconds)", "invalid_request_error",
+                                    "request_timeout", reason="body_timeout")) from None
         return b"".join(chunks)
 
 
@@ -87,39 +100,12 @@ class _TooLarge(Exception):
         self.size = size
 
 
-def parse(model: type[BaseModel], body: bytes) -> BaseModel:
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestValidationError(f"the body is not valid JSON ({exc}); send a JSON object") from None
-    if not isinstance(data, dict):
-        raise RequestValidationError("the body must be a JSON object")
-    bad = _lone_surrogate_path(data)
-    if bad is not None:  # a JSON escape such as \ud800 decodes to no character: the tokenizer cannot take it
-        raise RequestValidationError(f"'{bad}' holds a lone UTF-16 surrogate escape (no Unicode character); "
-                                     f"send valid UTF-8 text", param=bad)
-    return model.model_validate(data)
-
-
-def _lone_surrogate_path(value: object, path: str = "") -> str | None:
-    """The field path of the first string holding a lone surrogate, or None."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path or "body"
-        return None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        found = _lone_surrogate_path(key, path) or _lone_surrogate_path(item, f"{path}.{key}" if path else str(key))
-        if found is not None:
-            return found
-    return None
-
-
 def create_app(ctx: ServingContext, door: Door) -> FastAPI:
     app = FastAPI(title="trtkit gateway", docs_url=None, redoc_url=None, openapi_url=None, **_without_telemetry())
     metrics = ctx.metrics
+    # what the server's connection protocol holds each request's head to, and where it counts what it refused
+    app.state.limits = ctx.config.gateway.limits
+    app.state.on_refused = lambda reason: metrics.refusals.labels(reason).inc()
     # an OpenAI-compatible upstream gets requests as given (gateway.relay); Triton, the serving classes' requests
     (chat_model, chat_create), (text_model, text_create) = relay_routes(ctx) if ctx.relays else (
         (ChatCompletionRequest, ServingChat(ctx).create), (CompletionRequest, ServingCompletions(ctx).create))
@@ -129,7 +115,8 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
             try:
                 door.check_declared_size(request)
                 key = await door.aauthenticate(request)
-                payload = parse(model, await door.body(request))
+                await refuse_at_cap(ctx, key)  # a key at its cap costs no more than this
+                payload = parse(model, await door.body(request), door.max_json_depth)
             except _TooLarge as too_large:
                 raise _AsHttp(body_too_large(too_large.size, door.max_body_bytes)) from None
             except ValidationError as exc:
@@ -191,9 +178,13 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
 
     @app.get("/health/ready")
     async def ready() -> Response:
+        """Unauthenticated (a load balancer's probe), so it tells nothing of the upstream: where it is stays in the
+        log, as in every error body."""
         if await ctx.client.is_ready():
             return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "not ready", "backend": ctx.client.url}, status_code=503)
+        log.warning("not ready: the upstream %s does not answer", ctx.client.url)
+        return JSONResponse({"status": "not ready", "reason": "the upstream model server does not answer"},
+                            status_code=503)
 
     @app.get("/metrics")
     async def prometheus() -> Response:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,7 +23,12 @@ from starlette.types import Receive, Scope, Send
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BudgetExceededError, InputTooLongError
 from trtkit.gateway.admission import StoreRuleBook, current_key
-from trtkit.gateway.errors import ModelNotFoundError, RateLimitedError, RequestValidationError
+from trtkit.gateway.errors import (
+    ConcurrencyLimitedError,
+    ModelNotFoundError,
+    RateLimitedError,
+    RequestValidationError,
+)
 from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.responses import LastEvent
@@ -32,6 +38,7 @@ from trtkit.governance.budgets import draw_on
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
 from trtkit.transport.openai_client import AsyncOpenAIUpstreamClient
 
+log = logging.getLogger(__name__)
 PARENT_HEADER = "x-trtkit-parent-request-id"
 _REFUSALS: tuple[type[Exception], ...] = (BudgetExceededError, RateLimitedError, InputTooLongError)
 
@@ -47,6 +54,10 @@ class ServingContext:
     @property
     def model(self) -> str:
         return self.config.name
+
+    @property
+    def send_timeout_s(self) -> float:
+        return self.config.gateway.limits.send_timeout_seconds
 
     @property
     def relays(self) -> bool:
@@ -134,10 +145,11 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
     governor = ctx.client.governor
     scope = None
     if call.parent_id:
-        scope = governor.budgets.scope_of(_bare_id(call.parent_id))
-        if scope is None:
-            raise RequestValidationError(f"{PARENT_HEADER} '{call.parent_id}' names no running request of this "
-                                         f"gateway; send it only while the parent runs", param=PARENT_HEADER)
+        scope = governor.budgets.scope_of(_bare_id(call.parent_id), caller.tenant)
+        if scope is None:  # another key's request reads as no request: its existence is not told
+            raise RequestValidationError(f"{PARENT_HEADER} '{call.parent_id[:100]}' names no running request of "
+                                         f"this API key; send it only while the parent runs, with the parent's key",
+                                         param=PARENT_HEADER)
     token = current_key.set(key)
     admitted = asyncio.Event()
     try:
@@ -165,6 +177,17 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
     return Generation(request_id, first, chunks, headers, params)
 
 
+async def refuse_at_cap(ctx: ServingContext, key: ApiKey | None) -> None:
+    """A key that holds its concurrency cap on this replica already is refused at the door, before its body is
+    parsed or its prompt counted, with its refusal row as at admission."""
+    try:
+        ctx.rulebook.refuse_at_cap(key)
+    except ConcurrencyLimitedError as exc:
+        caller = caller_of(key, None, ctx.model)  # its levels named in the row, as at admission
+        await ctx.client.governor.arecord_refusal(caller, uuid.uuid4().hex, _reason(exc))
+        raise
+
+
 async def _next(chunks: AsyncIterator[StreamChunk]) -> StreamChunk:
     return await chunks.__anext__()
 
@@ -183,6 +206,8 @@ def _bare_id(response_id: str) -> str:
 
 
 def _reason(exc: Exception) -> str:
+    if isinstance(exc, ConcurrencyLimitedError):
+        return "concurrency"
     if isinstance(exc, RateLimitedError):
         return "rate_limit"
     return "budget" if isinstance(exc, BudgetExceededError) else "context_length"
@@ -229,8 +254,9 @@ class CancellingStreamResponse(Response):
     media_type = "text/event-stream"
 
     def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str],
-                 on_disconnect: Callable[[], None]) -> None:
+                 on_disconnect: Callable[[], None], send_timeout_s: float | None = None) -> None:
         # No super().__init__: it would declare a Content-Length for an empty body.
+        self.send_timeout_s = send_timeout_s  # a caller that takes no byte this long loses its request
         self.status_code = 200
         self.background = None
         all_headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", **headers}
@@ -239,18 +265,28 @@ class CancellingStreamResponse(Response):
         self.on_disconnect = on_disconnect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def bounded_send(message: dict[str, Any]) -> None:
+            # uvicorn's send waits while the connection's write buffer is full: a caller that never reads would
+            # hold its request (and its key's concurrency slot, and the engine's work) for ever
+            async with asyncio.timeout(self.send_timeout_s):
+                await send(message)  # type: ignore[arg-type]
+
         async def pump() -> None:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            await bounded_send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async for event in self.events:
                 if isinstance(event, LastEvent):  # with the end of the body, in one write
-                    await send({"type": "http.response.body", "body": bytes(event), "more_body": False})
+                    await bounded_send({"type": "http.response.body", "body": bytes(event), "more_body": False})
                     return
-                await send({"type": "http.response.body", "body": event, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await bounded_send({"type": "http.response.body", "body": event, "more_body": True})
+            await bounded_send({"type": "http.response.body", "body": b"", "more_body": False})
 
         try:
             finished, _ = await run_or_cancel(pump(), receive)
         except OSError:  # the send itself found the connection gone
+            finished = False
+        except TimeoutError:  # the caller stopped reading (gateway.limits.send_timeout_seconds): as if gone
+            log.warning("a caller read nothing of its stream for %.0f s (gateway.limits.send_timeout_seconds); "
+                        "its request is stopped", self.send_timeout_s)
             finished = False
         if not finished:
             self.on_disconnect()

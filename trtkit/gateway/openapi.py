@@ -73,7 +73,7 @@ class ResponseHeartbeat(BaseModel):
 
 class Health(BaseModel):
     status: str
-    backend: str | None = None
+    reason: str | None = None  # why not ready (never the upstream's address: the probe needs no key)
 
 
 def openapi_document(title: str, version: str) -> dict[str, Any]:

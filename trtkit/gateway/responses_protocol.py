@@ -33,6 +33,7 @@ ANY_VALUE = frozenset({"stream_options", "prompt_cache_key", "safety_identifier"
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = ("input_text", "output_text")
 BUDGET_METADATA = "trtkit_budget_tokens"  # metadata key: the conversation's own token budget
+MAX_BUDGET_TOKENS = 10**15  # far below the store's BIGINT, which holds sums of budgets too
 
 
 class ResponseRequest(BaseModel):
@@ -158,7 +159,9 @@ def requested_budget(metadata: dict[str, str] | None) -> int | None:
     value = (metadata or {}).get(BUDGET_METADATA)
     if value is None:
         return None
-    if not value.isdigit() or int(value) < 1:
-        raise RequestValidationError(f"metadata.{BUDGET_METADATA} is {value!r}; send a whole number of tokens above 0 "
-                                     f"(as a string: metadata values are strings)", param=f"metadata.{BUDGET_METADATA}")
+    # ASCII digits only ("²".isdigit() is true, and int() refuses it), and a count the store's BIGINT holds
+    if not (value.isascii() and value.isdigit()) or len(value) > 18 or not 1 <= int(value) <= MAX_BUDGET_TOKENS:
+        raise RequestValidationError(f"metadata.{BUDGET_METADATA} is {value[:40]!r}; send a whole number of tokens from 1 "
+                                     f"to {MAX_BUDGET_TOKENS} (as a string: metadata values are strings)",
+                                     param=f"metadata.{BUDGET_METADATA}")
     return int(value)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
+from trtkit.config.gateway_limits import GatewayLimitsSection
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ConfigError
 from trtkit.gateway.admission import StoreRuleBook, waits_on_network
@@ -86,7 +87,8 @@ def build_gateway(config: ModelConfig, backend: str | None, *, no_auth: bool = F
         store.spend_alerts, alerts_config, metrics, secret=alert_secret(alerts_config))
     rulebook = StoreRuleBook(store, list(config.client.budgets), waits_on_network=in_threads,
                              on_settle=None if alerts is None else alerts.saw,
-                             alert_at=tuple(t / 100 for t in alerts_config.thresholds))
+                             alert_at=tuple(t / 100 for t in alerts_config.thresholds),
+                             max_concurrent_per_key=config.gateway.limits.max_concurrent_per_key)
     client = open_gateway_client(config, upstream, ledger=ledger or open_ledger(gateway_ledger_url(config)),
                                  metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
     client.governor.default_max_tokens = None  # no max_tokens: all the room the prompt leaves
@@ -95,7 +97,8 @@ def build_gateway(config: ModelConfig, backend: str | None, *, no_auth: bool = F
         telemetry = open_telemetry(config.gateway.telemetry, upstream)
     ctx = ServingContext(config, client, rulebook, metrics, telemetry)
     app = create_app(ctx, Door(store, require_auth=not no_auth, max_body_bytes=config.gateway.max_body_bytes,
-                                   store_in_threads=in_threads))
+                                   store_in_threads=in_threads, max_json_depth=config.gateway.limits.max_json_depth,
+                                   body_timeout_s=config.gateway.limits.body_timeout_seconds))
     return Gateway(app, client, store, alerts, telemetry)
 
 
@@ -133,15 +136,21 @@ def run_gateway(config: ModelConfig, backend: str | None, *, port: int | None = 
 
 
 def uvicorn_config(app: object, bind: str, port: int) -> uvicorn.Config:
-    """The one uvicorn setup (the CLI and the live tests share it)."""
+    """The one uvicorn setup (the CLI and the live tests share it). The gateway's app carries its
+    ``gateway.limits`` (``app.state.limits``): the head of every request is held to them (``http_limits.py``)."""
     import uvicorn
+
+    from trtkit.gateway.http_limits import guarded_protocol
 
     # keep-alive longer than clients' pools keep idle connections, so a reused connection is not closed
     # under a request in flight (uvicorn's 5 s default races with httpx/openai connection reuse).
-    # loop/http "auto": uvloop and httptools (dependencies) when importable; less CPU per request than
+    # loop "auto": uvloop when importable; httptools under the gateway's limits: less CPU per request than
     # asyncio + h11 (benchmarks/gateway_overhead.py prints the gateway's CPU per request).
+    state = getattr(app, "state", None)
+    limits = getattr(state, "limits", None) or GatewayLimitsSection()
+    http = guarded_protocol(limits, getattr(state, "on_refused", None))
     return uvicorn.Config(app, host=bind, port=port, log_level="warning", access_log=False,  # type: ignore[arg-type]
-                          lifespan="off", timeout_keep_alive=75, loop="auto", http="auto")
+                          lifespan="off", timeout_keep_alive=75, loop="auto", http=http)
 
 
 def run_in_loop(main: Coroutine[Any, Any, None], loop_factory: Callable[[], asyncio.AbstractEventLoop] | None) -> None:

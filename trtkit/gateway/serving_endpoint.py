@@ -26,6 +26,7 @@ from trtkit.gateway.generation import (
     sse_error,
     start_generation,
 )
+from trtkit.gateway.guide_limits import check_guide
 from trtkit.gateway.log_probs import LogProbReader, TokenLogProb
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.sampling import sampling_params
@@ -82,6 +83,8 @@ class ServingEndpoint(Generic[RequestT]):
         params = sampling_params(request, guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar",
                                  vocab_size=self.ctx.client.governor.counter.model_vocab_size,
                                  tool_guide=None if plan is None else plan.guide)
+        check_guide(params.guided_decoding_guide_type, params.guided_decoding_guide, self.ctx.config.gateway.limits,
+                    "response_format" if plan is None else "tools")
         prompt = self.prompt_of(request)
         # A stream's headers go out at admission, but a guided one's wait for the engine's first answer: only the
         # engine compiles a schema or grammar, and its refusal is then a 400, not the stream's error event
@@ -92,7 +95,8 @@ class ServingEndpoint(Generic[RequestT]):
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return CancellingStreamResponse(self._events(generation, response_id, include_usage, log_probs, plan),
-                                            generation.headers, lambda: self.ctx.metrics.disconnects.labels("true").inc())
+                                            generation.headers, lambda: self.ctx.metrics.disconnects.labels("true").inc(),
+                                            self.ctx.send_timeout_s)
         finished, result = await run_or_cancel(generation.result(), call.receive)
         if not finished:
             self.ctx.metrics.disconnects.labels("false").inc()

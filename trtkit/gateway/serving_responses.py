@@ -40,6 +40,7 @@ from trtkit.gateway.generation import (
     sse_error,
     start_generation,
 )
+from trtkit.gateway.guide_limits import check_guide
 from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.response_format import ENGINE_GUIDE_INPUT
 from trtkit.gateway.responses import LastEvent, extension
@@ -83,10 +84,14 @@ class ServingResponses:
     async def create(self, request: ResponseRequest, call: CallInfo) -> Response:
         check_model(self.ctx, request.model, call.key)
         params = response_params(request, guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar")
+        check_guide(params.guided_decoding_guide_type, params.guided_decoding_guide, self.ctx.config.gateway.limits,
+                    "text.format")
+        self._check_echo(request)
         turn, generation = await self._start(request, call, params)
         if request.stream:
             return CancellingStreamResponse(self._events(turn, generation), generation.headers,
-                                            lambda: self.ctx.metrics.disconnects.labels("true").inc())
+                                            lambda: self.ctx.metrics.disconnects.labels("true").inc(),
+                                            self.ctx.send_timeout_s)
         finished, result = await run_or_cancel(generation.result(), call.receive)
         if not finished:
             self.ctx.metrics.disconnects.labels("false").inc()
@@ -146,6 +151,18 @@ class ServingResponses:
                                             user, session=conversation)
         return await generation.result()
 
+    def _check_echo(self, request: ResponseRequest) -> None:
+        """The answer echoes the request's ``text`` (its format's schema): it must serialize before admission, so
+        that no answer fails after it was generated and billed (a schema nested past pydantic's serialization depth
+        did, with a 500)."""
+        if not request.text or (request.text.get("format") or {}).get("type", "text") == "text":
+            return
+        try:
+            objects.response("resp_check", self.ctx.model, request, 0).model_dump_json()
+        except Exception as exc:
+            raise RequestValidationError(f"text cannot be echoed back in the answer ({type(exc).__name__}); send a "
+                                         f"flatter text.format", param="text.format") from None
+
     def _continue(self, response_id: str, owner: str) -> Chain:
         try:
             return self.store.continue_chain(response_id, owner)
@@ -153,13 +170,14 @@ class ServingResponses:
             raise _not_found(exc, "previous_response_id") from None
 
     def _budget(self, request: ResponseRequest, key: ApiKey | None) -> int | None:
-        budget = requested_budget(request.metadata)
-        if budget is not None and key is not None and not key.can_budget_conversations:
+        """Whether the key may set a budget first, then its value: a key without the right learns nothing else."""
+        asked = (request.metadata or {}).get(BUDGET_METADATA) is not None
+        if asked and key is not None and not key.can_budget_conversations:
             raise PermissionDeniedError(f"the API key '{key.name}' may not set a conversation's budget "
                                         f"(metadata.{BUDGET_METADATA}); leave it out, or use a key created with "
                                         f"`trtkit keys create --conversation-budgets`",
                                         param=f"metadata.{BUDGET_METADATA}")
-        return budget
+        return requested_budget(request.metadata)
 
     # -- the answer --------------------------------------------------------------------------------------
     async def _events(self, turn: Turn, generation: Generation) -> AsyncIterator[bytes]:

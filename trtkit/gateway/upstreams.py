@@ -51,7 +51,7 @@ def upstream_settings(config: ModelConfig, url: str, environ: dict[str, str] | N
             raise ConfigError(f"gateway.upstream.api_key_env names ${u.api_key_env}, which is not set; export the "
                               f"upstream's API key in it (or remove api_key_env for an upstream without keys)")
     return UpstreamSettings(url, u.model or config.name, api_key, u.connect_timeout_seconds, u.read_timeout_seconds,
-                            u.pool_size, config.client.max_retries)
+                            u.pool_size, config.client.max_retries, u.max_event_bytes)
 
 
 def open_gateway_client(config: ModelConfig, backend: UpstreamUrl, *, ledger: Ledger, metrics: ClientMetrics,

@@ -22,8 +22,8 @@ from trtkit.store.conversations import ConversationStore
 from trtkit.store.db import Database, Session
 from trtkit.store.hierarchy import SCOPE_COLUMNS, Hierarchy, scope_of
 from trtkit.store.leases import LeaseKeeper
-from trtkit.store.migrations import migrate
-from trtkit.store.records import ApiKey, BudgetLimit, Hold, RateLimit
+from trtkit.store.migrations import check_readable, migrate
+from trtkit.store.records import ApiKey, BudgetLimit, Hold, RateLimit, SlotLimit
 from trtkit.store.session import LimitReached
 from trtkit.store.spend_alerts import SpendAlerts
 
@@ -50,7 +50,7 @@ class GatewayStore(Protocol):
     def list_keys(self) -> list[ApiKey]: ...
     def revoke_key(self, name_or_id: str) -> bool: ...
     def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit],
-                rate: RateLimit | Sequence[RateLimit] | None) -> Hold: ...
+                rate: RateLimit | Sequence[RateLimit] | None, slot: SlotLimit | None = None) -> Hold: ...
     def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None: ...
     def renew(self) -> int: ...
     def retry_settles(self) -> int: ...
@@ -66,7 +66,7 @@ class SqlGatewayStore:
     same keeper frees any replica's holds whose lease ran out (a replica killed with kill -9)."""
 
     def __init__(self, db: Database, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, keep_leases: bool = True,
-                 create: bool = True) -> None:
+                 create: bool = True, read_only: bool = False) -> None:
         if lease_seconds <= 0:
             raise ClientError(f"lease_seconds must be > 0, got {lease_seconds}; set gateway.lease_seconds")
         self.db = db
@@ -74,7 +74,10 @@ class SqlGatewayStore:
         self.lease_seconds = float(lease_seconds)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         try:
-            migrate(db, create=create)
+            if read_only:
+                check_readable(db)
+            else:
+                migrate(db, create=create)
         except BaseException:
             db.close()
             raise
@@ -98,11 +101,12 @@ class SqlGatewayStore:
                 raise ClientError(f"no project '{key.project}'; create it with `trtkit project create {key.project} "
                                   f"--team TEAM` first")
             s.execute('INSERT INTO api_keys (key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, '
-                      "rpm, tpm, models, created_at, revoked_at, can_budget_conversations, project, alert_at) "
-                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL,?,?,?)",
+                      "rpm, tpm, models, created_at, revoked_at, can_budget_conversations, project, alert_at, "
+                      "max_concurrent) VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL,?,?,?,?)",
                       (key.key_id, key.name, secret_hash, key.user, key.budget_tokens, key.budget_cost, key.period,
                        key.rpm, key.tpm, json.dumps(list(key.models)), key.created_at,
-                       int(key.can_budget_conversations), key.project, json.dumps(list(key.alert_at))))
+                       int(key.can_budget_conversations), key.project, json.dumps(list(key.alert_at)),
+                       key.max_concurrent))
         self.db.transact(work)
 
     def find_key(self, key_id: str) -> tuple[ApiKey, str] | None:
@@ -126,15 +130,16 @@ class SqlGatewayStore:
 
     # -- admission --------------------------------------------------------------------------------------
     def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit],
-                rate: RateLimit | Sequence[RateLimit] | None) -> Hold:
+                rate: RateLimit | Sequence[RateLimit] | None, slot: SlotLimit | None = None) -> Hold:
         """All holds or none, in one transaction sent in one flight; raises Refused naming the limit that
-        said no. ``rate``: one rate window, or several (a key's and each level's above it). Holds are transient
-        (the ledger is the record), so their commits need not wait for the disk."""
+        said no. ``rate``: one rate window, or several (a key's and each level's above it). ``slot``: one of the
+        key's concurrent slots (``slots.py``), taken in the same transaction. Holds are transient (the ledger is
+        the record), so their commits need not wait for the disk."""
         rates = holds.merged_rates([rate] if isinstance(rate, RateLimit) else (rate or ()))
-        hold = Hold(os.urandom(16).hex(), tokens, cost, holds.merged_budgets(budgets), rates)
+        hold = Hold(os.urandom(16).hex(), tokens, cost, holds.merged_budgets(budgets), rates, slot=slot)
         impossible = holds.never_fits(tokens, cost, hold.budgets, rates)
         if impossible is not None:
-            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rates))
+            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rates, slot))
         # Live before its row exists: a renewal that runs while the admission waits for the database covers it.
         with self._live_lock:
             self._live[hold.id] = hold
@@ -144,7 +149,7 @@ class SqlGatewayStore:
                                                              self.db.dialect.name))
         except LimitReached:
             self._forget(hold)
-            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rates)) from None
+            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rates, slot)) from None
         except BaseException:
             self._forget(hold)
             raise
@@ -234,8 +239,8 @@ class SqlGatewayStore:
 
 
 _KEY_COLUMNS = ('key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, rpm, tpm, models, created_at, '
-                'revoked_at, can_budget_conversations, project, alert_at')
-_KEY_WIDTH = 15
+                'revoked_at, can_budget_conversations, project, alert_at, max_concurrent')
+_KEY_WIDTH = 16
 _KEY_SELECT = f"SELECT {_KEY_COLUMNS} FROM api_keys"
 # One round trip per request: the key and the three levels above it (absent levels come back as NULLs).
 _KEY_WITH_CHAIN = (
@@ -253,4 +258,5 @@ def _key_of(row: tuple) -> ApiKey:
                   rpm=None if row[7] is None else int(row[7]), tpm=None if row[8] is None else int(row[8]),
                   models=tuple(json.loads(row[9])), created_at=float(row[10]),
                   revoked_at=None if row[11] is None else float(row[11]), can_budget_conversations=bool(row[12]),
-                  project=row[13], alert_at=tuple(float(a) for a in json.loads(row[14] or "[]")))
+                  project=row[13], alert_at=tuple(float(a) for a in json.loads(row[14] or "[]")),
+                  max_concurrent=None if row[15] is None else int(row[15]))

@@ -5,13 +5,13 @@ it (organisation, team, project), then the budget rows of each. All are taken in
 
 Lock order, the same in every transaction, so PostgreSQL never deadlocks on them: a reservation row
 first (settle and the sweeper claim it with DELETE; reserve inserts a new one last, which nobody else
-can be waiting on), then the rate windows sorted by (subject, window_start), then budget rows sorted by
-(account, period_start).
+can be waiting on), then the key's concurrency slot (``slots.py``), then the rate windows sorted by (subject,
+window_start), then budget rows sorted by (account, period_start).
 
 SQLite runs the statements below; PostgreSQL runs the same steps as two functions (``trtkit_reserve``,
-``trtkit_settle``: migration 6, rewritten for many rate windows by migration 11), one call each: that halves the
-client's and the server's CPU per admission (``benchmarks/store_throughput.py``). A change to one is a change to
-both.
+``trtkit_settle``: ``pg_admission.py``, created by migration 12), one call each whatever the hold holds: that
+halves the client's and the server's CPU per admission (``benchmarks/store_throughput.py``). A change to one is a
+change to both.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from trtkit.store import leases
-from trtkit.store.records import BudgetLimit, Hold, RateLimit, Refused
+from trtkit.store import leases, slots
+from trtkit.store.records import BudgetLimit, Hold, RateLimit, Refused, SlotLimit
 from trtkit.store.session import Result, Session, Statement
 
 _BUDGET_STATE = ("SELECT used_tokens, reserved_tokens, used_cost, reserved_cost FROM budget_accounts "
@@ -87,9 +87,9 @@ def never_fits(tokens: int, cost: float, budgets: list[BudgetLimit],
 
 def reserve_statements(hold: Hold, owner: str, now: float, expires_at: float, dialect: str) -> list[Statement]:
     """The rate windows (one statement each, in lock order), the budgets (one statement, rows in lock order), the
-    reservation row: one flight. On PostgreSQL one call of ``trtkit_reserve`` (migration 11), which runs the same
-    statements server-side and answers one row per rate window, (requests, tokens), as the rate statements here
-    do (``rate_states``)."""
+    key's slot, the reservation row: one flight. On PostgreSQL one call of ``trtkit_reserve`` (``pg_admission.py``),
+    which runs the same statements server-side (the slot first, in lock order) and answers one row per rate window,
+    (requests, tokens), as the rate statements here do (``rate_states``)."""
     if dialect == "postgresql":
         return [("SELECT out_requests, out_tokens FROM trtkit_reserve(?, ?, ?, ?, ?)",
                  (hold.id, owner, now, expires_at, hold_json(hold)))]
@@ -101,6 +101,8 @@ def reserve_statements(hold: Hold, owner: str, now: float, expires_at: float, di
         statements.append(("INSERT INTO budget_accounts (account, period_start, max_tokens, max_cost, "
                            "reserved_tokens, reserved_cost) VALUES " + ", ".join([_BUDGET_ROW] * len(hold.budgets))
                            + _BUDGET_UPSERT_TAIL, params))
+    if hold.slot is not None:  # (SQLite has one writer: the order of statements cannot deadlock)
+        statements.append(slots.take(hold.slot))
     statements.append(("INSERT INTO reservations (id, owner, created_at, expires_at, body) VALUES (?, ?, ?, ?, ?)",
                        (hold.id, owner, now, expires_at, hold_json(hold))))
     return statements
@@ -128,8 +130,12 @@ def rate_states(results: list[Result], hold: Hold, dialect: str) -> list[dict[st
 
 
 def refusal(session: Session, tokens: int, cost: float, budgets: list[BudgetLimit],
-            rates: list[RateLimit]) -> Refused:
+            rates: list[RateLimit], slot: SlotLimit | None = None) -> Refused:
     """Which limit said no, with its counters now (read after the rolled-back admission)."""
+    if slot is not None:
+        taken = slots.in_flight(session, slot)
+        if taken + 1 > slot.max_concurrent:
+            return Refused(slot, "concurrency", (taken,))
     for rate in rates:
         row = session.execute(_RATE_STATE, (rate.key_id, rate.window_start)).fetchone()
         used = (int(row[0]), int(row[1])) if row else (0, 0)
@@ -148,6 +154,9 @@ def refusal(session: Session, tokens: int, cost: float, budgets: list[BudgetLimi
     # Freed meanwhile (a settle between the refusal and this read): still refused, naming the nearest limit.
     if states:
         return Refused(states[0][0], "budget", states[0][1])
+    if not rates:
+        assert slot is not None
+        return Refused(slot, "concurrency", (slots.in_flight(session, slot),))
     rate = rates[0]
     row = session.execute(_RATE_STATE, (rate.key_id, rate.window_start)).fetchone()
     return Refused(rate, "requests" if rate.rpm is not None else "tokens", tuple(row) if row else (0, 0))
@@ -156,10 +165,12 @@ def refusal(session: Session, tokens: int, cost: float, budgets: list[BudgetLimi
 def settle_statements(hold: Hold, used_tokens: int, used_cost: float, dialect: str) -> list[Statement]:
     """Turn a hold into use in one flight: lock its reservation row, give back what it held only if the row
     is still there (a sweeper may have freed it when its lease ran out), add the use, delete the row.
-    On PostgreSQL one call of ``trtkit_settle`` (migration 11) runs the same steps server-side."""
+    On PostgreSQL one call of ``trtkit_settle`` (``pg_admission.py``) runs the same steps server-side."""
     if dialect == "postgresql":
         return [("SELECT trtkit_settle(?, ?, ?, ?)", (hold.id, hold_json(hold), used_tokens, float(used_cost)))]
     statements: list[Statement] = [("SELECT id FROM reservations WHERE id = ?", (hold.id,))]
+    if hold.slot is not None:
+        statements.append(slots.give_back(hold))
     for r in hold.rates:  # TPM counts what was used, once known
         statements.append((f"UPDATE rate_windows SET tokens = tokens - {_HELD} + ? WHERE key_id = ? AND "
                            "window_start = ?", (hold.id, hold.tokens, used_tokens, r.key_id, r.window_start)))
@@ -186,14 +197,19 @@ def free_expired(session: Session, now: float, in_flight: set[str]) -> int:
     rows = leases.claim_expired(session, "reservations", now, "body", spared=in_flight)
     rate_back: dict[tuple[str, int], int] = {}
     budget_back: dict[tuple[str, float], tuple[int, float]] = {}
+    slots_back: dict[str, int] = {}
     for (body,) in rows:
         b = json.loads(body)
+        slot = slots.slot_of(b)
+        if slot is not None:
+            slots_back[slot.key_id] = slots_back.get(slot.key_id, 0) + 1
         for rate in _body_rates(b):
             key = (rate[0], int(rate[1]))
             rate_back[key] = rate_back.get(key, 0) + int(b["tokens"])
         for account, period_start, _max_tokens, _max_cost in b["budgets"]:
             tokens, cost = budget_back.get((account, float(period_start)), (0, 0.0))
             budget_back[(account, float(period_start))] = (tokens + int(b["tokens"]), cost + float(b["cost"]))
+    slots.give_back_expired(session, slots_back)
     for (key_id, window_start), tokens in sorted(rate_back.items()):
         session.execute("UPDATE rate_windows SET tokens = tokens - ? WHERE key_id = ? AND window_start = ?",
                         (tokens, key_id, window_start))
@@ -212,9 +228,12 @@ def hold_json(hold: Hold) -> str:
 
 
 def hold_body(hold: Hold) -> dict:
-    return {"tokens": hold.tokens, "cost": hold.cost,
+    body = {"tokens": hold.tokens, "cost": hold.cost,
             "budgets": [[b.account, b.period_start, b.max_tokens, b.max_cost] for b in hold.budgets],
             "rates": [[r.key_id, r.window_start, r.rpm, r.tpm] for r in hold.rates]}
+    if hold.slot is not None:
+        body["slot"] = [hold.slot.key_id, hold.slot.max_concurrent]
+    return body
 
 
 def _body_rates(body: dict) -> list[list]:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from trtkit.errors import StoreNotFound
+from trtkit.store import pg_admission
 from trtkit.store.db import Database, Session
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,6 @@ class Migration:
     name: str
     statements: tuple[str, ...]
     dialects: tuple[str, ...] = ("sqlite", "postgresql")  # elsewhere the version is recorded, nothing run
-    postgresql_only: tuple[str, ...] = ()  # run after ``statements``, on PostgreSQL only
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -197,13 +197,19 @@ MIGRATIONS: tuple[Migration, ...] = (
         "ALTER TABLE requests ADD COLUMN local_prompt_tokens BIGINT",
         "ALTER TABLE requests ADD COLUMN local_completion_tokens BIGINT",
         "ALTER TABLE requests ADD COLUMN counted_locally INTEGER NOT NULL DEFAULT 0")),
+    # Hardening (docs/hardening.md): a bill the governor corrected names how (``usage_flags``: overrun,
+    # usage_doubtful, usage_clamped); a key may cap its requests in flight (``max_concurrent``), counted per key in
+    # ``key_slots`` by the same admission transaction as its budgets, so the cap is exact across replicas.
+    Migration(10, "m010_hardening", (
+        "ALTER TABLE requests ADD COLUMN usage_flags TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE api_keys ADD COLUMN max_concurrent BIGINT",
+        """CREATE TABLE IF NOT EXISTS key_slots (
+            key_id TEXT PRIMARY KEY, in_flight BIGINT NOT NULL DEFAULT 0)""")),
     # The organisation -> team -> project -> key hierarchy (``hierarchy.py``): one table for the three levels above
     # the keys, each with its limits; a key names its project. The ledger names every level a request was admitted
     # under (what it was then: a project moved later keeps its history where it was spent). Spend alerts are an
     # outbox: one row per (account, period, threshold), inserted by whichever replica sees the threshold passed first
     # (the unique key decides: exactly one alert), drained by any replica's sender (``spend_alerts.py``).
-    # PostgreSQL's admission functions take a list of rate windows (``rates``: the key's and each level's), and
-    # answer one (requests, tokens) row per window; holds made before read as one window (``rate``).
     Migration(11, "m011_governance_hierarchy", (
         """CREATE TABLE IF NOT EXISTS scopes (
             level TEXT NOT NULL, name TEXT NOT NULL, parent TEXT, budget_tokens BIGINT, budget_cost DOUBLE PRECISION,
@@ -221,82 +227,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             attempts BIGINT NOT NULL DEFAULT 0, next_attempt_at DOUBLE PRECISION NOT NULL,
             claimed_until DOUBLE PRECISION NOT NULL DEFAULT 0, sent_at DOUBLE PRECISION, last_error TEXT,
             UNIQUE (account, period_start, threshold))""",
-        "CREATE INDEX spend_alerts_due ON spend_alerts (sent_at, next_attempt_at)"),
-        postgresql_only=(
-            "DROP FUNCTION IF EXISTS trtkit_reserve(TEXT, TEXT, DOUBLE PRECISION, DOUBLE PRECISION, TEXT)", """
-        CREATE FUNCTION trtkit_reserve(p_id TEXT, p_owner TEXT, p_now DOUBLE PRECISION, p_expires DOUBLE PRECISION,
-                                       p_body TEXT)
-        RETURNS TABLE (out_requests BIGINT, out_tokens BIGINT)
-        LANGUAGE plpgsql AS $fn$
-        DECLARE
-            hold JSONB := p_body::JSONB;
-            need_tokens BIGINT := (hold->>'tokens')::BIGINT;
-            need_cost DOUBLE PRECISION := (hold->>'cost')::DOUBLE PRECISION;
-            rate JSONB;
-            budget JSONB;
-        BEGIN
-            FOR rate IN SELECT value FROM jsonb_array_elements(COALESCE(hold->'rates', '[]'::JSONB)) LOOP
-                INSERT INTO rate_windows AS w (key_id, window_start, requests, tokens)
-                VALUES (rate->>0, (rate->>1)::BIGINT, 1, need_tokens)
-                ON CONFLICT (key_id, window_start) DO UPDATE SET
-                    requests = w.requests + 1 / (CASE WHEN (rate->>2 IS NULL OR w.requests + 1 <= (rate->>2)::BIGINT)
-                        AND (rate->>3 IS NULL OR w.tokens + excluded.tokens <= (rate->>3)::BIGINT) THEN 1 ELSE 0 END),
-                    tokens = w.tokens + excluded.tokens
-                RETURNING w.requests, w.tokens INTO out_requests, out_tokens;
-                RETURN NEXT;
-            END LOOP;
-            FOR budget IN SELECT value FROM jsonb_array_elements(hold->'budgets') LOOP
-                INSERT INTO budget_accounts AS b (account, period_start, max_tokens, max_cost, reserved_tokens,
-                                                  reserved_cost)
-                VALUES (budget->>0, (budget->>1)::DOUBLE PRECISION, (budget->>2)::BIGINT,
-                        (budget->>3)::DOUBLE PRECISION, need_tokens, need_cost)
-                ON CONFLICT (account, period_start) DO UPDATE SET
-                    reserved_tokens = b.reserved_tokens + excluded.reserved_tokens / (CASE WHEN
-                        (excluded.max_tokens IS NULL
-                         OR b.used_tokens + b.reserved_tokens + excluded.reserved_tokens <= excluded.max_tokens)
-                        AND (excluded.max_cost IS NULL
-                         OR b.used_cost + b.reserved_cost + excluded.reserved_cost <= excluded.max_cost)
-                        THEN 1 ELSE 0 END),
-                    reserved_cost = b.reserved_cost + excluded.reserved_cost,
-                    max_tokens = excluded.max_tokens, max_cost = excluded.max_cost;
-            END LOOP;
-            INSERT INTO reservations (id, owner, created_at, expires_at, body)
-            VALUES (p_id, p_owner, p_now, p_expires, p_body);
-        END
-        $fn$""", """
-        CREATE OR REPLACE FUNCTION trtkit_settle(p_id TEXT, p_body TEXT, p_used_tokens BIGINT,
-                                                 p_used_cost DOUBLE PRECISION) RETURNS INTEGER
-        LANGUAGE plpgsql AS $fn$
-        DECLARE
-            hold JSONB := p_body::JSONB;
-            rates JSONB := COALESCE(hold->'rates', CASE WHEN jsonb_typeof(hold->'rate') = 'array'
-                                                   THEN jsonb_build_array(hold->'rate') ELSE '[]'::JSONB END);
-            back_tokens BIGINT := 0;
-            back_cost DOUBLE PRECISION := 0;
-            rate JSONB;
-            budget JSONB;
-            deleted INTEGER;
-        BEGIN
-            PERFORM 1 FROM reservations WHERE id = p_id FOR UPDATE;
-            IF FOUND THEN
-                back_tokens := (hold->>'tokens')::BIGINT;
-                back_cost := (hold->>'cost')::DOUBLE PRECISION;
-            END IF;
-            FOR rate IN SELECT value FROM jsonb_array_elements(rates) LOOP
-                UPDATE rate_windows SET tokens = tokens - back_tokens + p_used_tokens
-                WHERE key_id = rate->>0 AND window_start = (rate->>1)::BIGINT;
-            END LOOP;
-            FOR budget IN SELECT value FROM jsonb_array_elements(hold->'budgets') LOOP
-                UPDATE budget_accounts SET reserved_tokens = reserved_tokens - back_tokens,
-                    reserved_cost = reserved_cost - back_cost, used_tokens = used_tokens + p_used_tokens,
-                    used_cost = used_cost + p_used_cost
-                WHERE account = budget->>0 AND period_start = (budget->>1)::DOUBLE PRECISION;
-            END LOOP;
-            DELETE FROM reservations WHERE id = p_id;
-            GET DIAGNOSTICS deleted = ROW_COUNT;
-            RETURN deleted;
-        END
-        $fn$""")),
+        "CREATE INDEX spend_alerts_due ON spend_alerts (sent_at, next_attempt_at)")),
+    # PostgreSQL's admission and settle (``pg_admission.py``), one call each whatever a hold holds: the key's slot
+    # (migration 10), the rate windows of the key and of each level above it, one (requests, tokens) row answered per
+    # window (migration 11), the budgets. Holds made before read as one window (``rate``) and no slot.
+    Migration(12, "m012_pg_admission_levels_and_slots", pg_admission.MIGRATION_STATEMENTS, dialects=("postgresql",)),
 )
 
 _LEGACY_LEDGER_NAMES = {m.name: m.version for m in MIGRATIONS[:3]}
@@ -309,6 +244,20 @@ def migrate(db: Database, *, create: bool = True) -> list[str]:
         raise StoreNotFound(f"{db.url.redacted()} holds no trtkit store (no schema_version table); check the URL "
                             f"(a command that only reads a store never creates one)")
     return db.transact(_migrate)
+
+
+def check_readable(db: Database) -> int:
+    """For a command that only reads: the store holds trtkit's schema at this version, and nothing is written
+    (no table made, no migration run: an older store is refused, naming how to upgrade it). Returns the version."""
+    if not db.read(lambda s: _table_exists(s, "schema_version")):
+        raise StoreNotFound(f"{db.url.redacted()} holds no trtkit store (no schema_version table); check the URL "
+                            f"(a command that only reads a store never creates one)")
+    version = schema_version(db)
+    if version < MIGRATIONS[-1].version:
+        raise StoreNotFound(f"{db.url.redacted()} holds a trtkit store of schema version {version}, older than this "
+                            f"trtkit's {MIGRATIONS[-1].version}; a command that only reads it never upgrades it: run "
+                            f"`trtkit gateway` or `trtkit keys create` on it once (they migrate it), then read it")
+    return version
 
 
 def schema_version(db: Database) -> int:
@@ -327,10 +276,7 @@ def _migrate(session: Session) -> list[str]:
     for migration in MIGRATIONS:
         if migration.version in done:
             continue
-        statements = migration.statements if session.dialect.name in migration.dialects else ()
-        if session.dialect.name == "postgresql":
-            statements += migration.postgresql_only
-        for statement in statements:
+        for statement in migration.statements if session.dialect.name in migration.dialects else ():
             session.execute(statement.replace("{id_pk}", session.dialect.id_primary_key))
         _record(session, migration)
         applied.append(migration.name)

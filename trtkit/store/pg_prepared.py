@@ -1,6 +1,6 @@
 """One statement through libpq's prepared-statement call, below psycopg's cursor layer: the store's hot path.
 
-Admission and settle are one function call each (migration 6), run a few thousand times a second by a
+Admission and settle are one function call each (``pg_admission.py``), run a few thousand times a second by a
 fleet. Through a psycopg cursor each call costs the client about 0.1 ms of Python (adapters, cursor,
 result objects); through ``PGconn.exec_prepared`` with text parameters it costs a third of that, and
 libpq releases the GIL while it waits (``benchmarks/store_throughput.py`` measures both sides' CPU).

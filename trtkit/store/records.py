@@ -62,6 +62,7 @@ class ApiKey:
     can_budget_conversations: bool = False  # may give a conversation its own budget (Responses API metadata)
     project: str | None = None  # the project it is attached to (trtkit keys attach)
     alert_at: tuple[float, ...] = ()  # spend-alert thresholds on its own budget
+    max_concurrent: int | None = None  # requests in flight at once (None: gateway.limits.max_concurrent_per_key)
     # its project, team and organisation, nearest first, as the store found them with the key (find_key)
     chain: tuple[Scope, ...] = field(default=(), compare=False)
 
@@ -106,6 +107,14 @@ class RateLimit:
     tpm: int | None
 
 
+@dataclass(slots=True, frozen=True)
+class SlotLimit:
+    """A key's requests in flight at once: one slot a hold, counted in ``key_slots`` (exact across replicas)."""
+
+    key_id: str
+    max_concurrent: int
+
+
 @dataclass(slots=True)
 class Hold:
     """One admitted request's holds; settle() turns them into use."""
@@ -118,6 +127,7 @@ class Hold:
     # requests/tokens used in each window after admission, in the order of ``rates``
     rate_states: list[dict[str, int]] = field(default_factory=list)
     body: str = ""  # its reservation row's JSON (holds.hold_json), made once
+    slot: SlotLimit | None = None  # one of its key's concurrent slots
 
     @property
     def rate(self) -> RateLimit | None:
@@ -131,8 +141,9 @@ class Hold:
 
 class Refused(Exception):
     """A conditional update matched no row. ``limit`` is what refused; ``state`` its counters then:
-    (requests, tokens) of a rate window, (used_tokens, reserved_tokens, used_cost, reserved_cost) of a budget."""
+    (requests, tokens) of a rate window, (used_tokens, reserved_tokens, used_cost, reserved_cost) of a budget,
+    (in_flight,) of a key's slots."""
 
-    def __init__(self, limit: BudgetLimit | RateLimit, what: str, state: tuple) -> None:
+    def __init__(self, limit: BudgetLimit | RateLimit | SlotLimit, what: str, state: tuple) -> None:
         super().__init__(what)
         self.limit, self.what, self.state = limit, what, state
