@@ -1,5 +1,5 @@
-"""Commands that only read a store (`trtkit usage --store`, `trtkit keys list --store`) touch nothing (issue 44,
-item 7): pointed at any file (through a symlink too), at another program's SQLite database, or at a trtkit store,
+"""Commands that only read a store (`trtkit usage --store`, `trtkit keys list --store`, `trtkit org|team|project list
+--store`) touch nothing (issue 44, item 7): pointed at any file (through a symlink too), at another program's SQLite database, or at a trtkit store,
 they create no file, change no mode, write no byte and switch no journal."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 READERS = [["usage", "--store"], ["usage", "--json", "--store"], ["keys", "list", "--store"],
-           ["keys", "list", "--json", "--store"]]
+           ["keys", "list", "--json", "--store"], ["org", "list", "--store"], ["team", "list", "--json", "--store"],
+           ["project", "list", "--store"]]
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, str]]:
@@ -62,6 +63,8 @@ def test_a_trtkit_store_is_read_and_left_as_it_was(tmp_path: Path, trtkit) -> No
     assert listed.code == 0 and '"team-a"' in listed.out
     report = trtkit("usage", "--json", "--store", str(store))
     assert report.code == 0 and report.out == "[]\n"
+    levels = trtkit("org", "list", "--json", "--store", str(store))
+    assert levels.code == 0 and levels.out == "[]\n"
     assert snapshot(tmp_path) == before
 
 

@@ -49,10 +49,13 @@ NameArg = Annotated[str, typer.Argument(help="Its name: 1-64 letters, digits, '.
 LEVEL_WORDS = {"org": "organisation", "team": "team", "project": "project"}
 
 
-def _store(url: str | None, *, create: bool = False):  # type: ignore[no-untyped-def]
+def _store(url: str | None, *, create: bool = False, read_only: bool = False):  # type: ignore[no-untyped-def]
+    """The gateway store; `create` only for the commands that create, `read_only` for `list` (nothing in the file or
+    beside it changes, as for `keys list`)."""
     from trtkit.store import open_gateway_store, parse_store_url
 
-    return open_gateway_store(parse_store_url(url, "--store") if url else None, keep_leases=False, create=create)
+    return open_gateway_store(parse_store_url(url, "--store") if url else None, keep_leases=False, create=create,
+                              read_only=read_only)
 
 
 def _name(name: str) -> str:
@@ -152,7 +155,7 @@ def _remove(level: str, name: str, store: str | None) -> None:
 
 
 def _list(level: str, parent: str | None, as_json: bool, store: str | None) -> None:
-    db = _store(store)
+    db = _store(store, read_only=True)
     try:
         scopes = db.hierarchy.list(level, parent)
     finally:
