@@ -11,7 +11,8 @@ as gateway replicas are. Two kinds of work per request:
 - gateway (the ``gateway`` rows, PostgreSQL; 4 replica processes with 8 requests in flight each, threads, 32 in
   flight in all, and one replica with one): what the gateway does per request against its database, with the
   gateway's own code: the key looked up by id and its secret's hash compared (``Door.authenticate``), the
-  admission through the gateway's ``StoreRuleBook`` (the key's budget and RPM/TPM window), the settle, and one
+  admission through the gateway's ``StoreRuleBook`` (the key's budget, RPM/TPM window and concurrency slot, as
+  ``gateway.limits.max_concurrent_per_key`` has it by default), the settle, and one
   durable ledger row (``Ledger.record``: synchronous commit, the replica's writer thread committing its requests'
   rows together) in the same database, as a PostgreSQL gateway keeps it. Admission latency is timed from the key lookup to the hold. SQLite has no gateway row: it serves one replica,
   whose ledger group-commits its concurrent rows in its own file (``client_overhead.py`` measures that).
@@ -66,6 +67,7 @@ sys.path.insert(0, str(ROOT))
 
 from figures import print_bench  # noqa: E402
 
+from trtkit.config.gateway_limits import GatewayLimitsSection  # noqa: E402
 from trtkit.gateway.admission import StoreRuleBook, current_key  # noqa: E402
 from trtkit.gateway.keys import ApiKey, hash_secret, key_id_of, new_secret, secret_matches  # noqa: E402
 from trtkit.governance.vocabulary import Caller  # noqa: E402
@@ -112,7 +114,9 @@ class GatewayWork:
 
     def __init__(self, store, ledger, secret: str) -> None:  # type: ignore[no-untyped-def]
         self.store, self.ledger, self.secret = store, ledger, secret
-        self.book = StoreRuleBook(store, [])
+        # the key's concurrency slot too, as the gateway takes it by default (gateway.limits.max_concurrent_per_key:
+        # 32, which the hot rows' 32 requests in flight on one key reach and never pass)
+        self.book = StoreRuleBook(store, [], max_concurrent_per_key=GatewayLimitsSection().max_concurrent_per_key)
         self.count = 0
 
     def admit(self):  # type: ignore[no-untyped-def]
