@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-REQUIRED_IN_CI = ("postgres", "chromium")
+REQUIRED_IN_CI = ("postgres", "chromium", "dynamo")
 
 
 def in_ci() -> bool:

@@ -176,6 +176,13 @@ class DynamoCluster:
         signal_group(worker.popen.pid, signal.SIGKILL)
         worker.popen.wait(10)
 
+    def restart_worker(self, index: int) -> None:
+        """Start worker ``index`` again (after ``kill_worker``) and wait until the cluster is whole."""
+        if self.workers[index].popen.poll() is None:
+            raise ServerError(f"worker {index} is still running; kill it first")
+        self.workers[index] = self._start_worker(index, free_system_port())
+        self.wait_ready()
+
     def stop(self) -> None:
         """Workers first (they finish what is in flight), then the frontend and the broker."""
         for group in (self.workers, list(reversed(self.services))):

@@ -13,6 +13,7 @@ from typing import Any
 
 from trtkit.governance.upstream import Delta
 from trtkit.transport.upstream_errors import UpstreamBrokenError
+from trtkit.transport.vendor_errors import openai_error_of
 
 DONE = b"[DONE]"
 
@@ -58,8 +59,9 @@ def parse_event(data: bytes) -> dict[str, Any]:
         raise UpstreamBrokenError(f"the upstream sent an event that is not JSON ({exc}): {data[:200]!r}") from None
     if not isinstance(event, dict):
         raise UpstreamBrokenError(f"the upstream sent an event that is not a JSON object: {data[:200]!r}")
-    if "error" in event and not event.get("choices"):  # vLLM and others report a failure mid-stream this way
-        error = event["error"]
+    vendor = None if "choices" in event else openai_error_of(event, 500)  # Dynamo's error body as an event
+    if vendor is not None or ("error" in event and not event.get("choices")):  # vLLM's and others' mid-stream failure
+        error = vendor or event["error"]
         message = error.get("message") if isinstance(error, dict) else error
         raise UpstreamBrokenError(f"the upstream failed mid-stream: {message}")
     return event

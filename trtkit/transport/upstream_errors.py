@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from trtkit.errors import ClientError
+from trtkit.transport.vendor_errors import openai_error_of
 
 
 class UpstreamUnavailableError(ClientError):
@@ -39,12 +40,14 @@ class UpstreamStatusError(ClientError):
 
 def status_error(status: int, body: bytes, retry_after: str | None = None) -> UpstreamStatusError:
     """The error an upstream's non-200 answer stands for: OpenAI's ``{"error": {...}}`` (vLLM, trtllm-serve, trtkit),
-    llama.cpp's variant of it (``code`` a number), or any other body, quoted."""
+    llama.cpp's variant of it (``code`` a number), Dynamo's ``{"message", "type", "code"}`` (``vendor_errors.py``),
+    or any other body, quoted."""
     try:
         data: Any = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError):
         data = None
     error = data.get("error") if isinstance(data, dict) else None
+    error = error if error is not None else openai_error_of(data, status)
     if isinstance(error, str):  # {"error": "message"}
         error = {"message": error}
     if not isinstance(error, dict):
