@@ -17,7 +17,7 @@ from trtkit.dynamo import DynamoCluster
 from trtkit.dynamo.worker_metrics import parse_samples
 
 pytestmark = [pytest.mark.dynamo, pytest.mark.slow]
-PREFIX = " ".join(f"w{i}" for i in range(150))  # several KV blocks of one long shared prefix
+PREFIX = " ".join(f"w{i}" for i in range(60))  # several KV blocks of one long shared prefix
 
 
 def completion(cluster: DynamoCluster, prompt: str, max_tokens: int = 6, **fields: object) -> dict:

@@ -12,8 +12,7 @@ import json
 from typing import Any
 
 from trtkit.governance.upstream import Delta
-from trtkit.transport.upstream_errors import UpstreamBrokenError
-from trtkit.transport.vendor_errors import openai_error_of
+from trtkit.transport.upstream_errors import UpstreamBrokenError, openai_error_of, refusal_in_stream
 
 DONE = b"[DONE]"
 
@@ -63,6 +62,9 @@ def parse_event(data: bytes) -> dict[str, Any]:
     if vendor is not None or ("error" in event and not event.get("choices")):  # vLLM's and others' mid-stream failure
         error = vendor or event["error"]
         message = error.get("message") if isinstance(error, dict) else error
+        refusal = refusal_in_stream(error)  # Dynamo answers a streamed request it refuses with 200, then this
+        if refusal is not None:
+            raise refusal
         raise UpstreamBrokenError(f"the upstream failed mid-stream: {message}")
     return event
 
