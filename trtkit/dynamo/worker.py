@@ -66,9 +66,12 @@ class TokenHandler:
     async def _run(self, request: TokenRequest, context: Any) -> AsyncIterator[dict[str, Any]]:
         outputs: asyncio.Queue[RequestOutput] = asyncio.Queue()
         event_loop = asyncio.get_running_loop()
+
+        def deliver(output: RequestOutput) -> None:  # on the engine's thread
+            event_loop.call_soon_threadsafe(outputs.put_nowait, output)
+
         try:
-            request_id = self.loop.submit(request.prompt_ids, request.params,
-                                          lambda out: event_loop.call_soon_threadsafe(outputs.put_nowait, out))
+            request_id = self.loop.submit(request.prompt_ids, request.params, deliver)
         except EngineError as exc:  # too long, an id outside the vocabulary, a full queue: the caller's to fix
             raise InvalidArgument(str(exc)) from None
         stopped = asyncio.ensure_future(context.async_killed_or_stopped())
