@@ -27,9 +27,10 @@ from pathlib import Path
 from cpu_layout import yield_to_servers
 from figures import print_bench
 from gateway_load import BareStreamClient, cpu_seconds
-from upstream_cost import FIRST_FAILURE, phase, trtkit_gateway
+from upstream_cost import FIRST_FAILURE, phase, start, trtkit_gateway
 
 from trtkit.dynamo import ClusterSpec, DynamoCluster
+from trtkit.gateway.server import free_port
 from trtkit.refengine.config import EngineConfig
 from trtkit.sources.resolve import resolve_model_dir
 
@@ -61,17 +62,27 @@ def main(requests: int) -> int:
         work = Path(tmp)
         env = os.environ.copy() | {"TRTKIT_HOME": str(work / "home")}
         gateway, gateway_url, secret = trtkit_gateway(work, env, cluster.url)
+        null_port = free_port("127.0.0.1")  # the reference: the same gateway in front of an upstream that costs nothing
+        null = start([sys.executable, str(ROOT / "benchmarks" / "null_sse_server.py"), str(null_port), "--tokens", "4"],
+                     f"http://127.0.0.1:{null_port}/v1/models", env, work / "null.log")
+        (work / "home-null").mkdir()
+        null_gateway, null_gateway_url, null_secret = trtkit_gateway(
+            work, env | {"TRTKIT_HOME": str(work / "home-null")}, f"http://127.0.0.1:{null_port}/v1")
         frontend = cluster.services[-1].popen.pid
         try:
             yield_to_servers(os.getpid())
             direct = asyncio.run(measure(cluster.url.removesuffix("/v1"), "none", frontend, requests))
             through = asyncio.run(measure(gateway_url, secret, gateway.pid, requests))
             through_frontend = asyncio.run(measure(gateway_url, secret, frontend, max(100, requests // 4)))
+            null_direct = asyncio.run(measure(f"http://127.0.0.1:{null_port}", "none", null.pid, requests))
+            null_through = asyncio.run(measure(null_gateway_url, null_secret, null_gateway.pid, requests))
         finally:
-            gateway.terminate()
-            gateway.wait(timeout=60)
+            for process in (gateway, null_gateway, null):
+                process.terminate()
+                process.wait(timeout=60)
     figures = {"direct": direct, "gateway": through,
-               "frontend_cpu_ms_per_request_behind_gateway": through_frontend["c16_cpu_ms_per_request"]}
+               "frontend_cpu_ms_per_request_behind_gateway": through_frontend["c16_cpu_ms_per_request"],
+               "null_direct": null_direct, "gateway_before_null": null_through}
     cpu = max(through["c1_cpu_ms_per_request"], through["c16_cpu_ms_per_request"])
     overhead = {c: through[f"{c}_ttft_ms"] - direct[f"{c}_ttft_ms"] for c in ("c1", "c16")}
     met = {"cpu_ms_per_request": bool(cpu <= TARGETS["cpu_ms_per_request"]),
@@ -85,6 +96,9 @@ def main(requests: int) -> int:
     print(f"{'':56}{'frontend':>14}{'gateway':>14}")
     for label, key, fmt in rows:
         print(f"{label:56}{fmt.format(direct[key]):>14}{fmt.format(through[key]):>14}")
+    print(f"{'the same gateway in front of a null upstream (same run):':56}{'null':>14}{'gateway':>14}")
+    for label, key, fmt in rows[:5]:
+        print(f"{label:56}{fmt.format(null_direct[key]):>14}{fmt.format(null_through[key]):>14}")
     print(f"Dynamo frontend's own CPU ms per request behind the gateway (c16): "
           f"{figures['frontend_cpu_ms_per_request_behind_gateway']:.3f}")
     for where, failure in FIRST_FAILURE.items():
@@ -92,8 +106,12 @@ def main(requests: int) -> int:
     print(f"target cpu_ms_per_request: {cpu:.3f} (limit 1) -> {'met' if met['cpu_ms_per_request'] else 'MISSED'}")
     print(f"target ttft_overhead_ms (c16): {overhead['c16']:.3f} (limit 2; c1: {overhead['c1']:.3f}) -> "
           f"{'met' if met['ttft_overhead_ms'] else 'MISSED'}")
+    before_null = null_through["c16_ttft_ms"] - null_direct["c16_ttft_ms"]
+    print(f"TTFT the gateway adds at concurrency 16: {overhead['c16']:.2f} ms before Dynamo, {before_null:.2f} ms before "
+          f"the null upstream in the same run (its own queueing at 16 in flight on this machine)")
     print_bench({"view": "dynamo", "figures": figures, "targets": TARGETS, "cpu_ms_per_request": cpu,
-                 "ttft_overhead_ms": overhead["c16"], "ttft_overhead_ms_c1": overhead["c1"], "met": met,
+                 "ttft_overhead_ms": overhead["c16"], "ttft_overhead_ms_c1": overhead["c1"],
+                 "ttft_overhead_ms_c16_before_null": before_null, "met": met,
                  "dynamo": "1.6.1", "workers": "2 mockers", "provisional": True})
     return 0 if all(met.values()) else 1
 

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from trtkit.cli.main import app
 from trtkit.config import parse_config
+from trtkit.config.llm_api_1_3 import check_dynamo_options, option_problems
 from trtkit.errors import ConfigError
 from trtkit.k8s import make_plan
 from trtkit.k8s.dynamo_graph import dynamo_graph, engine_args
@@ -131,3 +132,30 @@ def test_the_command_writes_the_files(tmp_path: Path) -> None:
     assert files == ["10-config.yaml", "15-dynamo-engine-args.yaml", "20-dynamo-graph.yaml",
                      "30-gateway-deployment.yaml", "31-gateway-service.yaml"]
     validate_graph(yaml.safe_load((tmp_path / "20-dynamo-graph.yaml").read_text()))
+
+
+def test_trtkit_check_holds_the_workers_options_to_tensorrt_llm_1_3(tmp_path: Path) -> None:
+    """`trtkit check` on deploy dynamo's output: unverified options are warnings; one 1.3.0rc29 lacks is an error."""
+    assert CliRunner().invoke(app, ["deploy", "dynamo", str(CONFIGS / "smollm2-135m-pytorch.yaml"),
+                                    "--out", str(tmp_path)]).exit_code == 0
+    clean = CliRunner().invoke(app, ["check", str(tmp_path), "--json"])
+    assert clean.exit_code == 0, clean.output
+    findings = json.loads(clean.stdout)
+    assert findings and all(f["severity"] == "warning" and f["code"] == "llm_api_1_3_unverified" for f in findings)
+    assert any("max_input_len" in f["found"] for f in findings)
+    path = tmp_path / "15-dynamo-engine-args.yaml"
+    config_map = yaml.safe_load(path.read_text())
+    options = yaml.safe_load(config_map["data"]["engine_args.yaml"]) | {"enable_trtllm_sampler_v9": True}
+    config_map["data"]["engine_args.yaml"] = yaml.safe_dump(options)
+    path.write_text(yaml.safe_dump(config_map))
+    broken = CliRunner().invoke(app, ["check", str(tmp_path)])
+    assert broken.exit_code == 1 and "enable_trtllm_sampler_v9: not an option of TensorRT-LLM 1.3.0rc29" in broken.output
+
+
+def test_the_1_3_contract_tells_valid_unverified_and_unknown_options_apart() -> None:
+    errors, unverified = option_problems({"max_batch_size": 8, "enable_layerwise_nvtx_marker": True,
+                                          "enable_trtllm_sampler_v9": True, "backend": "tensorrt",
+                                          "kv_cache_config": {"tokens_per_block": 32, "dtype": "fp8", "bogus": 1}})
+    assert unverified == ["enable_layerwise_nvtx_marker", "kv_cache_config.dtype"]  # 1.2.1 options, unshown in 1.3
+    assert [e.split(":")[0] for e in errors] == ["enable_trtllm_sampler_v9", "kv_cache_config.bogus", "backend"]
+    assert check_dynamo_options({"max_batch_size": 8, "disable_overlap_scheduler": True}) == []
