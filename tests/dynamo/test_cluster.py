@@ -139,6 +139,9 @@ def test_nothing_listens_beyond_loopback(dynamo_cluster: DynamoCluster) -> None:
 
 
 def test_a_killed_worker_fails_its_requests_clearly_and_the_other_serves(dynamo_cluster: DynamoCluster) -> None:
+    """Its streams end with an OpenAI-shaped error. Dynamo's file discovery keeps the dead worker's entry until its
+    lease runs out (about 5 s): until then the frontend may still pick it for a new request, which gets a 503 (the
+    gateway retries those: test_gateway.py), after it every request goes to the survivor."""
     body = {"model": MODEL, "prompt": "Another long story: " + PREFIX, "max_tokens": 400, "temperature": 0,
             "stream": True}
     try:
@@ -151,6 +154,7 @@ def test_a_killed_worker_fails_its_requests_clearly_and_the_other_serves(dynamo_
             events = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
         error = events[-1]["error"]  # OpenAI's shape, as the last event
         assert error["message"] and error["type"] and error["code"] == 503
+        wait_for(lambda: dynamo_cluster.registered_workers() == 1, "the dead worker's lease ran out", 60)
         survivor = 1 - victim
         before = worker_state(dynamo_cluster, survivor)["completed"]
         answers = [completion(dynamo_cluster, f"after the loss {i}") for i in range(3)]

@@ -146,12 +146,20 @@ class DynamoCluster:
                     raise ServerError(f"Dynamo's {process.name} exited with code {process.popen.returncode} while "
                                       f"the cluster started; its log ends:\n{process.log_tail()}")
             if self.served_models() == [self.spec.served_model_name] and all(
-                    _http_ok(f"http://{LOOPBACK}:{w.system_port}/health") for w in self.workers):
+                    _http_ok(f"http://{LOOPBACK}:{w.system_port}/health") for w in self.workers) and \
+                    self.registered_workers() == len(self.workers):
                 return
             if time.monotonic() > deadline:
                 raise ServerError(f"the Dynamo cluster was not ready within {self.spec.start_timeout_s:.0f} s; the "
                                   f"frontend's log ends:\n{self.services[-1].log_tail()}")
             time.sleep(POLL_S)
+
+    def registered_workers(self) -> int:
+        """Worker instances in discovery now. A killed worker's entry stays until its lease runs out (about 5 s with
+        the file backend); until then the frontend may still pick it, and a request it sends there gets a 503."""
+        assert self.work_dir is not None
+        instances = self.work_dir / "discovery" / "v1" / "instances"
+        return sum(1 for p in instances.iterdir() if "%2Fgenerate%2F" in p.name) if instances.is_dir() else 0
 
     def served_models(self) -> list[str]:
         try:
