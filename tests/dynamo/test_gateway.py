@@ -6,6 +6,7 @@ is checked when the gateway starts."""
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -127,3 +128,29 @@ def test_the_gateway_checks_the_upstreams_model_name_at_start(dynamo_cluster: Dy
         assert answer.model == "my-service" and answer.usage.completion_tokens == 3
     finally:
         running.stop()
+
+
+def test_a_worker_killed_under_the_gateway(gateway: RunningGateway, dynamo_cluster: DynamoCluster) -> None:
+    """Its streams end with an OpenAI error event through the gateway, billed for what arrived; new requests are
+    answered at once, while the frontend may still pick the dead worker (the gateway retries its 503s)."""
+    key, secret = gateway.key()
+    body = {"model": MODEL, "prompt": "A tale " + PREFIX, "max_tokens": 200, "temperature": 0, "stream": True}
+    try:
+        with httpx.stream("POST", f"{gateway.url}/v1/completions", json=body, timeout=120,
+                          headers={"authorization": f"Bearer {secret}"}) as response:
+            lines = response.iter_lines()
+            while not next(lines).startswith("data: "):
+                pass
+            victim = next(i for i in range(2) if worker_state(dynamo_cluster, i)["requests_active"] > 0)
+            dynamo_cluster.kill_worker(victim)
+            events = [line for line in lines if line.startswith("data: {")]
+        error = json.loads(events[-1][6:])["error"]
+        assert error["type"] == "server_error" and "Service temporarily unavailable" in error["message"]
+        client = sdk(gateway, secret)
+        answers = [client.completions.create(model=MODEL, prompt=f"still there {i}", max_tokens=3) for i in range(4)]
+        assert all(a.usage.completion_tokens == 3 for a in answers)
+        wait_for(lambda: len(gateway.rows(key)) == 5, "the gateway recorded every request")
+        assert gateway.rows(key, "completion_tokens")[0][0] > 0  # the broken stream: billed for what arrived
+    finally:
+        for index in [i for i, w in enumerate(dynamo_cluster.workers) if w.popen.poll() is not None]:
+            dynamo_cluster.restart_worker(index)
