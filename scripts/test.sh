@@ -7,6 +7,9 @@ bash scripts/setup_env.sh
 # llama.cpp's llama-server, the independent OpenAI-compatible upstream of tests/upstreams: built once per machine
 # (~6-16 min on 2 cores), then cached under $TRTKIT_TEST_CACHE (or .trtkit-cache)/llama-server/<version>/
 bash scripts/setup_llama_server.sh >/dev/null
+# NVIDIA Dynamo 1.6.1 from PyPI in .venv-dynamo (its runtime pins pydantic below the project's): tests/dynamo run its
+# frontend, its mocker and trtkit's worker in it; built once, then cached by a stamp
+bash scripts/setup_dynamo_env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 echo "== ruff" && ruff check trtkit tests benchmarks scripts
 echo "== mypy" && mypy trtkit

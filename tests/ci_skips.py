@@ -1,6 +1,6 @@
 """A pytest plugin (loaded by tests/conftest.py): under ``CI=true`` a skipped test that needs a system tool the
-test command installs (marked ``postgres`` or ``chromium``) fails the run instead of leaving it green, and the run
-ends with every skip listed, each with its reason (GPU-gated ones say so: tests/gpu_host.py).
+test command installs (marked ``postgres``, ``chromium`` or ``dynamo``) fails the run instead of leaving it green, and
+the run ends with every skip listed, each with its reason (GPU-gated ones say so: tests/gpu_host.py).
 
 ``in_ci`` is the one test of "is this CI" (tests/conftest.py uses it too): ``CI=true``, as CI services set it.
 
@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-REQUIRED_IN_CI = ("postgres", "chromium")
+REQUIRED_IN_CI = ("postgres", "chromium", "dynamo")
 _skipped: list[tuple[str, str]] = []  # (test, reason), in the order they ran
 
 

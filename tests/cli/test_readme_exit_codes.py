@@ -49,6 +49,8 @@ def exits_one(command: str, tmp_path: Path) -> list[str]:
         "build": ["build", TINY, "--checkpoint", str(empty)],
         "deploy": ["deploy", TINY, "--engine", str(empty), "--out", str(tmp_path / "repo")],
         "deploy k8s": ["deploy", "k8s", LLAMA, "--out", str(tmp_path / "k8s"), "--multi-node"],
+        "deploy dynamo": ["deploy", "dynamo", TINY, "--out", str(tmp_path / "dynamo")],
+        "dynamo": ["dynamo", missing],
         "check": ["check", str(tmp_path / "no-repo")], "serve": ["serve", str(tmp_path / "no-repo")],
         "quickstart": ["quickstart", missing],
         "generate": ["generate", TINY, "hi", "--url", "127.0.0.1:1", "--max-tokens", "1"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
+from trtkit.config.dynamo_schema import DYNAMO_RULES
 from trtkit.config.k8s_schema import K8S_RULES
 from trtkit.config.loader import ConfigProblems
 from trtkit.config.schema import ModelConfig
@@ -169,7 +170,8 @@ RULES: list[Rule] = [
 
 def broken_rules(config: ModelConfig) -> list[str]:
     """The message of every broken rule (rules run on the resolved config)."""
-    messages = itertools.chain((rule(config) for rule in RULES), (rule(config.k8s) for rule in K8S_RULES))
+    messages = itertools.chain((rule(config) for rule in RULES), (rule(config.k8s) for rule in K8S_RULES),
+                               (rule(config.dynamo) for rule in DYNAMO_RULES))
     return [message for message in messages if message]
 
 

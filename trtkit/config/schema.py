@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trtkit.config.dynamo_schema import DynamoSection
 from trtkit.config.gateway_limits import GatewayLimitsSection
 from trtkit.config.gpus import unknown_gpu
 from trtkit.config.k8s_schema import K8sSection
@@ -324,6 +325,7 @@ class ModelConfig:
     pytorch: PytorchSection = described(factory=PytorchSection, doc="LLM-API options (build.backend: pytorch)")
     serve: ServeSection = described(factory=ServeSection)
     k8s: K8sSection = described(factory=K8sSection, doc="Kubernetes manifests of `trtkit deploy k8s`")
+    dynamo: DynamoSection = described(factory=DynamoSection, doc="NVIDIA Dynamo in Kubernetes: `trtkit deploy dynamo`")
     client: ClientSection = described(factory=ClientSection)
     gateway: GatewaySection = described(factory=GatewaySection)
     implied: tuple[ImpliedSetting, ...] = derived((), doc="where each derived value came from (load_config)")

@@ -69,6 +69,7 @@ class K8sPlan:
     shm_size: str
     config_text: str         # the model config YAML as the gateway pods read it
     backend: str = "tensorrt"  # pytorch: one tritonserver; the LLM API starts its own worker per GPU
+    gateway_backend: str | None = None  # what the gateway pods govern; None: the Triton Service (gRPC)
 
     @property
     def launch_ranks(self) -> int:

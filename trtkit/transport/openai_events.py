@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from trtkit.governance.upstream import Delta
-from trtkit.transport.upstream_errors import UpstreamBrokenError
+from trtkit.transport.upstream_errors import UpstreamBrokenError, openai_error_of, refusal_in_stream
 
 DONE = b"[DONE]"
 
@@ -77,9 +77,13 @@ def parse_event(data: bytes) -> dict[str, Any]:
         raise UpstreamBrokenError(f"the upstream sent an event that is not JSON ({exc}): {data[:200]!r}") from None
     if not isinstance(event, dict):
         raise UpstreamBrokenError(f"the upstream sent an event that is not a JSON object: {data[:200]!r}")
-    if "error" in event and not event.get("choices"):  # vLLM and others report a failure mid-stream this way
-        error = event["error"]
+    vendor = None if "choices" in event else openai_error_of(event, 500)  # Dynamo's error body as an event
+    if vendor is not None or ("error" in event and not event.get("choices")):  # vLLM's and others' mid-stream failure
+        error = vendor or event["error"]
         message = error.get("message") if isinstance(error, dict) else error
+        refusal = refusal_in_stream(error)  # Dynamo answers a streamed request it refuses with 200, then this
+        if refusal is not None:
+            raise refusal
         raise UpstreamBrokenError(f"the upstream failed mid-stream: {message}")
     return event
 

@@ -40,7 +40,7 @@ class UpstreamSettings:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 60.0  # for the answer's head, and between two of its events
     pool_size: int = 64
-    max_retries: int = 3  # connection attempts refused before the request is a 503
+    max_retries: int = 3  # connection attempts refused, or 503s answered before any output, before the request fails
     max_event_bytes: int = 1 << 18  # one SSE event at most; a larger one breaks the stream (a 502)
 
 
@@ -157,7 +157,14 @@ class OpenAIUpstream:
             try:
                 async with asyncio.timeout(wait):
                     exchange = await self.pool.send(head, payload, connect_timeout=s.connect_timeout_s)
-                break
+                if exchange.status != 503 or attempt >= s.max_retries or time.monotonic() >= deadline:
+                    break
+                await _discard(exchange)  # nothing generated yet (Dynamo: a worker that died, still listed): again
+                if self.on_retry is not None:
+                    self.on_retry()
+                await asyncio.sleep(backoff_s(attempt))
+                attempt += 1
+                continue
             except ConnectFailed as exc:
                 if attempt >= s.max_retries or time.monotonic() >= deadline:
                     raise UpstreamUnavailableError(f"the upstream {s.url} is unavailable after {attempt + 1} "
@@ -229,6 +236,13 @@ class _Reader:
                 raise _DeadlinePassed from None
             raise UpstreamBrokenError(f"the upstream sent nothing for {self.read_timeout_s:g} s mid-answer "
                                       f"(gateway.upstream.read_timeout_seconds)") from None
+
+
+async def _discard(exchange: Exchange) -> None:
+    try:
+        await exchange.read_all()
+    finally:
+        exchange.release()
 
 
 async def _drain(exchange: Exchange, timeout: float) -> None:
