@@ -13,6 +13,8 @@ from trtkit.transport.upstream_errors import UpstreamStatusError
 
 BUSY = (b'HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 85\r\n\r\n'
         b'{"message":"Service temporarily unavailable","type":"Service Unavailable","code":503}')
+# a 503 whose body never comes whole (a hostile upstream): the retry does not wait for it
+ENDLESS = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 1000000000\r\n\r\n" + b" " * 1000
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 14\r\n\r\ndata: [DONE]\n\n"
 
 
@@ -32,7 +34,8 @@ async def answering(answers: list[bytes]) -> tuple[asyncio.Server, list[int]]:
     return await asyncio.start_server(serve, "127.0.0.1", 0), seen
 
 
-@pytest.mark.parametrize("answers,retries,ok,attempts", [([BUSY, OK], 3, True, 2), ([BUSY], 2, False, 3)])
+@pytest.mark.parametrize("answers,retries,ok,attempts", [([BUSY, OK], 3, True, 2), ([BUSY], 2, False, 3),
+                                                        ([ENDLESS, OK], 3, True, 2)])
 def test_a_503_before_any_output_is_tried_again(answers: list[bytes], retries: int, ok: bool, attempts: int) -> None:
     async def run() -> None:
         server, seen = await answering(answers)
@@ -40,7 +43,8 @@ def test_a_503_before_any_output_is_tried_again(answers: list[bytes], retries: i
         upstream = OpenAIUpstream(UpstreamSettings(f"http://127.0.0.1:{port}/v1", "m", max_retries=retries))
         try:
             if ok:
-                exchange = await upstream._send("completions", b"{}", time.monotonic() + 30)
+                async with asyncio.timeout(10):  # the endless 503's body read would never end
+                    exchange = await upstream._send("completions", b"{}", time.monotonic() + 30)
                 assert exchange.status == 200
                 exchange.release()
             else:

@@ -159,7 +159,9 @@ class OpenAIUpstream:
                     exchange = await self.pool.send(head, payload, connect_timeout=s.connect_timeout_s)
                 if exchange.status != 503 or attempt >= s.max_retries or time.monotonic() >= deadline:
                     break
-                await _discard(exchange)  # nothing generated yet (Dynamo: a worker that died, still listed): again
+                # nothing generated yet (Dynamo: a worker that died, still listed): again. Its body is not read (a
+                # hostile upstream's could trickle for ever); the connection is kept only if it already came whole
+                exchange.release()
                 if self.on_retry is not None:
                     self.on_retry()
                 await asyncio.sleep(backoff_s(attempt))
@@ -236,13 +238,6 @@ class _Reader:
                 raise _DeadlinePassed from None
             raise UpstreamBrokenError(f"the upstream sent nothing for {self.read_timeout_s:g} s mid-answer "
                                       f"(gateway.upstream.read_timeout_seconds)") from None
-
-
-async def _discard(exchange: Exchange) -> None:
-    try:
-        await exchange.read_all()
-    finally:
-        exchange.release()
 
 
 async def _drain(exchange: Exchange, timeout: float) -> None:
