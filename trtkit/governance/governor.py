@@ -207,7 +207,8 @@ class Governor:
         """A request refused before it was sent (budget, rate limit, too long): a 0-token row naming why."""
         if self.ledger is not None:
             await self.ledger.arecord([LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session,
-                                                 request_id, 0, 0, 0, None, 0.0, f"refused:{reason}", 0.0)])
+                                                 request_id, 0, 0, 0, None, 0.0, f"refused:{reason}", 0.0,
+                                                 dialect=caller.dialect)])
 
     async def arecord_hit(self, result: GenerationResult, caller: Caller) -> None:
         if self.ledger is not None:
@@ -222,7 +223,8 @@ class Governor:
 
     def _hit_row(self, result: GenerationResult, caller: Caller) -> LedgerRow:
         return LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session, result.request_id,
-                         0, 0, 0, result.latency_s * 1e3, result.latency_s * 1e3, result.finish_reason, 0.0, True)
+                         0, 0, 0, result.latency_s * 1e3, result.latency_s * 1e3, result.finish_reason, 0.0, True,
+                         dialect=caller.dialect)
 
     def _cost(self, usage: Usage) -> float:
         p = self.config.client.pricing
@@ -237,7 +239,7 @@ class Governor:
                          usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
                          None if ttft is None else ttft * 1e3, latency * 1e3, finish_reason, cost, False,
                          None if local is None else local[0], None if local is None else local[1],
-                         billing.counted_locally)
+                         billing.counted_locally, caller.dialect)
 
 
 def open_governor(config: ModelConfig, *, ledger: LedgerChoice = True, counter: TokenCounter | None = None,

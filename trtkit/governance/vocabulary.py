@@ -17,6 +17,7 @@ class Caller:
     user: str = ""
     key_id: str = ""  # a name or hash for the API key; never the secret itself
     session: str = ""
+    dialect: str = "openai"  # the API asked: openai or anthropic (the ledger row records it)
 
     @property
     def tenant(self) -> str:

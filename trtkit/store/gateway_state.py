@@ -16,6 +16,7 @@ from typing import Protocol
 from trtkit.config.store_url import StoreUrl
 from trtkit.errors import ClientError, StoreUnavailable
 from trtkit.store import holds, leases
+from trtkit.store.conversation_items import ConversationItems
 from trtkit.store.conversations import ConversationStore
 from trtkit.store.db import Database, Session
 from trtkit.store.leases import LeaseKeeper
@@ -38,6 +39,7 @@ class GatewayStore(Protocol):
     lease_seconds: float
     url: StoreUrl
     conversations: ConversationStore  # the Responses API's stored chains, leased like holds
+    conversation_items: ConversationItems  # the Conversations API's conversations and their items, leased alike
 
     def add_key(self, key: ApiKey, secret_hash: str) -> None: ...
     def find_key(self, key_id: str) -> tuple[ApiKey, str] | None: ...
@@ -75,6 +77,7 @@ class SqlGatewayStore:
         self._unsettled: dict[str, tuple[int, float]] = {}  # hold id -> use, settles deferred by an outage
         self._live_lock = threading.Lock()
         self.conversations = ConversationStore(db)
+        self.conversation_items = ConversationItems(self.conversations)
         self._keeper = LeaseKeeper(self, self.lease_seconds) if keep_leases else None
 
     # -- keys -------------------------------------------------------------------------------------------

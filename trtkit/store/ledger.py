@@ -55,6 +55,7 @@ class LedgerRow:
     local_prompt_tokens: int | None = None
     local_completion_tokens: int | None = None
     counted_locally: bool = False  # the bill is the text received, counted locally: the upstream sent no count
+    dialect: str = "openai"  # the API the request was asked in: openai (chat, completions, responses) or anthropic
 
 
 ROW_COLUMNS = tuple(f.name for f in fields(LedgerRow))

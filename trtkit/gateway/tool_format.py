@@ -1,0 +1,303 @@
+"""Tool calls written in the model's text, held to the tools' schemas by the engine's guided decoding.
+
+The format is the Hermes one that Qwen2.5/3, SmolLM3 and Hermes models are trained on, and the one the gateway's
+own tool note teaches a model whose chat template has none (``tool_prompt.py``)::
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+
+one block per call, several separated by a newline. The engine is held to it by an EBNF grammar (the backend's
+``ebnf_grammar`` guide type, which the C++ backend hands to xgrammar as the CPU engine does): each tool's
+``parameters`` compiled by xgrammar's own JSON-schema converter (compact: no free whitespace, so a weak model cannot
+pad an argument list with blanks until its token limit), the names fixed, the layout fixed. ``tool_choice``:
+
+- a named function: the answer is that function's arguments, nothing else (as ``tool_calls.py`` holds chat's);
+- ``required``: one call (``parallel_tool_calls`` false) or more;
+- ``auto``: the calls, or an answer that does not begin with ``<tool_call>``: any text, or the ``text.format``
+  schema's JSON when there is one;
+- ``none``: no tool grammar (the answer is text, or ``text.format``'s).
+
+So whatever the model picks, a call's arguments are valid JSON for its schema, and a stream can tell text from calls
+by its first characters (``ToolTextSplitter``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+TRIGGER = "<tool_call>"
+CALL_HEAD = TRIGGER + '\n{"name": "'
+ARGS_HEAD = '", "arguments": '
+CALL_TAIL = "}\n</tool_call>"
+SEPARATOR = "\n"
+CHOICES = ("auto", "required", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSpec:
+    name: str
+    parameters: dict[str, Any]
+    description: str | None = None
+
+    def as_json(self) -> str:
+        """How the tool note shows it to the model."""
+        shown: dict[str, Any] = {"name": self.name}
+        if self.description:
+            shown["description"] = self.description
+        shown["parameters"] = self.parameters
+        return json.dumps(shown, ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What a request asks of its tools: the functions, ``choice`` (auto / required / none, or a function's name)
+    and whether several calls may come at once."""
+
+    functions: tuple[FunctionSpec, ...]
+    choice: str
+    parallel: bool = True
+
+    @property
+    def named(self) -> str | None:
+        return None if self.choice in CHOICES else self.choice
+
+    @property
+    def calls_tools(self) -> bool:
+        """The answer may be tool calls (the grammar holds them)."""
+        return bool(self.functions) and self.choice != "none"
+
+    def function(self, name: str) -> FunctionSpec:
+        return next(f for f in self.functions if f.name == name)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedCall:
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+    complete: bool  # False: the length limit cut it
+
+
+def tool_grammar(spec: ToolSpec, answer: tuple[str | None, str | None] = (None, None)) -> str:
+    """The EBNF grammar (``ebnf_grammar``) of the request's answer. ``answer``: the guide of a text answer
+    (``text.format``: ``("json", None)`` or ``("json_schema", schema)``), which ``auto`` allows beside the calls."""
+    return _grammar(_key(spec), answer[0], answer[1])
+
+
+def _key(spec: ToolSpec) -> str:
+    return json.dumps([[f.name, f.parameters] for f in spec.functions] + [spec.choice, spec.parallel], sort_keys=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _grammar(key: str, answer_type: str | None, answer_guide: str | None) -> str:
+    *functions, choice, parallel = json.loads(key)
+    arguments = {name: _renamed(_json_grammar(json.dumps(parameters)), f"t{index}_")
+                 for index, (name, parameters) in enumerate(functions)}
+    roots = {name: f"t{index}_root" for index, (name, _) in enumerate(functions)}
+    if choice not in CHOICES:  # a named function: its arguments are the whole answer
+        return f"root ::= {roots[choice]}\n{arguments[choice]}"
+    names = " | ".join(f'("{_ebnf_string(name + ARGS_HEAD)}" {roots[name]})' for name in arguments)
+    lines = [f'call ::= "{_ebnf_string(CALL_HEAD)}" ({names}) "{_ebnf_string(CALL_TAIL)}"',
+             f'calls ::= call | (call "{_ebnf_string(SEPARATOR)}" calls)' if parallel else "calls ::= call",
+             *arguments.values()]
+    if choice == "required":
+        return "\n".join(["root ::= calls", *lines])
+    if answer_type is None:
+        return "\n".join(["root ::= calls | text_answer", *lines, *_text_rules()])
+    schema = answer_guide if answer_type == "json_schema" else None
+    answer_rules = _renamed(_json_grammar(schema) if schema else _builtin_json(), "answer_")
+    return "\n".join(["root ::= calls | answer_root", *lines, answer_rules])
+
+
+def _text_rules() -> list[str]:
+    """Any text that does not begin with TRIGGER (empty included): each prefix of TRIGGER is followed by a character
+    other than the trigger's next one, or by the end."""
+    rules = [f"text_answer ::= \"\" | [^{_ebnf_class(TRIGGER[0])}] any_text | \"{_ebnf_string(TRIGGER[0])}\" text_1"]
+    for i in range(1, len(TRIGGER)):
+        char = TRIGGER[i]
+        more = f' | "{_ebnf_string(char)}" text_{i + 1}' if i + 1 < len(TRIGGER) else ""
+        rules.append(f'text_{i} ::= "" | [^{_ebnf_class(char)}] any_text{more}')
+    rules.append("any_text ::= [^\\0]*")
+    return rules
+
+
+def _json_grammar(schema: str) -> str:
+    xgr = _xgrammar()
+    return str(xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True))
+
+
+def _builtin_json() -> str:
+    xgr = _xgrammar()
+    return str(xgr.Grammar.builtin_json_grammar())
+
+
+def _xgrammar() -> Any:
+    try:
+        import xgrammar as xgr
+    except ImportError as exc:  # the deployment's guided decoding needs it too (serve.guided_decoding: xgrammar)
+        from trtkit.gateway.errors import RequestValidationError
+
+        raise RequestValidationError("tool calls need the xgrammar package at the gateway (pip install --no-deps "
+                                     "xgrammar==0.2.9, as scripts/setup_env.sh does)", param="tools") from exc
+    return xgr
+
+
+_RULE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) ::=", re.M)
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z_][A-Za-z0-9_]*|.', re.S)
+
+
+def _renamed(ebnf: str, prefix: str) -> str:
+    """Every rule of ``ebnf`` renamed with ``prefix`` (string literals and character classes untouched), so that the
+    grammars of several schemas live in one."""
+    defined = set(_RULE.findall(ebnf))
+    return "".join(prefix + t if t in defined else t for t in _TOKEN.findall(ebnf)).strip()
+
+
+def _ebnf_string(text: str) -> str:
+    return json.dumps(text)[1:-1]
+
+
+def _ebnf_class(char: str) -> str:
+    return "\\" + char if char in "]\\^-" else char
+
+
+# -- reading the answer ------------------------------------------------------------------------------------------
+def parse_calls(spec: ToolSpec, text: str) -> list[ParsedCall] | None:
+    """The answer's tool calls, or None when it is a text answer (``auto`` or ``none``)."""
+    splitter = ToolTextSplitter(spec)
+    splitter.feed(text)
+    splitter.finish()
+    return None if splitter.is_text or not spec.calls_tools else splitter.parsed
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """What the splitter found in the text so far: ``text`` of a text answer, or, for the call ``index``, its
+    ``name`` (it begins), more of its ``arguments``, or ``done`` (it ended; ``value`` "cut" when the length limit
+    cut it)."""
+
+    kind: str  # "text" | "name" | "arguments" | "done"
+    value: str = ""
+    index: int = 0
+
+
+class ToolTextSplitter:
+    """Splits an answer, as it streams, into text or calls (their names, then their arguments as they come). The
+    grammar fixed the layout, so the first characters tell text from a call, and a call's arguments end where the
+    first raw newline follows (a JSON string holds none: its newlines are escaped); the character before it, the
+    wrapper's closing brace, is held back until then."""
+
+    def __init__(self, spec: ToolSpec) -> None:
+        self.spec = spec
+        self.buffer = ""
+        self.parsed: list[ParsedCall] = []
+        self.index = -1
+        self._name = ""
+        self._arguments = ""
+        self.state = "start" if spec.calls_tools else "text"
+        self._opening: list[Piece] = []
+        if spec.named is not None:  # the whole answer is the named function's arguments
+            self._opening = self._begin(spec.named)
+
+    @property
+    def is_text(self) -> bool:
+        return self.state == "text"
+
+    def feed(self, text: str) -> list[Piece]:
+        self.buffer += text
+        pieces, self._opening = self._opening, []
+        while True:
+            before = (self.state, self.buffer)
+            pieces += self._step()
+            if (self.state, self.buffer) == before:
+                return pieces
+
+    def finish(self) -> list[Piece]:
+        """The answer ended: what is held back goes out; a call still open was cut (incomplete)."""
+        pieces, self._opening = self._opening, []
+        if self.state == "start" and self.spec.choice == "auto" and self.buffer:
+            self.state = "text"
+        if self.state == "text" and self.buffer:
+            pieces.append(Piece("text", self.buffer))
+        elif self.state == "name":
+            pieces += self._begin(self.buffer)
+        if self.state == "args":
+            pieces += self._more(self.buffer)
+            whole = self.spec.named is not None and _is_json(self._arguments)
+            pieces += self._end(complete=whole)
+        self.buffer = ""
+        return pieces
+
+    def _step(self) -> list[Piece]:
+        if self.state == "text":
+            out, self.buffer = self.buffer, ""
+            return [Piece("text", out)] if out else []
+        if self.state == "start":
+            return self._start()
+        if self.state == "name":
+            end = self.buffer.find(ARGS_HEAD)
+            if end < 0:
+                return []
+            name, self.buffer = self.buffer[:end], self.buffer[end + len(ARGS_HEAD):]
+            return self._begin(name)
+        if self.state == "args":
+            return self._args()
+        return self._between()
+
+    def _start(self) -> list[Piece]:
+        if self.buffer.startswith(CALL_HEAD):
+            self.buffer = self.buffer[len(CALL_HEAD):]
+            self.state = "name"
+        elif self.spec.choice == "auto" and not CALL_HEAD.startswith(self.buffer):
+            self.state = "text"  # not a call: a text answer (the grammar lets no text begin with the trigger)
+        return []
+
+    def _begin(self, name: str) -> list[Piece]:
+        self.index += 1
+        self._name, self._arguments, self.state = name, "", "args"
+        return [Piece("name", name, self.index)]
+
+    def _args(self) -> list[Piece]:
+        if self.spec.named is not None:
+            out, self.buffer = self.buffer, ""
+            return self._more(out)
+        end = self.buffer.find(CALL_TAIL)
+        if end >= 0:
+            out, self.buffer = self.buffer[:end], self.buffer[end + len(CALL_TAIL):]
+            return [*self._more(out), *self._end(complete=True)]
+        newline = self.buffer.find("\n")
+        keep = max(0, (newline if newline >= 0 else len(self.buffer)) - 1)
+        out, self.buffer = self.buffer[:keep], self.buffer[keep:]
+        return self._more(out)
+
+    def _between(self) -> list[Piece]:
+        following = SEPARATOR + CALL_HEAD
+        if self.buffer.startswith(following):
+            self.buffer = self.buffer[len(following):]
+            self.state = "name"
+        elif not following.startswith(self.buffer):
+            self.buffer = ""  # the grammar lets nothing else follow
+        return []
+
+    def _more(self, text: str) -> list[Piece]:
+        if not text:
+            return []
+        self._arguments += text
+        return [Piece("arguments", text, self.index)]
+
+    def _end(self, *, complete: bool) -> list[Piece]:
+        self.parsed.append(ParsedCall(self._name, self._arguments, complete))
+        self.state = "between"
+        return [Piece("done", "" if complete else "cut", self.index)]
