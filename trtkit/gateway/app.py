@@ -27,9 +27,11 @@ from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
 from trtkit.gateway.openapi import openapi_document
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.relay import relay_routes
+from trtkit.gateway.responses_routes import add_response_routes
 from trtkit.gateway.serving_chat import ServingChat
 from trtkit.gateway.serving_completions import ServingCompletions
-from trtkit.gateway.serving_responses import ServingResponses, add_response_routes
+from trtkit.gateway.serving_conversations import ServingConversations, add_conversation_routes
+from trtkit.gateway.serving_responses import ServingResponses
 from trtkit.store import GatewayStore
 
 
@@ -45,11 +47,13 @@ class Door:
     def authenticate(self, request: Request) -> ApiKey | None:
         header = request.headers.get("authorization", "")
         scheme, _, secret = header.partition(" ")
-        if not secret or scheme.lower() != "bearer":
+        if not secret or scheme.lower() != "bearer":  # Anthropic's SDKs send the key as x-api-key
+            scheme, secret = "bearer", request.headers.get("x-api-key", "")
+        if not secret:
             if not self.require_auth:
                 return None
-            raise AuthenticationError("no API key; send 'Authorization: Bearer <key>' (create one with "
-                                      "`trtkit keys create`)")
+            raise AuthenticationError("no API key; send 'Authorization: Bearer <key>' or 'x-api-key: <key>' (create "
+                                      "one with `trtkit keys create`)")
         key_id = key_id_of(secret.strip())
         found = self.store.find_key(key_id) if key_id else None
         if found is None or not secret_matches(secret.strip(), found[1]):
@@ -158,17 +162,31 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     app.add_route("/v1/completions", text_completions, methods=["POST"])
 
-    async def keyed(request: Request, endpoint: str, action) -> Response:  # type: ignore[no-untyped-def]
-        """A body-less call of a key on one stored response: action(response_id, key)."""
+    async def keyed(request: Request, endpoint: str, action, body: type[BaseModel] | None = None) -> Response:  # type: ignore[no-untyped-def]
+        """A call of a key on stored state (a response, a conversation, its items): action(request, key), or
+        action(request, key, payload) with a ``body`` model to read the request's body into."""
         try:
-            key = await door.aauthenticate(request)
-            response: Response = await action(request.path_params["response_id"], key)
+            try:
+                door.check_declared_size(request)
+                key = await door.aauthenticate(request)
+                if body is None:
+                    response: Response = await action(request, key)
+                else:
+                    response = await action(request, key, parse(body, await door.body(request)))
+            except _TooLarge as too_large:
+                raise _AsHttp(body_too_large(too_large.size, door.max_body_bytes)) from None
+            except ValidationError as exc:
+                raise _AsHttp(validation_error(exc)) from None
+        except _AsHttp as wrapped:
+            response = _refused(ctx, wrapped.error)
         except Exception as exc:  # every error becomes OpenAI's error body; never a traceback
             response = _refused(ctx, http_error(exc))
         metrics.requests.labels(endpoint, str(response.status_code)).inc()
         return response
 
-    add_response_routes(app, ServingResponses(ctx), generate, keyed)  # POST/GET/DELETE /v1/responses...
+    serving_responses = ServingResponses(ctx)
+    add_response_routes(app, serving_responses, generate, keyed)  # POST/GET/DELETE /v1/responses...
+    add_conversation_routes(app, ServingConversations(serving_responses.store), keyed)  # /v1/conversations...
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:

@@ -128,7 +128,8 @@ class ConversationItems:
         def work(s: Session, now: float) -> ItemPage:
             self._row(s, conversation_id, key_id, now)
             order, compare = ("ASC", ">") if ascending else ("DESC", "<")
-            where, params = "conversation_id = ?", [conversation_id]
+            where = "conversation_id = ?"
+            params: list[object] = [conversation_id]
             if after is not None:
                 where += f" AND position {compare} ?"
                 params.append(self._position(s, conversation_id, after))
