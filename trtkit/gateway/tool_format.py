@@ -234,8 +234,10 @@ class ToolTextSplitter:
         elif self.state == "name":
             pieces += self._begin(self.buffer)
         if self.state == "args":
-            pieces += self._more(self.buffer)
-            whole = self.spec.named is not None and _is_json(self._arguments)
+            if self.spec.named is not None or "\n" not in self.buffer:
+                pieces += self._more(self.buffer)  # cut inside the arguments (or the named answer ended)
+            # else the wrapper's tail had begun: the arguments are whole, the rest is the cut tail
+            whole = (self.spec.named is not None or "\n" in self.buffer) and _is_json(self._arguments)
             pieces += self._end(complete=whole)
         self.buffer = ""
         return pieces

@@ -81,9 +81,8 @@ def tool_note(functions: tuple[FunctionSpec, ...]) -> str:
     schema of its arguments), and the format of a call, which the grammar holds its answer to."""
     listed = "\n".join(f.as_json() for f in functions)
     example = f'{CALL_HEAD}<function name>{ARGS_HEAD}<its arguments as a JSON object>{CALL_TAIL}'
-    return (f"You may call functions to help answer. These are available, each with the JSON schema of its "
-            f"arguments:\n<tools>\n{listed}\n</tools>\nTo call one, answer with a block per call, nothing else:\n"
-            f"{example}")
+    return (f"Functions you may call, each with the JSON schema of its arguments:\n<tools>\n{listed}\n</tools>\n"
+            f"To call, answer only with one block per call:\n{example}")
 
 
 def call_text(name: str, arguments: str) -> str:
