@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import xgrammar as xgr
 from openai.types.responses import ResponseTextDeltaEvent
 from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
@@ -120,8 +121,12 @@ def test_tools_and_choices_become_a_grammar_beside_text_format() -> None:
     params = response_params(request, guided_decoding=True, tools=request.tool_spec())
     assert params.guided_decoding_guide_type == "ebnf_grammar" and "answer_root" in (params.guided_decoding_guide or "")
     none = ResponseRequest.model_validate({**base, "tool_choice": "none", "text": request.text})
-    assert response_params(none, guided_decoding=True, tools=none.tool_spec()).guided_decoding_guide_type == \
-        "json_schema"  # no call can come: text.format alone
+    alone = response_params(none, guided_decoding=True, tools=none.tool_spec()).guided_decoding_guide or ""
+    assert "answer_root" in alone and "tool_call" not in alone  # no call can come: text.format alone
+    bad = ResponseRequest.model_validate({**base, "tools": [{**WEATHER, "parameters": {"type": "strnig"}}]})
+    with pytest.raises(RequestValidationError) as refused:
+        response_params(bad, guided_decoding=True, tools=bad.tool_spec())
+    assert refused.value.param == "tools[0].parameters"
     with pytest.raises(RequestValidationError) as off:
         response_params(ResponseRequest.model_validate(base), guided_decoding=False,
                         tools=ResponseRequest.model_validate(base).tool_spec())
@@ -133,8 +138,10 @@ def test_text_format_maps_onto_guided_decoding() -> None:
     request = ResponseRequest.model_validate({"model": "m", "input": "x", "max_output_tokens": 5, "text": {
         "format": {"type": "json_schema", "name": "n", "schema": schema}}})
     params = response_params(request, guided_decoding=True)
-    assert (params.guided_decoding_guide_type, json.loads(params.guided_decoding_guide or "")) == ("json_schema", schema)
-    assert params.max_tokens == 5
+    grammar = xgr.Grammar.from_ebnf(params.guided_decoding_guide or "")
+    assert params.guided_decoding_guide_type == "ebnf_grammar" and params.max_tokens == 5
+    accepts = xgr.testing._is_grammar_accept_string
+    assert accepts(grammar, '{"a": 1}') and not accepts(grammar, '{ "a" : 1 }')  # compact: no runaway blanks
     with pytest.raises(RequestValidationError) as off:
         response_params(request, guided_decoding=False)
     assert off.value.param == "text.format" and "serve.guided_decoding" in str(off.value)

@@ -53,7 +53,8 @@ def test_auto_beside_text_format_allows_the_schemas_json_or_calls() -> None:
     schema = json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
     spec = ToolSpec((WEATHER,), "auto")
     assert accepts(spec, '{"n": 3}', ("json_schema", schema)) and accepts(spec, PARIS, ("json_schema", schema))
-    assert not accepts(spec, "free text", ("json_schema", schema)) and accepts(spec, "[1, 2]", ("json", None))
+    assert not accepts(spec, "free text", ("json_schema", schema)) and accepts(spec, '{"k": [1, 2]}', ("json", None))
+    assert not accepts(spec, "[1, 2]", ("json", None))  # json_object: an object
 
 
 def test_schemas_with_rule_names_in_their_strings_stay_apart() -> None:

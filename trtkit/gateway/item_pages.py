@@ -62,4 +62,4 @@ def item_list(items: list[dict[str, Any]], has_more: bool, *, conversation: bool
     body = {"object": "list", "data": items, "first_id": items[0]["id"] if items else "",
             "last_id": items[-1]["id"] if items else "", "has_more": has_more}
     kind = ConversationItemList if conversation else ResponseItemList
-    return kind.model_validate(body).model_dump(exclude_none=True)
+    return kind.model_validate(body).model_dump(by_alias=True, exclude_none=True)

@@ -65,8 +65,8 @@ def _item(item: Any, where: str) -> dict[str, Any]:
     kind = item.get("type", "message")
     if kind not in _FIELDS:
         raise _invalid(where, f"has type {kind!r}; the items supported are {', '.join(ITEM_TYPES)}")
-    unknown = set(item) - _FIELDS[kind]
-    if unknown:
+    unknown = {name for name, value in item.items() if value is not None} - _FIELDS[kind]
+    if unknown:  # fields the openai types add (caller, namespace, ...) come back null from a client resending them
         raise _invalid(where, f"has field(s) {', '.join(sorted(unknown))}, which a {kind} item does not take")
     if kind == "item_reference":
         return {"type": "item_reference", "id": _string(item, "id", where)}

@@ -43,7 +43,7 @@ _SEQUENCE_MARK = 918_273_645
 
 
 def sse(event: Any) -> bytes:
-    return b"event: " + event.type.encode("ascii") + b"\ndata: " + event.model_dump_json().encode("utf-8") + b"\n\n"
+    return b"event: " + event.type.encode("ascii") + b"\ndata: " + event.model_dump_json(by_alias=True).encode("utf-8") + b"\n\n"
 
 
 class OutputItems:

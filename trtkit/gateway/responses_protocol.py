@@ -21,7 +21,7 @@ from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.response_format import guide_of
 from trtkit.gateway.responses_items import parse_input
 from trtkit.gateway.sampling import check_range
-from trtkit.gateway.tool_format import FunctionSpec, ToolSpec, tool_grammar
+from trtkit.gateway.tool_format import FunctionSpec, ToolSpec, answer_grammar, tool_grammar
 from trtkit.governance.vocabulary import SamplingParams
 
 OPENAI_FIELDS = frozenset(ResponseCreateParamsBase.__annotations__) | {"stream"}
@@ -159,7 +159,9 @@ def response_params(request: ResponseRequest, *, guided_decoding: bool, tools: T
         raise RequestValidationError(f"max_output_tokens: {request.max_output_tokens} is out of range; send at "
                                      f"least 1", param="max_output_tokens")
     guide_type, guide = _guide(request.text, guided_decoding)
-    if tools is not None and tools.calls_tools:
+    if guide_type is not None and (tools is None or not tools.calls_tools):  # compact JSON (tool_format)
+        guide_type, guide = "ebnf_grammar", answer_grammar(guide_type, guide)
+    elif tools is not None and tools.calls_tools:
         if not guided_decoding:
             raise RequestValidationError("function tools need guided decoding, which this deployment has off; set "
                                          "serve.guided_decoding: xgrammar in the model config and deploy again, or "

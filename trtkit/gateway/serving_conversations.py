@@ -77,7 +77,7 @@ class ServingConversations:
     async def delete(self, request: Request, key: ApiKey | None) -> Response:
         await self._on(self.store.objects.delete, request, key)
         deleted = ConversationDeletedResource(id=_id(request), object="conversation.deleted", deleted=True)
-        return JSONResponse(deleted.model_dump())
+        return JSONResponse(deleted.model_dump(by_alias=True))
 
     async def heartbeat(self, request: Request, key: ApiKey | None) -> Response:
         expires_at = await self._on(self.store.objects.heartbeat, request, key)
@@ -146,7 +146,7 @@ def _budget(metadata: dict[str, str], key: ApiKey | None) -> int | None:
 def _conversation(row: ConversationRow, ttl_seconds: float) -> Response:
     body = Conversation(id=row.id, object="conversation", created_at=int(row.created_at), metadata=row.metadata)
     extension = {"expires_at": row.expires_at, "ttl_seconds": ttl_seconds, "budget_tokens": row.budget_tokens}
-    return JSONResponse({**body.model_dump(), "trtkit": extension})
+    return JSONResponse({**body.model_dump(by_alias=True), "trtkit": extension})
 
 
 Keyed = Callable[..., Any]  # app.keyed(request, endpoint, action, body_model): the door of calls on stored state

@@ -104,7 +104,7 @@ class ServingResponses:
         turn.output.feed(result.text)
         turn.output.finish()
         body = await self._finish(turn, result)
-        return JSONResponse(body.model_dump(), headers=generation.headers)
+        return JSONResponse(body.model_dump(by_alias=True), headers=generation.headers)
 
     async def _start(self, request: ResponseRequest, call: CallInfo, params: SamplingParams,
                      tools: ToolSpec | None) -> tuple[Turn, Generation]:
@@ -214,7 +214,7 @@ class ServingResponses:
                         result=result, output=output, conversation=turn.conversation if turn.appends else None,
                         extension=trtkit)
         if stored:
-            expires_at = await self.store.call(self._save, turn, output, body.model_dump_json(), op="write")
+            expires_at = await self.store.call(self._save, turn, output, body.model_dump_json(by_alias=True), op="write")
             self.ctx.metrics.conversation_rows.labels("write").inc(2)  # the response, its conversation
             trtkit.update(stored=expires_at is not None, expires_at=expires_at)
             body = body.model_copy(update={"trtkit": trtkit})

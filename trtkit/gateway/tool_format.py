@@ -88,6 +88,24 @@ def tool_grammar(spec: ToolSpec, answer: tuple[str | None, str | None] = (None, 
     return _grammar(_key(spec), answer[0], answer[1])
 
 
+def answer_grammar(answer_type: str, answer_guide: str | None) -> str:
+    """``text.format``'s JSON (``json`` or ``json_schema``) as a compact EBNF grammar: the same JSON as the engine's own
+    conversion would allow, without free whitespace (a weak model under a JSON grammar may otherwise pad with blanks
+    until its token limit)."""
+    return _answer(answer_type, answer_guide)
+
+
+@functools.lru_cache(maxsize=256)
+def _answer(answer_type: str, answer_guide: str | None) -> str:
+    return f"root ::= answer_root\n{_answer_rules(answer_type, answer_guide)}"
+
+
+def _answer_rules(answer_type: str, answer_guide: str | None) -> str:
+    if answer_type == "json_schema" and answer_guide:
+        return _renamed(_json_grammar(answer_guide, "text.format"), "answer_")
+    return _renamed(_json_grammar('{"type": "object"}', "text.format", strict=False), "answer_")  # json_object
+
+
 def _key(spec: ToolSpec) -> str:
     return json.dumps([[f.name, f.parameters] for f in spec.functions] + [spec.choice, spec.parallel], sort_keys=True)
 
@@ -95,7 +113,7 @@ def _key(spec: ToolSpec) -> str:
 @functools.lru_cache(maxsize=256)
 def _grammar(key: str, answer_type: str | None, answer_guide: str | None) -> str:
     *functions, choice, parallel = json.loads(key)
-    arguments = {name: _renamed(_json_grammar(json.dumps(parameters)), f"t{index}_")
+    arguments = {name: _renamed(_json_grammar(json.dumps(parameters), f"tools[{index}].parameters"), f"t{index}_")
                  for index, (name, parameters) in enumerate(functions)}
     roots = {name: f"t{index}_root" for index, (name, _) in enumerate(functions)}
     if choice not in CHOICES:  # a named function: its arguments are the whole answer
@@ -108,9 +126,7 @@ def _grammar(key: str, answer_type: str | None, answer_guide: str | None) -> str
         return "\n".join(["root ::= calls", *lines])
     if answer_type is None:
         return "\n".join(["root ::= calls | text_answer", *lines, *_text_rules()])
-    schema = answer_guide if answer_type == "json_schema" else None
-    answer_rules = _renamed(_json_grammar(schema) if schema else _builtin_json(), "answer_")
-    return "\n".join(["root ::= calls | answer_root", *lines, answer_rules])
+    return "\n".join(["root ::= calls | answer_root", *lines, _answer_rules(answer_type, answer_guide)])
 
 
 def _text_rules() -> list[str]:
@@ -125,14 +141,17 @@ def _text_rules() -> list[str]:
     return rules
 
 
-def _json_grammar(schema: str) -> str:
+def _json_grammar(schema: str, param: str, *, strict: bool = True) -> str:
+    """xgrammar's own conversion of a JSON schema, compact; a schema it cannot convert is a 400 naming ``param``."""
     xgr = _xgrammar()
-    return str(xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=True))
+    try:
+        return str(xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=strict))
+    except Exception as exc:  # xgrammar raises RuntimeError / ValueError with the reason on its first line
+        from trtkit.gateway.errors import RequestValidationError
 
-
-def _builtin_json() -> str:
-    xgr = _xgrammar()
-    return str(xgr.Grammar.builtin_json_grammar())
+        reason = (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]
+        raise RequestValidationError(f"{param}: the JSON schema does not compile as a grammar: {reason}",
+                                     param=param) from None
 
 
 def _xgrammar() -> Any:
