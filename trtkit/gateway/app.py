@@ -20,6 +20,8 @@ from openai.types import Model
 from prometheus_client import generate_latest
 from pydantic import BaseModel, ValidationError
 
+from trtkit.gateway.anthropic_objects import error_response as anthropic_error
+from trtkit.gateway.anthropic_protocol import CountTokensRequest, MessagesRequest
 from trtkit.gateway.error_responses import HttpError, body_too_large, http_error, validation_error
 from trtkit.gateway.errors import AuthenticationError, RequestValidationError
 from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingContext
@@ -31,6 +33,7 @@ from trtkit.gateway.responses_routes import add_response_routes
 from trtkit.gateway.serving_chat import ServingChat
 from trtkit.gateway.serving_completions import ServingCompletions
 from trtkit.gateway.serving_conversations import ServingConversations, add_conversation_routes
+from trtkit.gateway.serving_messages import ServingMessages
 from trtkit.gateway.serving_responses import ServingResponses
 from trtkit.store import GatewayStore
 
@@ -128,7 +131,9 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
     (chat_model, chat_create), (text_model, text_create) = relay_routes(ctx) if ctx.relays else (
         (ChatCompletionRequest, ServingChat(ctx).create), (CompletionRequest, ServingCompletions(ctx).create))
 
-    async def generate(request: Request, endpoint: str, model: type[BaseModel], serve) -> Response:  # type: ignore[no-untyped-def]
+    async def generate(request: Request, endpoint: str, model: type[BaseModel], serve,  # type: ignore[no-untyped-def]
+                       anthropic: bool = False) -> Response:
+        """The door, then ``serve(payload, call)``; errors in OpenAI's shape, or Anthropic's for its dialect."""
         try:
             try:
                 door.check_declared_size(request)
@@ -145,9 +150,9 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
             finally:
                 metrics.in_flight.dec()
         except _AsHttp as wrapped:
-            response = _refused(ctx, wrapped.error)
+            response = _refused(ctx, wrapped.error, anthropic)
         except Exception as exc:  # every error becomes OpenAI's error body; never a traceback
-            response = _refused(ctx, http_error(exc))
+            response = _refused(ctx, http_error(exc), anthropic)
         metrics.requests.labels(endpoint, str(response.status_code)).inc()
         return response
 
@@ -183,6 +188,18 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
             response = _refused(ctx, http_error(exc))
         metrics.requests.labels(endpoint, str(response.status_code)).inc()
         return response
+
+    messages = ServingMessages(ctx)
+
+    async def create_message(request: Request) -> Response:
+        return await generate(request, "messages", MessagesRequest, messages.create, anthropic=True)
+
+    async def count_tokens(request: Request) -> Response:
+        return await generate(request, "messages_count_tokens", CountTokensRequest, messages.count_tokens,
+                              anthropic=True)
+
+    app.add_route("/v1/messages", create_message, methods=["POST"])
+    app.add_route("/v1/messages/count_tokens", count_tokens, methods=["POST"])
 
     serving_responses = ServingResponses(ctx)
     add_response_routes(app, serving_responses, generate, keyed)  # POST/GET/DELETE /v1/responses...
@@ -243,6 +260,6 @@ class _AsHttp(Exception):
         self.error = error
 
 
-def _refused(ctx: ServingContext, error: HttpError) -> Response:
+def _refused(ctx: ServingContext, error: HttpError, anthropic: bool = False) -> Response:
     ctx.metrics.refusals.labels(error.reason or str(error.status)).inc()
-    return error.response()
+    return anthropic_error(error) if anthropic else error.response()

@@ -104,14 +104,15 @@ def check_model(ctx: ServingContext, model: str, key: ApiKey | None) -> None:
 
 
 async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, params: SamplingParams,
-                           user: str | None, *, at_admission: bool = False, session: str = "") -> Generation:
+                           user: str | None, *, at_admission: bool = False, session: str = "",
+                           dialect: str = "openai") -> Generation:
     """Admit and send one request; raises the refusal (budget, rate, context) before anything is sent. With
     ``at_admission`` (a stream) it returns once admitted, its first chunk still coming; otherwise with the first
     chunk in hand (and an engine's refusal raised). ``session``: the conversation it belongs to (its ledger row
-    names it; ``client.budgets`` rules of scope session hold it)."""
+    names it; ``client.budgets`` rules of scope session hold it); ``dialect``: the API asked (the ledger row's)."""
     key = call.key
     caller = Caller(user=(key.user if key and key.user else user or ""), key_id=key.name if key else "",
-                    session=session)
+                    session=session, dialect=dialect)
     request_id = uuid.uuid4().hex
     governor = ctx.client.governor
     scope = None
@@ -168,6 +169,49 @@ def _reason(exc: Exception) -> str:
     if isinstance(exc, RateLimitedError):
         return "rate_limit"
     return "budget" if isinstance(exc, BudgetExceededError) else "context_length"
+
+
+async def stream_or_wait(ctx: ServingContext, generation: Generation, call: CallInfo, *, stream: bool,
+                         events: Callable[[], AsyncIterator[bytes]],
+                         answer: Callable[[GenerationResult], Awaitable[Response]],
+                         wait: Callable[[], Awaitable[GenerationResult]] | None = None) -> Response:
+    """How a generating endpoint finishes: a stream of ``events()`` that a disconnect cancels, or the result awaited
+    (``wait()``, default the generation's result; 499 if the client left first: the request is cancelled and billed
+    for what the engine did) and ``answer``-ed."""
+    if stream:
+        return CancellingStreamResponse(events(), generation.headers,
+                                        lambda: ctx.metrics.disconnects.labels("true").inc())
+    finished, result = await run_or_cancel(wait() if wait is not None else generation.result(), call.receive)
+    if not finished:
+        ctx.metrics.disconnects.labels("false").inc()
+        return Response(status_code=499)
+    observe(ctx, result)
+    return await answer(result)
+
+
+async def stream_chunks(ctx: ServingContext, generation: Generation, *, piece: Callable[[StreamChunk], bytes],
+                        last: Callable[[GenerationResult], Awaitable[bytes]], first: bytes = b"",
+                        failed: Callable[[Exception], bytes] | None = None) -> AsyncIterator[bytes]:
+    """A stream's bytes: ``first``, ``piece(chunk)`` per chunk, ``last(result)`` with the body's end in one write; a
+    backend failure mid-stream is the stream's last event (``failed``, default OpenAI's error body), never a
+    traceback. Closed at any point, it stops the request (the client left)."""
+    chunks = generation.chunks()
+    try:
+        if first:
+            yield first
+        async for chunk in chunks:
+            out = piece(chunk)
+            if out:
+                yield out
+            if chunk.result is not None:
+                observe(ctx, chunk.result)
+                yield LastEvent(await last(chunk.result))
+                return
+    except Exception as exc:
+        yield (failed or sse_error)(exc)
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+        await generation.aclose()
 
 
 def observe(ctx: ServingContext, result: GenerationResult) -> None:

@@ -29,18 +29,16 @@ from trtkit.gateway.admission import conversation_budget
 from trtkit.gateway.errors import PermissionDeniedError, RequestValidationError
 from trtkit.gateway.generation import (
     CallInfo,
-    CancellingStreamResponse,
     Generation,
     ServingContext,
     check_model,
-    observe,
-    run_or_cancel,
-    sse_error,
     start_generation,
+    stream_chunks,
+    stream_or_wait,
 )
 from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.response_format import ENGINE_GUIDE_INPUT
-from trtkit.gateway.responses import LastEvent, extension
+from trtkit.gateway.responses import extension
 from trtkit.gateway.responses_context import TurnPrompt, chain_history, turn_prompt
 from trtkit.gateway.responses_items import chat_messages, resolve, stored_items
 from trtkit.gateway.responses_objects import response, status_of
@@ -53,7 +51,7 @@ from trtkit.gateway.responses_protocol import (
 )
 from trtkit.gateway.responses_store import StoreCalls, owner_of
 from trtkit.gateway.tool_format import ToolSpec
-from trtkit.governance.vocabulary import GenerationResult, SamplingParams
+from trtkit.governance.vocabulary import GenerationResult, SamplingParams, StreamChunk
 from trtkit.store.conversations import Chain, StoredResponse
 
 log = logging.getLogger(__name__)
@@ -93,14 +91,11 @@ class ServingResponses:
         params = response_params(request, guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar",
                                  tools=tools)
         turn, generation = await self._start(request, call, params, tools)
-        if request.stream:
-            return CancellingStreamResponse(self._events(turn, generation), generation.headers,
-                                            lambda: self.ctx.metrics.disconnects.labels("true").inc())
-        finished, result = await run_or_cancel(generation.result(), call.receive)
-        if not finished:
-            self.ctx.metrics.disconnects.labels("false").inc()
-            return Response(status_code=499)
-        observe(self.ctx, result)
+        return await stream_or_wait(self.ctx, generation, call, stream=request.stream,
+                                    events=lambda: self._events(turn, generation),
+                                    answer=lambda result: self._answer(turn, generation, result))
+
+    async def _answer(self, turn: Turn, generation: Generation, result: GenerationResult) -> Response:
         turn.output.feed(result.text)
         turn.output.finish()
         body = await self._finish(turn, result)
@@ -182,27 +177,19 @@ class ServingResponses:
         return budget
 
     # -- the answer --------------------------------------------------------------------------------------
-    async def _events(self, turn: Turn, generation: Generation) -> AsyncIterator[bytes]:
+    def _events(self, turn: Turn, generation: Generation) -> AsyncIterator[bytes]:
         events = TurnEvents(turn.output)
-        yield events.opening(response(turn.response_id, self.ctx.model, turn.request, turn.created_at,
-                                      tools=turn.tools, conversation=turn.conversation if turn.appends else None))
-        chunks = generation.chunks()
-        try:
-            async for chunk in chunks:
-                if chunk.text:
-                    out = events.delta(chunk.text)
-                    if out:
-                        yield out
-                if chunk.result is not None:
-                    observe(self.ctx, chunk.result)
-                    held = events.flush()
-                    yield LastEvent(held + events.closing(await self._finish(turn, chunk.result)))
-                    return
-        except Exception as exc:  # the backend failed mid-stream: say so in the stream, never a traceback
-            yield sse_error(exc)
-        finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
-            await generation.aclose()
+        opening = events.opening(response(turn.response_id, self.ctx.model, turn.request, turn.created_at,
+                                          tools=turn.tools, conversation=turn.conversation if turn.appends else None))
+
+        def piece(chunk: StreamChunk) -> bytes:
+            return events.delta(chunk.text) if chunk.text else b""
+
+        async def last(result: GenerationResult) -> bytes:
+            held = events.flush()
+            return held + events.closing(await self._finish(turn, result))
+
+        return stream_chunks(self.ctx, generation, first=opening, piece=piece, last=last)
 
     async def _finish(self, turn: Turn, result: GenerationResult) -> OpenAIResponse:
         """The response object; stored (with its input and output items) before the client sees it complete."""
@@ -233,3 +220,4 @@ class ServingResponses:
             log.warning("conversation %s expired or was deleted while %s ran; the response was not stored",
                         turn.conversation, turn.response_id)
         return expires_at
+
