@@ -133,6 +133,8 @@ class Translation:
         """Anthropic's stop reason from the upstream's: OpenAI's "stop" covers both the end of the answer and a stop
         sequence, so a sequence is named only when the upstream says which (vLLM's ``stop_reason``)."""
         reason = _FINISH.get(self.finish_reason or "", "")
+        if self.content.calls and reason != "max_tokens":  # OpenAI answers "stop" for a forced function
+            return "tool_use", None
         if reason:
             return reason, None
         if isinstance(self.stop_reason, str) and self.stop_reason in stops:

@@ -88,6 +88,15 @@ def tool_grammar(spec: ToolSpec, answer: tuple[str | None, str | None] = (None, 
     return _grammar(_key(spec), answer[0], answer[1])
 
 
+def schema_grammar(schema: str, param: str) -> str:
+    """One JSON schema as a compact EBNF grammar (a chat tool call's guide: ``tool_calls.ToolPlan.guide``); a schema
+    that does not convert is a 400 naming ``param``."""
+    return f"root ::= {_SCHEMA_PREFIX}root\n{_renamed(_json_grammar(schema, param), _SCHEMA_PREFIX)}"
+
+
+_SCHEMA_PREFIX = "schema_"
+
+
 def answer_grammar(answer_type: str, answer_guide: str | None) -> str:
     """``text.format``'s JSON (``json`` or ``json_schema``) as a compact EBNF grammar: the same JSON as the engine's own
     conversion would allow, without free whitespace (a weak model under a JSON grammar may otherwise pad with blanks
