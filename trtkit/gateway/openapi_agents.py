@@ -59,7 +59,7 @@ Ref = Callable[[type[BaseModel]], dict[str, Any]]
 
 def agent_paths(ref: Ref, errors: dict[str, Any]) -> dict[str, Any]:
     """The paths of this part: ``ref(model)`` is a model's schema reference, ``errors`` OpenAI's error response."""
-    keyed = [{"bearer": []}, {"x-api-key": []}]
+    keyed: list[dict[str, list[str]]] = [{"bearer": []}, {"x-api-key": []}]
     conversation, item = _path("conversation_id"), _path("item_id")
 
     def op(summary: str, answer: type[BaseModel], body: type[BaseModel] | None = None,
