@@ -46,13 +46,13 @@ def run_prepared(conn: psycopg.Connection[Any], sql: str, params: Sequence[objec
     if name not in prepared:
         _prepare(pgconn, name, numbered, prepared)
     values = [_as_text(p) for p in params]
-    result = pgconn.exec_prepared(name, values)  # type: ignore[misc]  # None is NULL
+    result = pgconn.exec_prepared(name, values)  # type: ignore[misc,arg-type]  # None is NULL
     if result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT:
         # the server forgot it: psycopg sends DEALLOCATE ALL after a ROLLBACK on a connection where it prepared
         # statements of its own (a transaction that raised, such as a store call answering "not found")
         prepared.discard(name)
         _prepare(pgconn, name, numbered, prepared)
-        result = pgconn.exec_prepared(name, values)  # type: ignore[misc]
+        result = pgconn.exec_prepared(name, values)  # type: ignore[misc,arg-type]
     if result.status != _TUPLES_OK:
         return Result([], _rowcount(_check(pgconn, result)))
     decoders = [_decoder(result.ftype(col)) for col in range(result.nfields)]
