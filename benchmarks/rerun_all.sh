@@ -60,7 +60,7 @@ run gateway_overhead gateway_overhead.py
 # the gateway in front of an OpenAI-compatible null upstream, LiteLLM's proxy beside it (its own hashed venv)
 bash benchmarks/setup_litellm.sh >/dev/null
 run gateway_upstreams gateway_overhead.py --view upstreams --echo-requests 2000 --profile
-run conversations conversations.py $(quick_or_full --quick "")
+run conversations conversations.py
 run bench_self bench_self.py
 run engine_profile engine_profile.py --quick
 run engine_vs_hf engine_vs_hf.py $(quick_or_full --quick "")
