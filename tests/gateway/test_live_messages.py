@@ -102,6 +102,10 @@ def test_a_stop_sequence_ends_the_answer_and_is_named(gateway) -> None:
     assert stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == stop
     assert stopped.content[0].text == text[:text.index(stop)]  # type: ignore[union-attr]
     assert stopped.usage.output_tokens < free.usage.output_tokens
+    several = client.messages.create(model=MODEL, max_tokens=16, messages=ASK, extra_body=GREEDY,
+                                     stop_sequences=["never-said-zq", stop, stop + "never"])
+    assert (several.stop_reason, several.stop_sequence) == ("stop_sequence", stop)  # which one, exactly
+    assert several.content[0].text == stopped.content[0].text  # type: ignore[union-attr]
 
 
 def test_a_bearer_key_works_and_errors_come_in_anthropics_shape(gateway) -> None:

@@ -9,15 +9,9 @@ import json
 import pytest
 import xgrammar as xgr
 
-from trtkit.gateway.tool_format import (
-    FunctionSpec,
-    ParsedCall,
-    ToolSpec,
-    ToolTextSplitter,
-    parse_calls,
-    tool_grammar,
-)
+from trtkit.gateway.tool_format import FunctionSpec, ParsedCall, ToolSpec, tool_grammar
 from trtkit.gateway.tool_prompt import call_text, render, template_tools, tool_note
+from trtkit.gateway.tool_splitter import ToolTextSplitter, parse_calls
 
 WEATHER = FunctionSpec("get_weather", {"type": "object", "required": ["city"], "additionalProperties": False,
                                        "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}}})
@@ -114,3 +108,20 @@ def test_a_template_without_tools_gets_the_note_written_calls_and_responses(tiny
     assert "<tool_response>\nRain\n</tool_response>\n<tool_response>\n9:00\n</tool_response>" in prompt
     plain = [{"role": "user", "content": "Hi"}]
     assert render(tiny_counter, plain) == tiny_counter.chat_prompt(plain)  # no tools, no calls: as before
+
+
+def test_a_schema_too_deep_or_too_large_is_refused_before_converting() -> None:
+    from trtkit.gateway.errors import RequestValidationError
+    from trtkit.gateway.tool_format import MAX_SCHEMA_DEPTH
+
+    deep: dict = {"type": "string"}
+    for _ in range(MAX_SCHEMA_DEPTH // 2):  # each object property nests two levels of JSON
+        deep = {"type": "object", "properties": {"x": deep}, "required": ["x"]}
+    with pytest.raises(RequestValidationError) as refused:
+        tool_grammar(ToolSpec((FunctionSpec("f", deep),), "required"))
+    assert refused.value.param == "tools[0].parameters" and "nests over" in str(refused.value)
+    huge = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(3000)}}
+    with pytest.raises(RequestValidationError):
+        tool_grammar(ToolSpec((FunctionSpec("f", huge),), "auto"))
+    fine = deep["properties"]["x"]  # one level less converts
+    assert "root ::=" in tool_grammar(ToolSpec((FunctionSpec("f", fine),), "required"))

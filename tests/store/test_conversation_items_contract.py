@@ -10,7 +10,7 @@ import pytest
 from trtkit.gateway.responses_items import message_item
 from trtkit.store import open_gateway_store
 from trtkit.store.conversation_items import ConversationNotFound
-from trtkit.store.conversations import ConversationExpired, InConversation, StoredResponse
+from trtkit.store.conversations import ConversationExpired, ConversationFull, InConversation, StoredResponse
 
 TTL = 60.0
 
@@ -144,3 +144,17 @@ def test_concurrent_appends_get_distinct_positions(store_url: str, store) -> Non
             replica.close()
     listed = texts(store.conversation_items.page("conv_a", "k", after=None, limit=100, ascending=True).items)
     assert len(listed) == 48 and all(listed[i] == listed[i + 1] for i in range(0, 48, 2))  # each pair together
+
+
+def test_a_conversation_takes_a_bounded_number_of_items(store, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from trtkit.store import conversation_items, conversation_rows
+
+    for module in (conversation_rows, conversation_items):
+        monkeypatch.setattr(module, "MAX_CONVERSATION_ITEMS", 4)
+    make(store, words="abc")
+    with pytest.raises(ConversationFull):  # the whole append is refused: nothing of it lands
+        store.conversation_items.add("conv_a", "k", [message_item("user", "d"), message_item("user", "e")])
+    store.conversation_items.add("conv_a", "k", [message_item("user", "d")])
+    with pytest.raises(ConversationFull):  # a turn is refused before it runs
+        store.conversation_items.turn_context("conv_a", "k")
+    assert texts(store.conversation_items.page("conv_a", "k", after=None, limit=9, ascending=True).items) == list("abcd")

@@ -21,7 +21,7 @@ from anthropic.types.message_create_params import MessageCreateParamsBase
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from trtkit.gateway.errors import RequestValidationError
-from trtkit.gateway.tool_format import FunctionSpec, ToolSpec
+from trtkit.gateway.tool_format import MAX_TOOLS, FunctionSpec, ToolSpec
 
 ANTHROPIC_FIELDS = frozenset(MessageCreateParamsBase.__annotations__) | {"stream", "temperature", "top_p", "top_k"}
 SUPPORTED = frozenset({"model", "max_tokens", "messages", "system", "stop_sequences", "metadata", "tools",
@@ -209,6 +209,8 @@ def _text_blocks(value: Any, where: str) -> str:
 def tool_spec_of(tools: list[Any] | None, tool_choice: dict[str, Any] | None) -> ToolSpec | None:
     """Anthropic's tools (custom tools: a name, a description, an ``input_schema``) and its tool_choice (auto, any,
     tool, none; ``disable_parallel_tool_use``) as a ToolSpec. 400 naming the field."""
+    if len(tools or []) > MAX_TOOLS:
+        raise RequestValidationError(f"tools holds {len(tools or [])} tools; send at most {MAX_TOOLS}", param="tools")
     functions = tuple(_tool(tool, f"tools[{index}]") for index, tool in enumerate(tools or []))
     names = [f.name for f in functions]
     if len(set(names)) != len(names):

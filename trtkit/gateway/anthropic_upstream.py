@@ -26,7 +26,8 @@ from trtkit.gateway.generation import (
     stream_chunks,
     stream_or_wait,
 )
-from trtkit.gateway.tool_format import Piece, ToolSpec
+from trtkit.gateway.tool_format import ToolSpec
+from trtkit.gateway.tool_splitter import Piece
 from trtkit.governance.vocabulary import GenerationResult, SamplingParams, StreamChunk
 
 _FINISH = {"length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use"}

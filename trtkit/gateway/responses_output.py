@@ -36,7 +36,8 @@ from openai.types.responses import (
 )
 
 from trtkit.gateway.responses_items import call_item, message_item, new_id
-from trtkit.gateway.tool_format import Piece, ToolSpec, ToolTextSplitter
+from trtkit.gateway.tool_format import ToolSpec
+from trtkit.gateway.tool_splitter import Piece, ToolTextSplitter
 
 _TEXT_MARK = "trtkit-text-mark-93c4"
 _SEQUENCE_MARK = 918_273_645

@@ -21,7 +21,7 @@ from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.response_format import guide_of
 from trtkit.gateway.responses_items import parse_input
 from trtkit.gateway.sampling import check_range
-from trtkit.gateway.tool_format import FunctionSpec, ToolSpec, answer_grammar, tool_grammar
+from trtkit.gateway.tool_format import MAX_TOOLS, FunctionSpec, ToolSpec, answer_grammar, tool_grammar
 from trtkit.governance.vocabulary import SamplingParams
 
 OPENAI_FIELDS = frozenset(ResponseCreateParamsBase.__annotations__) | {"stream"}
@@ -98,6 +98,9 @@ class ResponseRequest(BaseModel):
 
     def tool_spec(self) -> ToolSpec | None:
         """The function tools and how the answer may use them; None when there are none. 400 naming the field."""
+        if len(self.tools or []) > MAX_TOOLS:
+            raise RequestValidationError(f"tools holds {len(self.tools or [])} tools; send at most {MAX_TOOLS}",
+                                         param="tools")
         functions = tuple(_function(tool, f"tools[{i}]") for i, tool in enumerate(self.tools or []))
         names = [f.name for f in functions]
         repeated = next((n for n in names if names.count(n) > 1), None)

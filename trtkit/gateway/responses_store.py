@@ -14,7 +14,7 @@ from trtkit.gateway.errors import NotFoundError, RequestValidationError
 from trtkit.gateway.generation import ServingContext
 from trtkit.gateway.keys import ApiKey
 from trtkit.store.conversation_items import ConversationNotFound
-from trtkit.store.conversations import ConversationExpired, InConversation, ResponseNotFound
+from trtkit.store.conversations import ConversationExpired, ConversationFull, InConversation, ResponseNotFound
 
 T = TypeVar("T")
 
@@ -39,6 +39,8 @@ class StoreCalls:
             raise not_found(exc, param) from None
         except InConversation as exc:
             raise RequestValidationError(str(exc), param=param or "previous_response_id") from None
+        except ConversationFull as exc:
+            raise RequestValidationError(str(exc), param="items", code="conversation_full") from None
         finally:
             if op:
                 self.ctx.metrics.conversation_store.labels(op).observe(time.perf_counter() - started)

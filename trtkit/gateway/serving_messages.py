@@ -11,6 +11,7 @@ OpenAI-compatible upstream the request is translated to chat completions and the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from fastapi.responses import JSONResponse, Response
@@ -58,7 +59,8 @@ class ServingMessages:
             return await self.relayed.create(request, call)
         messages, prefill = request.conversation()
         tools = request.tool_spec()
-        params = self._params(request, tools)
+        grammar = tools is not None or request.output_config is not None  # converted off the loop (tool_format)
+        params = await asyncio.to_thread(self._params, request, tools) if grammar else self._params(request, tools)
         rendered = render(self.counter, messages, tools.functions if tools else ())
         prompt = RawPrompt(str(rendered) + prefill, special_tokens=rendered.special_tokens)
         generation = await self._generate(call, request, prompt, params)
@@ -69,7 +71,7 @@ class ServingMessages:
             content = MessageContent(tools)
             content.feed(result.text)
             content.finish()
-            body = message(message_id, request.model, content, result, stops)
+            body = message(message_id, request.model, content, result, stops, decode=self.counter.decode)
             return JSONResponse(body.model_dump(by_alias=True), headers=generation.headers)
 
         return await stream_or_wait(self.ctx, generation, call, stream=request.stream, answer=answer,
@@ -111,6 +113,7 @@ class ServingMessages:
         return SamplingParams(max_tokens=request.max_tokens,
                               temperature=1.0 if request.temperature is None else request.temperature,
                               top_p=request.top_p, top_k=request.top_k or None, stop_words=tuple(stops),
+                              return_log_probs=len(stops) > 1,  # the answer's token ids tell which one ended it
                               guided_decoding_guide_type=guide_type, guided_decoding_guide=guide)
 
     async def _generate(self, call: CallInfo, request: MessagesRequest, prompt: str,
@@ -137,7 +140,7 @@ class ServingMessages:
             return opening + (events.delta(chunk.text) if chunk.text else b"")
 
         async def last(result: GenerationResult) -> bytes:
-            return events.closing(result, stops)
+            return events.closing(result, stops, decode=self.counter.decode)
 
         return stream_chunks(self.ctx, generation, piece=piece, last=last,
                              failed=lambda exc: sse_error(http_error(exc)))

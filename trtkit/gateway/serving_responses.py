@@ -13,6 +13,7 @@ The stored responses' other routes: ``responses_routes``.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import secrets
@@ -88,8 +89,10 @@ class ServingResponses:
             raise RequestValidationError("function tools need the Triton backend's guided decoding; in front of an "
                                          "OpenAI-compatible upstream send them to /v1/chat/completions or "
                                          "/v1/messages", param="tools")
-        params = response_params(request, guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar",
-                                 tools=tools)
+        make = functools.partial(response_params, request, tools=tools,
+                                 guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar")
+        # a grammar is converted from JSON schemas (tool_format): off the event loop, as it may take a while
+        params = await asyncio.to_thread(make) if tools is not None or request.text else make()
         turn, generation = await self._start(request, call, params, tools)
         return await stream_or_wait(self.ctx, generation, call, stream=request.stream,
                                     events=lambda: self._events(turn, generation),

@@ -13,15 +13,16 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from trtkit.errors import ClientError
-from trtkit.store.conversations import (
-    Chain,
+from trtkit.store.conversation_rows import (
+    MAX_CONVERSATION_ITEMS,
     ConversationExpired,
-    ConversationStore,
+    ConversationFull,
     alive,
     append_items,
     drop,
     touch,
 )
+from trtkit.store.conversations import Chain, ConversationStore
 from trtkit.store.session import Session
 
 T = TypeVar("T")
@@ -103,14 +104,18 @@ class ConversationItems:
         with the summary state of its latest turn."""
         def work(s: Session, now: float) -> Chain:
             row = self._row(s, conversation_id, key_id, now)
-            ttl = self._ttl(s, conversation_id)
+            ttl, appended = s.execute("SELECT ttl_seconds, next_position FROM conversations WHERE id = ?",
+                                      (conversation_id,)).fetchone()
+            if int(appended) >= MAX_CONVERSATION_ITEMS:  # refused before the engine runs, not after
+                raise ConversationFull(f"the conversation '{conversation_id}' has had {MAX_CONVERSATION_ITEMS} items "
+                                       f"appended, its most; start a new conversation")
             rows = s.execute("SELECT item FROM conversation_items WHERE conversation_id = ? ORDER BY position",
                              (conversation_id,)).fetchall()
             latest = s.execute(_LATEST, (conversation_id,)).fetchone()
             items = [json.loads(r[0]) for r in rows]
             summary, summarized = (str(latest[0]), min(int(latest[1]), len(items))) if latest else ("", 0)
-            return Chain(conversation_id, touch(s, conversation_id, ttl, now), ttl, row.budget_tokens, items, summary,
-                         summarized, len(rows))
+            expires_at = touch(s, conversation_id, float(ttl), now)
+            return Chain(conversation_id, expires_at, float(ttl), row.budget_tokens, items, summary, summarized, len(rows))
 
         return self._transact(work)
 
