@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
 from typing import Any
 
 from anthropic.types import (
@@ -47,28 +46,17 @@ def usage_of(usage: Usage) -> AnthropicUsage:
                           cache_read_input_tokens=usage.cached_tokens, cache_creation_input_tokens=0)
 
 
-def stop_of(result: GenerationResult, has_calls: bool, stop_sequences: list[str],
-            decode: Callable[[list[int]], str] | None = None) -> tuple[str, str | None]:
+def stop_of(result: GenerationResult, has_calls: bool, stop_sequences: list[str]) -> tuple[str, str | None]:
     """(stop_reason, stop_sequence): tool_use when it called tools, max_tokens at the length limit, stop_sequence when
-    one of the caller's ended it, else end_turn. Which sequence: the one sent; of several, the one the answer's tokens
-    spell after its text (``decode`` and the result's token ids: the serving class asks for them then)."""
+    one of the caller's ended it, else end_turn. Which sequence: the one sent; of several, the first (the engine
+    reports that a stop string ended the answer, not which: one caught by its token id leaves no trace in the text)."""
     if result.finish_reason == "length":
         return "max_tokens", None
     if has_calls:
         return "tool_use", None
     if result.finish_reason == "stop" and stop_sequences:
-        return "stop_sequence", matched_stop(result, stop_sequences, decode)
+        return "stop_sequence", stop_sequences[0]
     return "end_turn", None
-
-
-def matched_stop(result: GenerationResult, stops: list[str], decode: Callable[[list[int]], str] | None) -> str:
-    """The stop sequence that ended the answer: the answer's tokens run up to the one that completed it, so their
-    text is the answer's and then the sequence; of two that both begin there, the shorter completed first."""
-    if len(stops) == 1 or decode is None or not result.log_probs:
-        return stops[0]  # one sent, or no tokens to read (a cache hit): the first
-    tail = decode([token for token, _ in result.log_probs])[len(result.text):]
-    found = [stop for stop in stops if tail.startswith(stop)]
-    return min(found, key=len) if found else stops[0]
 
 
 class MessageContent:
@@ -113,10 +101,9 @@ def _object(arguments: str) -> dict[str, Any]:
 
 
 def message(message_id: str, model: str, content: MessageContent, result: GenerationResult,
-            stop_sequences: list[str], stop: tuple[str, str | None] | None = None,
-            decode: Callable[[list[int]], str] | None = None) -> Message:
+            stop_sequences: list[str], stop: tuple[str, str | None] | None = None) -> Message:
     """``stop``: (stop_reason, stop_sequence) when the caller knows better (an upstream's finish reason)."""
-    reason, sequence = stop or stop_of(result, bool(content.calls), stop_sequences, decode)
+    reason, sequence = stop or stop_of(result, bool(content.calls), stop_sequences)
     return Message(id=message_id, type="message", role="assistant", model=model, content=list(content.blocks()),
                    stop_reason=reason, stop_sequence=sequence, usage=usage_of(result.usage))  # type: ignore[arg-type]
 
@@ -149,10 +136,10 @@ class MessageEvents:
         return b"".join(self._event(piece) for piece in pieces)
 
     def closing(self, result: GenerationResult, stop_sequences: list[str],
-                stop: tuple[str, str | None] | None = None, decode: Callable[[list[int]], str] | None = None) -> bytes:
+                stop: tuple[str, str | None] | None = None) -> bytes:
         events = [self._event(piece) for piece in self.content.finish()]
         events.append(self._close())
-        reason, sequence = stop or stop_of(result, bool(self.content.calls), stop_sequences, decode)
+        reason, sequence = stop or stop_of(result, bool(self.content.calls), stop_sequences)
         usage = usage_of(result.usage)
         delta_usage = MessageDeltaUsage(output_tokens=usage.output_tokens, input_tokens=usage.input_tokens,
                                         cache_read_input_tokens=usage.cache_read_input_tokens,

@@ -71,7 +71,7 @@ class ServingMessages:
             content = MessageContent(tools)
             content.feed(result.text)
             content.finish()
-            body = message(message_id, request.model, content, result, stops, decode=self.counter.decode)
+            body = message(message_id, request.model, content, result, stops)
             return JSONResponse(body.model_dump(by_alias=True), headers=generation.headers)
 
         return await stream_or_wait(self.ctx, generation, call, stream=request.stream, answer=answer,
@@ -113,7 +113,6 @@ class ServingMessages:
         return SamplingParams(max_tokens=request.max_tokens,
                               temperature=1.0 if request.temperature is None else request.temperature,
                               top_p=request.top_p, top_k=request.top_k or None, stop_words=tuple(stops),
-                              return_log_probs=len(stops) > 1,  # the answer's token ids tell which one ended it
                               guided_decoding_guide_type=guide_type, guided_decoding_guide=guide)
 
     async def _generate(self, call: CallInfo, request: MessagesRequest, prompt: str,
@@ -140,7 +139,7 @@ class ServingMessages:
             return opening + (events.delta(chunk.text) if chunk.text else b"")
 
         async def last(result: GenerationResult) -> bytes:
-            return events.closing(result, stops, decode=self.counter.decode)
+            return events.closing(result, stops)
 
         return stream_chunks(self.ctx, generation, piece=piece, last=last,
                              failed=lambda exc: sse_error(http_error(exc)))
