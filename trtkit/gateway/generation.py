@@ -121,26 +121,27 @@ def check_model(ctx: ServingContext, model: str, key: ApiKey | None) -> None:
                                  f"it to be added there")
 
 
-def caller_of(key: ApiKey | None, user: str | None, model: str, session: str = "") -> Caller:
+def caller_of(key: ApiKey | None, user: str | None, model: str, session: str = "", dialect: str = "openai") -> Caller:
     """Who asks: the key (its name is the tenant), its user, the levels it hangs under and its organisation's
-    price for the model, if the organisation sets one."""
+    price for the model, if the organisation sets one; ``dialect``: the API asked (the ledger row's)."""
     if key is None:
-        return Caller(user=user or "", session=session)
+        return Caller(user=user or "", session=session, dialect=dialect)
     levels = key.level_names()
     org = next((scope for scope in key.chain if scope.level == "org"), None)
     return Caller(user=key.user or user or "", key_id=key.name, session=session, org=levels.get("org", ""),
                   team=levels.get("team", ""), project=levels.get("project", ""),
-                  prices=None if org is None else org.prices.get(model))
+                  prices=None if org is None else org.prices.get(model), dialect=dialect)
 
 
 async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, params: SamplingParams,
-                           user: str | None, *, at_admission: bool = False, session: str = "") -> Generation:
+                           user: str | None, *, at_admission: bool = False, session: str = "",
+                           dialect: str = "openai") -> Generation:
     """Admit and send one request; raises the refusal (budget, rate, context) before anything is sent. With
     ``at_admission`` (a stream) it returns once admitted, its first chunk still coming; otherwise with the first
     chunk in hand (and an engine's refusal raised). ``session``: the conversation it belongs to (its ledger row
-    names it; ``client.budgets`` rules of scope session hold it)."""
+    names it; ``client.budgets`` rules of scope session hold it); ``dialect``: the API asked (the ledger row's)."""
     key = call.key
-    caller = caller_of(key, user, ctx.model, session)
+    caller = caller_of(key, user, ctx.model, session, dialect)
     request_id = uuid.uuid4().hex
     governor = ctx.client.governor
     scope = None
@@ -177,13 +178,13 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
     return Generation(request_id, first, chunks, headers, params)
 
 
-async def refuse_at_cap(ctx: ServingContext, key: ApiKey | None) -> None:
+async def refuse_at_cap(ctx: ServingContext, key: ApiKey | None, dialect: str = "openai") -> None:
     """A key that holds its concurrency cap on this replica already is refused at the door, before its body is
     parsed or its prompt counted, with its refusal row as at admission."""
     try:
         ctx.rulebook.refuse_at_cap(key)
     except ConcurrencyLimitedError as exc:
-        caller = caller_of(key, None, ctx.model)  # its levels named in the row, as at admission
+        caller = caller_of(key, None, ctx.model, dialect=dialect)  # its levels named in the row, as at admission
         await ctx.client.governor.arecord_refusal(caller, uuid.uuid4().hex, _reason(exc))
         raise
 
@@ -211,6 +212,52 @@ def _reason(exc: Exception) -> str:
     if isinstance(exc, RateLimitedError):
         return "rate_limit"
     return "budget" if isinstance(exc, BudgetExceededError) else "context_length"
+
+
+async def stream_or_wait(ctx: ServingContext, generation: Generation, call: CallInfo, *, stream: bool,
+                         events: Callable[[], AsyncIterator[bytes]],
+                         answer: Callable[[GenerationResult], Awaitable[Response]],
+                         wait: Callable[[], Awaitable[GenerationResult]] | None = None,
+                         operation: str = "chat") -> Response:
+    """How a generating endpoint finishes: a stream of ``events()`` that a disconnect cancels (and a caller that reads
+    nothing for ``gateway.limits.send_timeout_seconds`` loses), or the result awaited (``wait()``, default the
+    generation's result; 499 if the client left first: the request is cancelled and billed for what the engine did)
+    and ``answer``-ed. ``operation``: gen_ai.operation.name of the metrics and span (``observe``)."""
+    if stream:
+        return CancellingStreamResponse(events(), generation.headers,
+                                        lambda: ctx.metrics.disconnects.labels("true").inc(), ctx.send_timeout_s)
+    finished, result = await run_or_cancel(wait() if wait is not None else generation.result(), call.receive)
+    if not finished:
+        ctx.metrics.disconnects.labels("false").inc()
+        return Response(status_code=499)
+    observe(ctx, result, operation=operation, streamed=False, params=generation.params)
+    return await answer(result)
+
+
+async def stream_chunks(ctx: ServingContext, generation: Generation, *, piece: Callable[[StreamChunk], bytes],
+                        last: Callable[[GenerationResult], Awaitable[bytes]], first: bytes = b"",
+                        failed: Callable[[Exception], bytes] | None = None,
+                        operation: str = "chat") -> AsyncIterator[bytes]:
+    """A stream's bytes: ``first``, ``piece(chunk)`` per chunk, ``last(result)`` with the body's end in one write; a
+    backend failure mid-stream is the stream's last event (``failed``, default OpenAI's error body), never a
+    traceback. Closed at any point, it stops the request (the client left)."""
+    chunks = generation.chunks()
+    try:
+        if first:
+            yield first
+        async for chunk in chunks:
+            out = piece(chunk)
+            if out:
+                yield out
+            if chunk.result is not None:
+                observe(ctx, chunk.result, operation=operation, streamed=True, params=generation.params)
+                yield LastEvent(await last(chunk.result))
+                return
+    except Exception as exc:
+        yield (failed or sse_error)(exc)
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+        await generation.aclose()
 
 
 def observe(ctx: ServingContext, result: GenerationResult, *, operation: str, streamed: bool,

@@ -7,6 +7,8 @@ or wait, disconnect handling, metrics) is written once here.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -80,11 +82,17 @@ class ServingEndpoint(Generic[RequestT]):
     async def create(self, request: RequestT, call: CallInfo) -> Response:
         check_model(self.ctx, request.model, call.key)
         plan = self.tool_plan(request)
-        params = sampling_params(request, guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar",
+        make = functools.partial(sampling_params, request,
+                                 guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar",
                                  vocab_size=self.ctx.client.governor.counter.model_vocab_size,
                                  tool_guide=None if plan is None else plan.guide)
-        check_guide(params.guided_decoding_guide_type, params.guided_decoding_guide, self.ctx.config.gateway.limits,
-                    "response_format" if plan is None else "tools")
+        limits = self.ctx.config.gateway.limits
+        if plan is not None:  # the tools' schema as the caller sent it, checked before it becomes a grammar
+            check_guide("json_schema", plan.guide, limits, "tools")
+        # a tool call's grammar is converted from its schema (tool_format): off the event loop
+        params = await asyncio.to_thread(make) if plan is not None else make()
+        if plan is None:
+            check_guide(params.guided_decoding_guide_type, params.guided_decoding_guide, limits, "response_format")
         prompt = self.prompt_of(request)
         # A stream's headers go out at admission, but a guided one's wait for the engine's first answer: only the
         # engine compiles a schema or grammar, and its refusal is then a 400, not the stream's error event

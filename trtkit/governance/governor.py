@@ -240,7 +240,8 @@ class Governor:
         if self.ledger is not None:
             await self.ledger.arecord([LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session,
                                                  request_id, 0, 0, 0, None, 0.0, f"refused:{reason}", 0.0,
-                                                 org=caller.org, team=caller.team, project=caller.project)])
+                                                 org=caller.org, team=caller.team, project=caller.project,
+                                                 dialect=caller.dialect)])
 
     async def arecord_hit(self, result: GenerationResult, caller: Caller) -> None:
         if self.ledger is not None:
@@ -256,7 +257,7 @@ class Governor:
     def _hit_row(self, result: GenerationResult, caller: Caller) -> LedgerRow:
         return LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session, result.request_id,
                          0, 0, 0, result.latency_s * 1e3, result.latency_s * 1e3, result.finish_reason, 0.0, True,
-                         org=caller.org, team=caller.team, project=caller.project)
+                         org=caller.org, team=caller.team, project=caller.project, dialect=caller.dialect)
 
     def _cost(self, usage: Usage, caller: Caller | None = None) -> float:
         return self.prices.cost(usage, caller)
@@ -270,7 +271,8 @@ class Governor:
                          usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
                          None if ttft is None else ttft * 1e3, latency * 1e3, finish_reason, cost, False,
                          None if local is None else local[0], None if local is None else local[1],
-                         billing.counted_locally, caller.org, caller.team, caller.project, ",".join(billing.flags))
+                         billing.counted_locally, caller.org, caller.team, caller.project, ",".join(billing.flags),
+                         caller.dialect)
 
 
 def reserved_of(request: PreparedRequest) -> Reserved:

@@ -24,6 +24,7 @@ class Caller:
     team: str = ""
     project: str = ""
     prices: ModelPrice | None = None  # the organisation's price for the model, over the config's
+    dialect: str = "openai"  # the API asked: openai or anthropic (the ledger row records it)
 
     @property
     def tenant(self) -> str:

@@ -18,6 +18,7 @@ from typing import Protocol
 from trtkit.config.store_url import StoreUrl
 from trtkit.errors import ClientError, StoreUnavailable
 from trtkit.store import holds, leases
+from trtkit.store.conversation_items import ConversationItems
 from trtkit.store.conversations import ConversationStore
 from trtkit.store.db import Database, Session
 from trtkit.store.hierarchy import SCOPE_COLUMNS, Hierarchy, scope_of
@@ -44,6 +45,7 @@ class GatewayStore(Protocol):
     conversations: ConversationStore  # the Responses API's stored chains, leased like holds
     hierarchy: Hierarchy  # organisations, teams, projects; keys attached to projects
     spend_alerts: SpendAlerts  # the outbox of spend alerts
+    conversation_items: ConversationItems  # the Conversations API's conversations and their items, leased alike
 
     def add_key(self, key: ApiKey, secret_hash: str) -> None: ...
     def find_key(self, key_id: str) -> tuple[ApiKey, str] | None: ...
@@ -87,6 +89,7 @@ class SqlGatewayStore:
         self.conversations = ConversationStore(db)
         self.hierarchy = Hierarchy(db)
         self.spend_alerts = SpendAlerts(db)
+        self.conversation_items = ConversationItems(self.conversations)
         self._keeper = LeaseKeeper(self, self.lease_seconds) if keep_leases else None
 
     # -- keys -------------------------------------------------------------------------------------------

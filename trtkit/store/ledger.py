@@ -62,6 +62,7 @@ class LedgerRow:
     # how the governor corrected the bill, comma-separated (governance/billing.py: overrun, usage_doubtful,
     # usage_clamped); empty when nothing was
     usage_flags: str = ""
+    dialect: str = "openai"  # the API the request was asked in: openai (chat, completions, responses) or anthropic
 
 
 ROW_COLUMNS = tuple(f.name for f in fields(LedgerRow))

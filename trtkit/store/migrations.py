@@ -232,6 +232,18 @@ MIGRATIONS: tuple[Migration, ...] = (
     # (migration 10), the rate windows of the key and of each level above it, one (requests, tokens) row answered per
     # window (migration 11), the budgets. Holds made before read as one window (``rate``) and no slot.
     Migration(12, "m012_pg_admission_levels_and_slots", pg_admission.MIGRATION_STATEMENTS, dialects=("postgresql",)),
+    # The Conversations API: a conversation made by POST /v1/conversations has ``metadata`` (a chain's has none) and
+    # its items in order (``conversation_items``: the position comes from the row's ``next_position``, taken by an
+    # UPDATE so that concurrent appends queue on the row); a ledger row names the API dialect it was asked in.
+    Migration(13, "m013_conversation_items_and_dialect", (
+        "ALTER TABLE conversations ADD COLUMN metadata TEXT",
+        "ALTER TABLE conversations ADD COLUMN next_position BIGINT NOT NULL DEFAULT 0",
+        """CREATE TABLE IF NOT EXISTS conversation_items (
+            conversation_id TEXT NOT NULL, position BIGINT NOT NULL, id TEXT NOT NULL, key_id TEXT NOT NULL,
+            response_id TEXT, item TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (conversation_id, position))""",
+        "CREATE INDEX conversation_items_id ON conversation_items (conversation_id, id)",
+        "ALTER TABLE requests ADD COLUMN dialect TEXT NOT NULL DEFAULT 'openai'")),
 )
 
 _LEGACY_LEDGER_NAMES = {m.name: m.version for m in MIGRATIONS[:3]}
