@@ -69,6 +69,19 @@ def test_a_schema_just_past_the_depth_limit_names_the_limit(gateway) -> None:
         "format": {"type": "json_schema", "name": "deep", "schema": "SCHEMA"}}}
     status, answer = _post_raw(gateway, secret, with_schema(body, "", nested_schema(17)), "/v1/responses")
     assert status == 400 and error_of(answer)["param"] == "text.format"
+    # the schemas the gateway converts into a grammar itself (tools, Anthropic's output_config) meet the same limit
+    ask = {"model": "tiny-llama", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    for path, body, field in (
+            ("/v1/responses", {"model": "tiny-llama", "input": "hi", "max_output_tokens": 8, "tool_choice": "required",
+                               "tools": [{"type": "function", "name": "f", "parameters": "SCHEMA"}]},
+             "tools[0].parameters"),
+            ("/v1/messages", {**ask, "tools": [{"name": "f", "input_schema": "SCHEMA"}]}, "tools[0].input_schema"),
+            ("/v1/messages", {**ask, "output_config": {"format": {"type": "json_schema", "schema": "SCHEMA"}}},
+             "output_config.format")):
+        status, answer = _post_raw(gateway, secret, with_schema(body, "", nested_schema(17)), path)
+        message = json.loads(answer)["error"]["message"]  # OpenAI's error shape, or Anthropic's
+        assert status == 400 and message.startswith(f"{field}: ") and "gateway.limits.max_schema_depth" in message
+    assert holds(gateway) == 0
 
 
 def test_json_nested_past_the_parser_and_huge_numbers_are_400s_naming_the_field(gateway) -> None:

@@ -111,17 +111,24 @@ def test_a_template_without_tools_gets_the_note_written_calls_and_responses(tiny
 
 
 def test_a_schema_too_deep_or_too_large_is_refused_before_converting() -> None:
+    """One rule for every guide: gateway.limits' depth and size, checked on the tools' schemas as sent, before the
+    gateway converts them into one grammar (the default limits here: 32 levels, 64 KiB for them all)."""
+    from trtkit.config.gateway_limits import GatewayLimitsSection
     from trtkit.gateway.errors import RequestValidationError
-    from trtkit.gateway.tool_format import MAX_SCHEMA_DEPTH
+    from trtkit.gateway.guide_limits import check_tool_schemas
 
+    limits = GatewayLimitsSection()
     deep: dict = {"type": "string"}
-    for _ in range(MAX_SCHEMA_DEPTH // 2):  # each object property nests two levels of JSON
+    for _ in range(limits.max_schema_depth // 2):  # each object property nests two levels of JSON
         deep = {"type": "object", "properties": {"x": deep}, "required": ["x"]}
     with pytest.raises(RequestValidationError) as refused:
-        tool_grammar(ToolSpec((FunctionSpec("f", deep),), "required"))
-    assert refused.value.param == "tools[0].parameters" and "nests over" in str(refused.value)
-    huge = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(3000)}}
-    with pytest.raises(RequestValidationError):
-        tool_grammar(ToolSpec((FunctionSpec("f", huge),), "auto"))
-    fine = deep["properties"]["x"]  # one level less converts
+        check_tool_schemas([TIME.parameters, deep], limits, "tools[{}].parameters")
+    assert refused.value.param == "tools[1].parameters" and "gateway.limits.max_schema_depth" in str(refused.value)
+    fine = deep["properties"]["x"]  # one level less passes, and converts
+    check_tool_schemas([fine], limits, "tools[{}].parameters")
     assert "root ::=" in tool_grammar(ToolSpec((FunctionSpec("f", fine),), "required"))
+    third = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(200)}}
+    check_tool_schemas([third, third], limits, "tools[{}].input_schema")  # about 2 x 24 KB: within 64 KiB
+    with pytest.raises(RequestValidationError) as refused:  # together they are one guide: three are past it
+        check_tool_schemas([third, third, third], limits, "tools[{}].input_schema")
+    assert refused.value.param == "tools" and "gateway.limits.max_schema_bytes" in str(refused.value)

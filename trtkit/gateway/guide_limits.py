@@ -5,11 +5,16 @@ A guide is compiled by xgrammar in the engine, and compiling grows steeply with 
 the schema, 32 by default: 16 nested objects, beyond OpenAI's own 10) and ``max_schema_bytes`` (64 KiB) refuse such
 a guide with a 400 naming the limit, before anything is reserved or sent. The engine still compiles off its step
 with a time bound (``refengine/grammar_compiler.py``), for whatever a guide within these limits costs.
+The schemas the gateway itself turns into a grammar (function tools and ``text.format`` of the Responses and
+Messages APIs, chat's tool schema: ``tool_format.py``, in a worker thread) are held to the same limits as the caller
+sent them, before the conversion (``check_tool_schemas``); the grammar made of them is not measured again.
 In relay mode the same limits hold for ``response_format`` and ``tools`` as sent up: the upstream compiles them.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 from trtkit.config.gateway_limits import GatewayLimitsSection
@@ -27,6 +32,21 @@ def check_guide(guide_type: str | None, guide: str | None, limits: GatewayLimits
                                      f"(gateway.limits.max_schema_bytes)", param=param)
     if guide_type == "json_schema":
         _check_depth(json_depth(guide.encode("utf-8")), limits, param)
+
+
+def check_tool_schemas(schemas: Sequence[Any], limits: GatewayLimitsSection, param: str) -> None:
+    """The schemas of a request's function tools (the Responses API's ``parameters``, the Messages API's
+    ``input_schema``) as the caller sent them, before the gateway converts them into one grammar (``tool_format``):
+    each nested at most ``max_schema_depth``, all of them together at most ``max_schema_bytes``, as one guide.
+    ``param``: the field of the i-th schema, ``{}`` standing for i."""
+    size = 0
+    for index, schema in enumerate(schemas):
+        _check_depth(value_depth(schema), limits, param.format(index))
+        size += len(json.dumps(schema, ensure_ascii=False).encode("utf-8"))
+        if size > limits.max_schema_bytes:
+            tools = param.split("[", 1)[0]
+            raise RequestValidationError(f"{tools}: the tools' schemas are {size} bytes or more together; the limit "
+                                         f"is {limits.max_schema_bytes} (gateway.limits.max_schema_bytes)", param=tools)
 
 
 def check_relayed(body: dict[str, Any], limits: GatewayLimitsSection) -> None:

@@ -36,6 +36,7 @@ from trtkit.gateway.generation import (
     stream_chunks,
     stream_or_wait,
 )
+from trtkit.gateway.guide_limits import check_guide, check_tool_schemas
 from trtkit.gateway.response_format import ENGINE_GUIDE_INPUT
 from trtkit.gateway.sampling import check_range
 from trtkit.gateway.tool_format import ToolSpec, answer_grammar, tool_grammar
@@ -55,10 +56,13 @@ class ServingMessages:
 
     async def create(self, request: MessagesRequest, call: CallInfo) -> Response:
         check_model(self.ctx, request.model, call.key)
+        tools = request.tool_spec()
+        limits = self.ctx.config.gateway.limits  # the schemas as sent, before a grammar or an upstream gets them
+        check_guide(*request.answer_format(), limits, "output_config.format")
+        check_tool_schemas([f.parameters for f in tools.functions] if tools else [], limits, "tools[{}].input_schema")
         if self.relayed is not None:
             return await self.relayed.create(request, call)
         messages, prefill = request.conversation()
-        tools = request.tool_spec()
         grammar = tools is not None or request.output_config is not None  # converted off the loop (tool_format)
         params = await asyncio.to_thread(self._params, request, tools) if grammar else self._params(request, tools)
         rendered = render(self.counter, messages, tools.functions if tools else ())

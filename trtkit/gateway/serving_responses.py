@@ -37,7 +37,7 @@ from trtkit.gateway.generation import (
     stream_chunks,
     stream_or_wait,
 )
-from trtkit.gateway.guide_limits import check_guide
+from trtkit.gateway.guide_limits import check_guide, check_tool_schemas
 from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.response_format import ENGINE_GUIDE_INPUT
 from trtkit.gateway.responses import extension
@@ -91,9 +91,10 @@ class ServingResponses:
             raise RequestValidationError("function tools need the Triton backend's guided decoding; in front of an "
                                          "OpenAI-compatible upstream send them to /v1/chat/completions or "
                                          "/v1/messages", param="tools")
-        # text.format's schema as the caller sent it, before it becomes a grammar
-        check_guide(*text_guide(request.text, self.ctx.config.serve.guided_decoding == "xgrammar"),
-                    self.ctx.config.gateway.limits, "text.format")
+        limits = self.ctx.config.gateway.limits  # the guides as the caller sent them, before they become a grammar
+        check_guide(*text_guide(request.text, self.ctx.config.serve.guided_decoding == "xgrammar"), limits,
+                    "text.format")
+        check_tool_schemas([f.parameters for f in tools.functions] if tools else [], limits, "tools[{}].parameters")
         self._check_echo(request, tools)
         make = functools.partial(response_params, request, tools=tools,
                                  guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar")

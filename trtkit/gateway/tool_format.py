@@ -31,9 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_TOOLS = 128  # tools per request (OpenAI's limit)
-MAX_SCHEMA_DEPTH = 128  # JSON nesting of a schema converted here (an object property is 2 levels): 100 nested
-# objects took 0.18 s, 200 took 2.2 s with xgrammar 0.2.9
-MAX_SCHEMA_BYTES = 256 * 1024
 TRIGGER = "<tool_call>"
 CALL_HEAD = TRIGGER + '\n{"name": "'
 ARGS_HEAD = '", "arguments": '
@@ -155,14 +152,13 @@ def _text_rules() -> list[str]:
 
 
 def _json_grammar(schema: str, param: str, *, strict: bool = True) -> str:
-    """xgrammar's own conversion of a JSON schema, compact; a schema it cannot convert (or too deep or large to convert
-    at the door: the time grows faster than the depth) is a 400 naming ``param``. The conversion releases the GIL:
-    the serving classes run it in a worker thread, so one request's schema never stalls the event loop."""
+    """xgrammar's own conversion of a JSON schema, compact; a schema it cannot convert is a 400 naming ``param``.
+    The time grows faster than the depth (100 nested objects took 0.18 s, 200 took 2.2 s with xgrammar 0.2.9): the
+    serving classes hold every schema to gateway.limits' depth and size before converting
+    (``guide_limits.check_guide`` / ``check_tool_schemas``). The conversion releases the GIL: they run it in a worker
+    thread, so one request's schema never stalls the event loop."""
     from trtkit.gateway.errors import RequestValidationError
 
-    if len(schema) > MAX_SCHEMA_BYTES or _depth(json.loads(schema)) > MAX_SCHEMA_DEPTH:
-        raise RequestValidationError(f"{param}: the JSON schema is over {MAX_SCHEMA_BYTES // 1024} KB or nests over "
-                                     f"{MAX_SCHEMA_DEPTH} levels of JSON; send a smaller one", param=param)
     xgr = _xgrammar()
     try:
         return str(xgr.Grammar.from_json_schema(schema, any_whitespace=False, strict_mode=strict))
@@ -170,17 +166,6 @@ def _json_grammar(schema: str, param: str, *, strict: bool = True) -> str:
         reason = (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]
         raise RequestValidationError(f"{param}: the JSON schema does not compile as a grammar: {reason}",
                                      param=param) from None
-
-
-def _depth(value: Any) -> int:
-    """How deep ``value`` nests (iteratively: a hostile schema must not exhaust the stack)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        deepest = max(deepest, depth)
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return deepest
 
 
 def _xgrammar() -> Any:
