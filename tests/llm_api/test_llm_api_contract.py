@@ -20,7 +20,7 @@ import pytest
 from trtkit.config.llm_api import llm_api_contract
 from trtkit.refengine import llm_api
 from trtkit.triton_models.engine_model import EngineModel
-from trtkit.triton_models.llmapi_port import LlmApiPort
+from trtkit.triton_models.llm_api_port import LlmApiPort
 from trtkit.triton_models.requests import InvalidRequest
 
 CONTRACT = llm_api_contract()

@@ -1,5 +1,5 @@
 """The LLM-API mapping in both directions, without a server: the engine-slot request as SamplingParams keyword
-arguments (triton_models/llmapi_sampling.py), and the reference engine's facade answering them as the LLM API
+arguments (triton_models/llm_api_sampling.py), and the reference engine's facade answering them as the LLM API
 does (refengine/llm_api.py): greedy, stop and end ids, finish and stop reasons, token_ids_diff, cached tokens,
 abort, log-probabilities, and the iteration statistics with upstream's traps (get_stats / get_stats_async)."""
 
@@ -13,7 +13,7 @@ import pytest
 from trtkit.errors import EngineError
 from trtkit.refengine.llm_api import LLM, CpuOptions, GuidedDecodingParams, SamplingParams, engine_params
 from trtkit.triton_models.engine_request import ParsedRequest
-from trtkit.triton_models.llmapi_sampling import (
+from trtkit.triton_models.llm_api_sampling import (
     chosen_log_probs,
     finish_reason,
     guide_kwargs,
@@ -137,7 +137,7 @@ def test_a_repeated_prompt_reports_cached_tokens_and_abort_cancels(llm: LLM) -> 
 
 def test_a_request_ended_by_its_end_id_keeps_the_end_id_in_token_ids(llm: LLM, echo_model_dir: Path) -> None:
     """As the 1.2 TorchSampler leaves it (contract: completion_output.end_id): the end id is the last of
-    token_ids, with finish_reason stop and no stop_reason; the port drops it (test_live_llmapi bills it)."""
+    token_ids, with finish_reason stop and no stop_reason; the port drops it (test_live_llm_api bills it)."""
     import json
 
     cycle = json.loads((echo_model_dir / "cycle.json").read_text())

@@ -16,7 +16,7 @@ import pytest
 
 from trtkit.refengine.llm_api import LLM, CpuOptions, GuidedDecodingParams, SamplingParams
 from trtkit.triton_models.engine_request import ParsedRequest
-from trtkit.triton_models.llmapi_port import LlmApiPort
+from trtkit.triton_models.llm_api_port import LlmApiPort
 from trtkit.triton_models.requests import Sampling
 
 STEP_MS = 20.0  # every engine step lasts at least this long: the request surely runs while the test looks

@@ -14,10 +14,10 @@ import yaml
 from build_helpers import gpu_host, shipped, with_quant
 
 from trtkit.config.gpus import lookup_gpu
+from trtkit.config.llm_api_options import OPTIONS_FILE, model_dir_of, options_for
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.gpu_support import PYTORCH_MATRIX, family, pytorch_refusals, refusals_for
 from trtkit.trtllm_build.llm_api_build import build_llm_api
-from trtkit.trtllm_build.llm_api_options import OPTIONS_FILE, model_dir_of, options_for
 
 # the PyTorch backend's Hardware Support Matrix (docs/source/features/quantization.md; the contract records it)
 RUNS = {"fp8": {"L4", "H100-80GB", "B200", "RTX-5090"}, "fp8_block": {"H100-80GB", "B200"},

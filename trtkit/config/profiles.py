@@ -96,3 +96,17 @@ def serve_provenance(config: ModelConfig) -> list[ImpliedSetting]:
 def _value(config: ModelConfig, field: str) -> object:
     section, _, name = field.partition(".")
     return getattr(getattr(config, section), name)
+
+
+def in_flight_queue_delay(config: ModelConfig, delay_us: int, implied: list[ImpliedSetting]) -> int:
+    """The deploy-time rule of the profiles, for an engine that batches in flight (the C++ backend, the LLM API on a
+    GPU): the throughput profile's queue delay helps the CPU engine gather batches, but there it would only add up to
+    that much to every time-to-first-token, so a delay the profile gave becomes 0 (``implied`` says why). A delay
+    set in the YAML stays."""
+    field = "serve.max_queue_delay_microseconds"
+    if not delay_us or not from_profile(config, field):
+        return delay_us
+    reason = f"gpu: the C++ backend batches in flight; a Triton queue delay ({delay_us} us) would only add to " \
+             "time-to-first-token"
+    implied[:] = [ImpliedSetting(field, 0, reason) if i.field == field else i for i in implied]
+    return 0

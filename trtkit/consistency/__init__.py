@@ -24,7 +24,7 @@ from trtkit.consistency.rules import (
     sequence_lengths,
 )
 from trtkit.consistency.rules_guided import guided_decoding
-from trtkit.consistency.rules_llmapi import (
+from trtkit.consistency.rules_llm_api import (
     llm_api_gpu_support,
     llm_api_guided_decoding,
     llm_api_options_file,

@@ -105,11 +105,11 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, t
 
 def _engine_model(config: ModelConfig, settings: RepoSettings, out_dir: Path):  # type: ignore[no-untyped-def]
     if settings.backend == "pytorch":  # the options file the LLM API (or the reference engine's facade) reads
-        from trtkit.trtllm_build.llm_api_options import OPTIONS_FILE, options_for, write_options
+        from trtkit.config.llm_api_options import OPTIONS_FILE, options_for, write_options
 
         path = write_options(out_dir / "tensorrt_llm" / OPTIONS_FILE, options_for(
             config, settings.engine_dir, tokenizer_dir=settings.tokenizer_dir, max_batch_size=settings.max_batch_size))
-        return models.engine_llmapi(settings, path)
+        return models.engine_llm_api(settings, path)
     return models.engine_gpu(settings) if settings.target == "gpu" else models.engine_cpu(settings)
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtkit.config import ModelConfig
+from trtkit.config.llm_api_options import model_dir_of, options_for, write_options
 from trtkit.errors import BuildError, RepositoryError
-from trtkit.trtllm_build.llm_api_options import model_dir_of, options_for, write_options
 
 SERVE_CONFIG = "trtllm_serve.yaml"
 SERVE_SCRIPT = "trtllm_serve.sh"

@@ -4,7 +4,7 @@
 template's responses; a port starts and cancels requests on one engine and calls back with its outputs. Two ports:
 
 - ``LoopPort``: the CPU reference engine's ``EngineLoop`` (its own sampling parameters);
-- ``llmapi_port.LlmApiPort``: anything with TensorRT-LLM's LLM API, ``tensorrt_llm.LLM`` on a GPU or the reference
+- ``llm_api_port.LlmApiPort``: anything with TensorRT-LLM's LLM API, ``tensorrt_llm.LLM`` on a GPU or the reference
   engine's LLM facade (``trtkit.refengine.llm_api``) on CPU.
 
 Outputs are deltas shaped like ``trtkit.refengine.RequestOutput`` (new token ids, a finish reason of end_id, stop,

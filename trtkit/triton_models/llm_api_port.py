@@ -2,7 +2,7 @@
 
 As upstream's Triton LLM-API model does, one asyncio event loop runs on its own thread; each request is one
 ``generate_async(prompt_ids, SamplingParams(...), streaming=True)`` iterated there with ``async for``, and every
-response becomes the engine slot's delta (llmapi_sampling.engine_delta), handed to ``EngineModel``. ``cancel``
+response becomes the engine slot's delta (llm_api_sampling.engine_delta), handed to ``EngineModel``. ``cancel``
 is ``RequestOutput.abort()``. The engine refuses a request in ``generate_async`` itself, so ``start_request``
 waits for that call and raises its error to the engine model, which answers that request with it.
 
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trtkit.triton_models.engine_request import ParsedRequest
-from trtkit.triton_models.llmapi_sampling import engine_delta, failed_delta, guide_kwargs, sampling_kwargs
+from trtkit.triton_models.llm_api_sampling import engine_delta, failed_delta, guide_kwargs, sampling_kwargs
 
 log = logging.getLogger(__name__)
 SUBMIT_TIMEOUT_S = 60.0

@@ -1,6 +1,6 @@
 """A parsed engine-slot request in the LLM API's words: ``SamplingParams`` keyword arguments, and back from its
 ``RequestOutput`` to the engine slot's delta. Pure functions; the names are the ones recorded in
-``trtkit/contracts/llm_api_1.2.json`` (tests/triton_models/test_llmapi_contract.py holds them to it).
+``trtkit/contracts/llm_api_1.2.json`` (tests/llm_api/test_llm_api_contract.py holds them to it).
 
 - Greedy (temperature 0 or top_k 1 on the wire) is ``top_k=1``; a sampled request sends temperature, top_p (1.0
   when unset, which the LLM API does not read as greedy) and top_k only when it limits anything.

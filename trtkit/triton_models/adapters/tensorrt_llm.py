@@ -44,7 +44,7 @@ class TritonPythonModel:
         params = triton_io.parameters(args)
         self.decoupled = triton_io.is_decoupled(args)
         if params.get("llm_api_engine"):
-            from trtkit.triton_models.llmapi_host import start_llm_api
+            from trtkit.triton_models.llm_api_host import start_llm_api
 
             self.engine = start_llm_api(params, args.get("model_instance_name", ""))
         else:
