@@ -13,6 +13,7 @@ import pytest
 import yaml
 from build_helpers import gpu_host, shipped, with_quant
 
+from trtkit.config.build_backend import PYTORCH
 from trtkit.config.gpus import lookup_gpu
 from trtkit.config.llm_api_options import OPTIONS_FILE, model_dir_of, options_for
 from trtkit.errors import BuildError
@@ -33,7 +34,7 @@ def test_the_pytorch_support_matrix_by_gpu(fmt: str) -> None:
         cc = lookup_gpu(kind).compute_capability
         refused = pytorch_refusals(QUANT[fmt], None, cc)
         assert (not refused) == (kind in RUNS[fmt]), (fmt, kind, refused)
-        assert refusals_for("pytorch", QUANT[fmt], None, cc) == refused
+        assert refusals_for(PYTORCH, QUANT[fmt], None, cc) == refused
     assert set(PYTORCH_MATRIX) == set(QUANT.values())
     assert pytorch_refusals(None, "FP8", lookup_gpu("A100-80GB").compute_capability) == []  # FP8 KV: Ampere on
     assert family((7, 5)) == "older" and pytorch_refusals(None, "FP8", (7, 5))

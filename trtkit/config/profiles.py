@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from trtkit.config.schema import SERVER_START_TIMEOUT_S, ImpliedSetting, ModelConfig, Profile, ServeSection
+from trtkit.config.build_backend import backend_of
+from trtkit.config.schema import ImpliedSetting, ModelConfig, Profile, ServeSection
 
 LATENCY_MAX_BATCH = 4
 THROUGHPUT_QUEUE_DELAY_US = 50_000
@@ -67,10 +68,11 @@ def resolve(config: ModelConfig, profile: Profile | None = None) -> ModelConfig:
         client = replace(client, max_input_tokens=resolved.build.max_input_len)
         implied.append(ImpliedSetting("client.max_input_tokens", client.max_input_tokens, "from build.max_input_len"))
     if resolved.serve.server_start_timeout_s is None:
-        timeout = SERVER_START_TIMEOUT_S[resolved.build.backend]
+        backend = backend_of(resolved)
+        timeout = backend.server_start_timeout_s
         resolved = replace(resolved, serve=replace(resolved.serve, server_start_timeout_s=timeout))
         implied.append(ImpliedSetting("serve.server_start_timeout_s", timeout,
-                                      f"build.backend {resolved.build.backend} (config/schema.py says why)"))
+                                      f"build.backend {backend.name} (config/build_backend.py says why)"))
     if resolved.build.reduce_fusion is None:
         fusion = resolved.convert.tp_size > 1
         resolved = replace(resolved, build=replace(resolved.build, reduce_fusion=fusion))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trtkit.config import ImpliedSetting, ModelConfig
+from trtkit.config.build_backend import PYTORCH
 from trtkit.config.llm_api_options import model_dir_of, served_batch_size
 from trtkit.config.profiles import in_flight_queue_delay, serve_provenance
 from trtkit.errors import BuildError, RepositoryError
@@ -60,7 +61,7 @@ def resolve_llm_api_settings(config: ModelConfig, engine_dir: Path, *, target: s
         exclude_input_in_output=s.exclude_input_in_output, decoupled=s.streaming,
         chat_template=config.model.chat_template, instances_pre=s.instances.preprocessing,
         instances_post=s.instances.postprocessing, instances_bls=s.instances.bls,
-        guided_decoding=s.guided_decoding == "xgrammar", backend="pytorch")
+        guided_decoding=s.guided_decoding == "xgrammar", backend=PYTORCH)
     implied.append(ImpliedSetting("tensorrt_llm", "tensorrt_llm.LLM (PyTorch backend)" if chosen == "gpu" else
                                   "the CPU reference engine's LLM API", f"build.backend: pytorch, target {chosen}"))
     return settings, implied

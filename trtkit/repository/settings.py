@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Literal
 
 from trtkit.config import ImpliedSetting, ModelConfig
+from trtkit.config.build_backend import TENSORRT, BuildBackend, EngineSlot
 from trtkit.config.profiles import in_flight_queue_delay, serve_provenance
 from trtkit.errors import RepositoryError
 from trtkit.trtllm_build.upstream_rules import engine_logits_dtype
 
 log = logging.getLogger(__name__)
 Target = Literal["cpu", "gpu"]
-LLM_API_ENGINES = {"gpu": "tensorrt_llm", "cpu": "reference"}  # build.backend: pytorch, by target
 CPU_DEFAULT_QUEUE = 1024
 
 
@@ -56,18 +56,23 @@ class RepoSettings:
     emulate_cpp_backend: bool = False
     # test switch: every CPU engine step lasts at least this long (a floor under a generation's length)
     min_step_ms: float = 0.0
-    backend: str = "tensorrt"  # pytorch: the engine slot is the LLM-API engine model
+    backend: BuildBackend = TENSORRT  # pytorch: the engine slot is the LLM-API engine model
+
+    @property
+    def slot(self) -> EngineSlot:
+        """What the engine slot holds for this backend and target (config/build_backend.py)."""
+        return self.backend.engine_slot(self.target)
 
     @property
     def llm_api_engine(self) -> str | None:
         """pytorch: tensorrt_llm.LLM (gpu) or the reference engine's LLM facade (cpu), behind the same adapter."""
-        return LLM_API_ENGINES[self.target] if self.backend == "pytorch" else None
+        return self.slot.llm_api_engine
 
     @property
     def engine_extras(self) -> bool:
         """The engine answers trtkit's num_cached_tokens / finish_reason: the Python engine models (the CPU
         engine, unless emulating the C++ backend; the LLM-API engine model on either target)."""
-        return (self.target == "cpu" and not self.emulate_cpp_backend) or self.backend == "pytorch"
+        return self.slot.python_model and not self.emulate_cpp_backend
 
     @property
     def gated_stream(self) -> bool:
