@@ -44,7 +44,7 @@ READ = frozenset({n.INPUT_IDS, n.INPUT_LENGTHS, n.REQUEST_OUTPUT_LEN, n.END_ID, 
                   n.GUIDE_TYPE, n.GUIDE})
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class EngineRequest:
     """One element of a request to the engine model."""
 
@@ -55,7 +55,7 @@ class EngineRequest:
     pad_id: int | None = None
     stop_ids: list[list[int]] = field(default_factory=list)  # stop_words_list, as token ids
     bad_ids: list[list[int]] = field(default_factory=list)
-    sampling: SamplingInputs = SamplingInputs()
+    sampling: SamplingInputs = field(default_factory=SamplingInputs)
     exclude_input: bool | None = None  # None: not sent (the model's parameter exclude_input_in_output decides)
     guide: tuple[str | None, str | None] = (None, None)  # guided_decoding_guide_type, guided_decoding_guide
     embedding_bias: dict[int, float] = field(default_factory=dict)  # sparse: token id -> bias

@@ -81,7 +81,7 @@ class Sampling:
     return_log_probs: bool = False
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class SamplingInputs:
     """The sampling values a request carries, each checked, under the ensemble's names; None: not sent, so a writer
     sends nothing and the engine applies its own default (``applied``)."""
@@ -98,15 +98,20 @@ class SamplingInputs:
     return_log_probs: bool = False
 
     def applied(self) -> Sampling:
-        return Sampling(**{f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None})
+        return Sampling(**{field: value for field, _ in _SENT if (value := getattr(self, field)) is not None},
+                        return_log_probs=self.return_log_probs)
 
     def sent(self) -> dict[str, object]:
         """Each value the request carries, by the engine model's input name (``runtime_top_k``, ...)."""
-        values: dict[str, object] = {n.ENGINE_NAMES.get(f.name, f.name): getattr(self, f.name) for f in fields(self)
-                                     if f.name != n.RETURN_LOG_PROBS and getattr(self, f.name) is not None}
+        values: dict[str, object] = {name: value for field, name in _SENT if (value := getattr(self, field)) is not None}
         if self.return_log_probs:
             values[n.RETURN_LOG_PROBS] = True
         return values
+
+
+# each value of SamplingInputs but the flag, and the engine model's input that carries it (the per-request path: once)
+_SENT = tuple((f.name, n.ENGINE_NAMES.get(f.name, f.name)) for f in fields(SamplingInputs)
+              if f.name != n.RETURN_LOG_PROBS)
 
 
 def _checked(name: str, value: object, label: str | None = None):  # type: ignore[no-untyped-def]
