@@ -12,8 +12,8 @@ import pytest
 
 from trtkit.tokenizer.detokenizer import find_anchor
 from trtkit.triton_models.postprocessing import Postprocessor
-from trtkit.triton_models.requests import InvalidRequest
 from trtkit.triton_models.stream_gate import GateCalls, StreamGate
+from trtkit.wire.request_tensors import InvalidRequest
 from trtkit.wire.tensors import words_to_list
 
 TEXT = "你好，世界！🎉 日本語の answer. STOP here"

@@ -95,7 +95,7 @@ def test_n_choices_are_reserved_n_times_and_billed_as_reported(relay) -> None:
 def test_stop_seed_and_vendor_extensions_reach_the_upstream(recorded) -> None:  # type: ignore[no-untyped-def]
     """Issue 51 item 4: min_tokens is a vendor extension llama-server ignores (measured: "One. Two. Three." stops
     after 2 tokens at "." with min_tokens 12 as without it), so its effect cannot be seen here: that it arrived can.
-    Its effect is seen where an engine applies it (tests/llmapi/test_live_llmapi.py, both engine models)."""
+    Its effect is seen where an engine applies it (tests/llm_api/test_live_llm_api.py, both engine models)."""
     relay, proxy = recorded
     _, secret = relay.key()
     client = sdk(relay, secret)

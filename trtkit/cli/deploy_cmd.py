@@ -34,9 +34,6 @@ OutOpt = Annotated[Path, typer.Option("--out", help="Repository folder to write,
 TargetOpt = Annotated[Literal["auto", "cpu", "gpu", "trtllm-serve"], typer.Option(
     "--target", help="auto: engines or a GPU -> gpu, weights -> cpu; trtllm-serve (build.backend: pytorch): "
                      "trtllm-serve's YAML and its command line instead of a Triton repository.")]
-ENGINE_LABELS = {("tensorrt", "gpu"): "C++ tensorrtllm backend", ("tensorrt", "cpu"): "CPU reference engine",
-                 ("pytorch", "gpu"): "LLM-API engine model over tensorrt_llm.LLM (PyTorch backend)",
-                 ("pytorch", "cpu"): "LLM-API engine model over the CPU reference engine"}
 
 
 def deploy(config: ConfigArg, engine: EngineOpt, out: OutOpt, profile: ProfileOpt = None,
@@ -57,7 +54,7 @@ def deploy(config: ConfigArg, engine: EngineOpt, out: OutOpt, profile: ProfileOp
         return
     result = deploy_repository(resolved, engine, out, target=target)
     typer.echo(f"repository: {result.out_dir}")
-    typer.echo(f"target: {result.target} ({ENGINE_LABELS[(result.settings.backend, result.target)]})")
+    typer.echo(f"target: {result.target} ({result.settings.slot.label})")
     typer.echo(f"models: {', '.join(result.models)}")
     typer.echo("settings:")
     for item in result.implied:

@@ -20,7 +20,8 @@ from trtkit.config.loader import bounded, derived, described
 
 Dtype = Literal["float16", "bfloat16", "float32"]
 QuantFormat = Literal["none", "int8_sq", "int8_wo", "int4_wo", "int4_awq", "w4a8_awq", "fp8", "fp8_block", "nvfp4"]
-Backend = Literal["tensorrt", "pytorch"]
+# build.backend: what each value means is config/build_backend.py (one BuildBackend per value)
+BackendName = Literal["tensorrt", "pytorch"]
 KvCacheDtype = Literal["auto", "fp8", "int8"]
 PluginSwitch = Literal["auto", "disable", "float16", "bfloat16", "float32", "fp8"]
 SchedulerPolicy = Literal["guaranteed_no_evict", "max_utilization"]
@@ -63,7 +64,7 @@ class QuantizationSection:
 
 @dataclass(slots=True)
 class BuildSection:
-    backend: Backend = described("tensorrt", doc="tensorrt: TensorRT engines (trtllm-build) served by the C++ backend; "
+    backend: BackendName = described("tensorrt", doc="tensorrt: TensorRT engines (trtllm-build) served by the C++ backend; "
                                                  "pytorch: TensorRT-LLM's LLM API (no engine build), served by trtkit's "
                                                  "LLM-API engine model (docs/backends.md)")
     max_batch_size: int = bounded(8, ge=1)
@@ -138,21 +139,7 @@ class ServeSection:
                         "executor does it: the repository gets the tokenizer-info file both engines read; none: off")
     exclude_input_in_output: bool = described(True)
     instances: InstanceCounts = described(factory=InstanceCounts)
-    server_start_timeout_s: float | None = bounded(None, gt=0.0, doc="None: by build.backend (SERVER_START_TIMEOUT_S)")
-
-
-# How long `trtkit serve` waits for tritonserver to be ready, by build.backend, when the config sets no
-# serve.server_start_timeout_s. tensorrt: the C++ backend deserializes a built engine (seconds to a minute for an 8B
-# model). pytorch: the LLM-API engine model on an 8B model on one H100 imports tensorrt_llm twice (the Triton stub,
-# then the LLM API's MPI worker), loads ~16 GB of weights, runs the autotuner, captures CUDA graphs for its batch
-# sizes and makes a KV-cache estimation pass (a profiling run, then the cache built again): minutes, not the two
-# the C++ backend needs. Not measured here (no GPU): scripts/gpu_smoke.sh records each server's time to ready.
-SERVER_START_TIMEOUT_S = {"tensorrt": 120.0, "pytorch": 900.0}
-
-
-def server_start_timeout(serve: ServeSection, backend: str) -> float:
-    """serve.server_start_timeout_s, or the build.backend's default when the config sets none."""
-    return serve.server_start_timeout_s or SERVER_START_TIMEOUT_S.get(backend, SERVER_START_TIMEOUT_S["tensorrt"])
+    server_start_timeout_s: float | None = bounded(None, gt=0.0, doc="None: by build.backend (config/build_backend.py)")
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ from trtkit.consistency.rules import (
 )
 from trtkit.consistency.rules_dynamo import check_dynamo_folder, is_dynamo_folder
 from trtkit.consistency.rules_guided import guided_decoding
-from trtkit.consistency.rules_llmapi import (
+from trtkit.consistency.rules_llm_api import (
     llm_api_gpu_support,
     llm_api_guided_decoding,
     llm_api_options_file,

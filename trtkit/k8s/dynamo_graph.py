@@ -4,7 +4,7 @@ One DynamoGraphDeployment (``nvidia.com/v1beta1``, ``spec.components[]``: trtkit
 has its schema at the pinned commit): Dynamo's frontend (``python3 -m dynamo.frontend --router-mode ...``) and
 TensorRT-LLM workers (``python3 -m dynamo.trtllm``): aggregated, or prefill and decode apart with their replica
 counts; each worker with its GPUs as ``nvidia.com/gpu`` limits and the LLM-API options the config means
-(``trtkit.trtllm_build.llm_api_options``) as ``--extra-engine-args``, from a ConfigMap. Dynamo 1.6's TensorRT-LLM
+(``trtkit.config.llm_api_options``) as ``--extra-engine-args``, from a ConfigMap. Dynamo 1.6's TensorRT-LLM
 worker runs TensorRT-LLM 1.3.0rc29, the PyTorch backend only: ``build.backend: tensorrt`` engines are refused by
 name, and the options are checked against that version's contract (``trtkit.config.llm_api_1_3``). The gateway tier
 is `trtkit deploy k8s`'s (PostgreSQL store from the Secret), pointed at the frontend's Service
@@ -21,11 +21,11 @@ from typing import Any
 import yaml
 
 from trtkit.config.llm_api_1_3 import check_dynamo_options
+from trtkit.config.llm_api_options import options_for
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ConfigError
 from trtkit.k8s.plan import GPU_RESOURCE, K8sPlan
 from trtkit.k8s.pods import Manifest, labels, metadata
-from trtkit.trtllm_build.llm_api_options import options_for
 
 API_VERSION, KIND = "nvidia.com/v1beta1", "DynamoGraphDeployment"
 FRONTEND, FRONTEND_PORT = "Frontend", 8000

@@ -12,7 +12,7 @@ leaves the output unless ``include_stop_str_in_output``; finish reasons are stop
 and the end id is the last of ``token_ids``, as the 1.2 PyTorch sampler leaves it; stop token: ``stop_reason``
 the id), length and cancelled; cached prompt tokens are ``RequestOutput.cached_tokens``; iteration statistics
 come as upstream hands them out (``llm_api_stats``: create on the first request, the sync/async queue traps).
-So ``trtkit.triton_models.llmapi_port`` drives this class on CPU and ``tensorrt_llm.LLM`` on a GPU unchanged.
+So ``trtkit.triton_models.llm_api_port`` drives this class on CPU and ``tensorrt_llm.LLM`` on a GPU unchanged.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def engine_cpu(s: RepoSettings) -> mc.ModelConfig:
     return config
 
 
-def engine_llmapi(s: RepoSettings, options_path: object) -> mc.ModelConfig:
+def engine_llm_api(s: RepoSettings, options_path: object) -> mc.ModelConfig:
     """The LLM-API engine model (build.backend: pytorch): the CPU engine model's tensors and extras, answered by
     ``tensorrt_llm.LLM`` (gpu) or the reference engine's LLM facade (cpu) over the options file deploy writes."""
     config = _base(ENGINE, s.max_batch_size, backend="python")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trtkit.config.build_backend import BuildBackend
+
 # quant_algo -> oldest SM with kernels for it (FP8 tensor cores arrived with Ada, FP4 with Blackwell)
 MIN_SM_FOR_WEIGHTS = {"FP8": 89, "FP8_PER_CHANNEL_PER_TOKEN": 89, "W4A8_AWQ": 89, "NVFP4": 100}
 MIN_SM_FOR_KV = {"FP8": 89}
@@ -128,12 +130,10 @@ def pytorch_refusals(quant_algo: str | None, kv_cache_quant_algo: str | None, cc
     return found
 
 
-def refusals_for(backend: str, quant_algo: str | None, kv_cache_quant_algo: str | None,
+def refusals_for(backend: BuildBackend, quant_algo: str | None, kv_cache_quant_algo: str | None,
                  cc: tuple[int, int]) -> list[Refusal]:
     """What a GPU cannot run, by backend: the 1.2 builder and kernels (tensorrt) or the PyTorch support matrix."""
-    if backend == "pytorch":
-        return pytorch_refusals(quant_algo, kv_cache_quant_algo, cc)
-    return refusals(quant_algo, kv_cache_quant_algo, cc)
+    return backend.pick(tensorrt=refusals, pytorch=pytorch_refusals)(quant_algo, kv_cache_quant_algo, cc)
 
 
 def architecture(cc: tuple[int, int]) -> str:

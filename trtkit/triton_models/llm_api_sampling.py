@@ -1,6 +1,6 @@
 """A parsed engine-slot request in the LLM API's words: ``SamplingParams`` keyword arguments, and back from its
 ``RequestOutput`` to the engine slot's delta. Pure functions; the names are the ones recorded in
-``trtkit/contracts/llm_api_1.2.json`` (tests/triton_models/test_llmapi_contract.py holds them to it).
+``trtkit/contracts/llm_api_1.2.json`` (tests/llm_api/test_llm_api_contract.py holds them to it).
 
 - Greedy (temperature 0 or top_k 1 on the wire) is ``top_k=1``; a sampled request sends temperature, top_p (1.0
   when unset, which the LLM API does not read as greedy) and top_k only when it limits anything.
@@ -18,8 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trtkit.triton_models.engine_request import ParsedRequest
-from trtkit.triton_models.requests import InvalidRequest
+from trtkit.wire.engine_request import EngineRequest
+from trtkit.wire.request_tensors import InvalidRequest
 
 # the LLM API's CompletionOutput.finish_reason (with stop_reason) -> the engine slot's finish reasons
 FINISH_REASONS = {"length": "length", "cancelled": "cancelled", "timeout": "error"}
@@ -30,10 +30,10 @@ GUIDE_FIELDS = {"json": ("json_object", True), "json_schema": ("json", None), "r
                 "ebnf_grammar": ("grammar", None)}
 
 
-def sampling_kwargs(parsed: ParsedRequest) -> dict[str, Any]:
+def sampling_kwargs(parsed: EngineRequest) -> dict[str, Any]:
     """Keyword arguments of ``SamplingParams`` for this request (guide and embedding bias apart: they need the
     engine's own classes, see ``guide_kwargs`` and the port)."""
-    s = parsed.sampling
+    s = parsed.sampling.applied()
     kwargs: dict[str, Any] = {"max_tokens": parsed.max_tokens, "exclude_input_from_output": True,
                               "detokenize": False, "include_stop_str_in_output": True}
     if parsed.end_id is not None:
@@ -58,17 +58,17 @@ def sampling_kwargs(parsed: ParsedRequest) -> dict[str, Any]:
     return kwargs
 
 
-def refuse_ignored(parsed: ParsedRequest) -> None:
+def refuse_ignored(parsed: EngineRequest) -> None:
     """InvalidRequest, naming the field, for what TensorRT-LLM 1.2's PyTorch sampler would silently ignore."""
     if parsed.bad_ids:
         raise InvalidRequest(f"bad_words_list (bad words): TensorRT-LLM 1.2's PyTorch sampler {IGNORED}")
     for name, neutral in IGNORED_PENALTIES.items():
-        if getattr(parsed.sampling, name) != neutral:
-            raise InvalidRequest(f"{name} {getattr(parsed.sampling, name)}: TensorRT-LLM 1.2's PyTorch sampler "
+        if (value := getattr(parsed.sampling.applied(), name)) != neutral:
+            raise InvalidRequest(f"{name} {value}: TensorRT-LLM 1.2's PyTorch sampler "
                                  f"{IGNORED}")
 
 
-def guide_kwargs(parsed: ParsedRequest) -> dict[str, Any] | None:
+def guide_kwargs(parsed: EngineRequest) -> dict[str, Any] | None:
     """``GuidedDecodingParams`` keyword arguments for the request's guide, or None."""
     guide_type, guide = parsed.guide
     if guide_type is None:

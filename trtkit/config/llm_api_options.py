@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from trtkit.config.build_backend import PYTORCH
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 
@@ -40,7 +41,7 @@ def options_for(config: ModelConfig, model_dir: Path, *, tokenizer_dir: Path | N
     if s.max_tokens_in_paged_kv_cache is not None:
         kv["max_tokens"] = s.max_tokens_in_paged_kv_cache
     options: dict[str, Any] = {
-        "model": str(model_dir), "backend": "pytorch", "trust_remote_code": config.model.trust_remote_code,
+        "model": str(model_dir), "backend": PYTORCH.name, "trust_remote_code": config.model.trust_remote_code,
         "tensor_parallel_size": config.convert.tp_size, "pipeline_parallel_size": config.convert.pp_size,
         "max_batch_size": batch, "max_num_tokens": b.max_num_tokens, "max_seq_len": b.max_seq_len,
         "max_input_len": b.max_input_len, "max_beam_width": b.max_beam_width,

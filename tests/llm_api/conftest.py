@@ -31,28 +31,28 @@ def pytorch_config():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def llmapi_echo(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def llm_api_echo(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """The echo model (its output known token for token, CJK split over byte tokens) behind the LLM-API adapter."""
     from tests.repository.live_client import Live
 
-    with _serve(echo_model_dir, tmp_path_factory.mktemp("llmapi-echo")) as server:
+    with _serve(echo_model_dir, tmp_path_factory.mktemp("llm-api-echo")) as server:
         yield Live(server, echo_model_dir)
 
 
 @pytest.fixture(scope="session")
-def llmapi_paced_echo(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def llm_api_paced_echo(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """The echo model behind the LLM-API adapter, every engine step at least MIN_STEP_MS long (tests/conftest.py):
     a 400-token generation lasts at least 8 s on any machine, so a test cancels or stops it while it surely runs."""
     from tests.conftest import MIN_STEP_MS
     from tests.repository.live_client import Live
 
-    with _serve(echo_model_dir, tmp_path_factory.mktemp("llmapi-paced"), min_step_ms=MIN_STEP_MS) as server:
+    with _serve(echo_model_dir, tmp_path_factory.mktemp("llm-api-paced"), min_step_ms=MIN_STEP_MS) as server:
         yield Live(server, echo_model_dir)
 
 
 @pytest.fixture(scope="session")
-def llmapi_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def llm_api_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """The tiny random model behind the LLM-API adapter: the same model as the shared `live_server` (CPU engine
     model), so the two engine models can be compared answer for answer."""
-    with _serve(tiny_llama_dir, tmp_path_factory.mktemp("llmapi-random")) as server:
+    with _serve(tiny_llama_dir, tmp_path_factory.mktemp("llm-api-random")) as server:
         yield server

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from trtkit.errors import EngineError
-from trtkit.triton_models.llmapi_port import LlmApiPort
+from trtkit.triton_models.llm_api_port import LlmApiPort
 
 log = logging.getLogger(__name__)
 ENGINES = ("tensorrt_llm", "reference")

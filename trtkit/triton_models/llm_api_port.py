@@ -2,7 +2,7 @@
 
 As upstream's Triton LLM-API model does, one asyncio event loop runs on its own thread; each request is one
 ``generate_async(prompt_ids, SamplingParams(...), streaming=True)`` iterated there with ``async for``, and every
-response becomes the engine slot's delta (llmapi_sampling.engine_delta), handed to ``EngineModel``. ``cancel``
+response becomes the engine slot's delta (llm_api_sampling.engine_delta), handed to ``EngineModel``. ``cancel``
 is ``RequestOutput.abort()``. The engine refuses a request in ``generate_async`` itself, so ``start_request``
 waits for that call and raises its error to the engine model, which answers that request with it.
 
@@ -22,8 +22,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from trtkit.triton_models.engine_request import ParsedRequest
-from trtkit.triton_models.llmapi_sampling import engine_delta, failed_delta, guide_kwargs, sampling_kwargs
+from trtkit.triton_models.llm_api_sampling import engine_delta, failed_delta, guide_kwargs, sampling_kwargs
+from trtkit.wire.engine_request import EngineRequest
 
 log = logging.getLogger(__name__)
 SUBMIT_TIMEOUT_S = 60.0
@@ -44,14 +44,14 @@ class LlmApiPort:
         self._thread = threading.Thread(target=self._loop.run_forever, name="trtkit-llm-api", daemon=True)
         self._thread.start()
 
-    def start_request(self, parsed: ParsedRequest, on_output: Callable[[Any], None], request_id: str | None) -> str:
+    def start_request(self, parsed: EngineRequest, on_output: Callable[[Any], None], request_id: str | None) -> str:
         rid = request_id or uuid.uuid4().hex
         params = self.sampling_params(parsed)
         submitted = asyncio.run_coroutine_threadsafe(self._submit(rid, parsed, params, on_output), self._loop)
         submitted.result(timeout=SUBMIT_TIMEOUT_S)
         return rid
 
-    def sampling_params(self, parsed: ParsedRequest) -> Any:
+    def sampling_params(self, parsed: EngineRequest) -> Any:
         kwargs = sampling_kwargs(parsed)
         if (guide := guide_kwargs(parsed)) is not None:
             kwargs["guided_decoding"] = self.guided_cls(**guide)
@@ -64,7 +64,7 @@ class LlmApiPort:
             kwargs["embedding_bias"] = bias
         return self.sampling_cls(**kwargs)
 
-    async def _submit(self, rid: str, parsed: ParsedRequest, params: Any, on_output: Callable[[Any], None]) -> None:
+    async def _submit(self, rid: str, parsed: EngineRequest, params: Any, on_output: Callable[[Any], None]) -> None:
         arrival = time.monotonic()
         result = self.llm.generate_async(parsed.prompt_ids, sampling_params=params, streaming=True)
         with self._lock:

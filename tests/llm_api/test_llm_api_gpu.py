@@ -1,7 +1,7 @@
 """The LLM-API engine model over the real tensorrt_llm.LLM (PyTorch backend) on a GPU host with TensorRT-LLM 1.2.x;
 skipped elsewhere with the reason shown. The CPU tests beside it run the same adapter, port and options file over
-the reference engine's facade (test_live_llmapi.py, test_llmapi_mapping.py) and hold its use of the LLM API to
-the contract (test_llmapi_contract.py); scripts/gpu_smoke.sh runs it through tritonserver on both backends."""
+the reference engine's facade (test_live_llm_api.py, test_llm_api_mapping.py) and hold its use of the LLM API to
+the contract (test_llm_api_contract.py); scripts/gpu_smoke.sh runs it through tritonserver on both backends."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ def engine(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type
     from trtkit.tokenizer.detokenizer import find_anchor
     from trtkit.tokenizer.fast_tokenizer import FastTokenizer
     from trtkit.triton_models.engine_model import EngineModel
-    from trtkit.triton_models.llmapi_host import start_llm_api
+    from trtkit.triton_models.llm_api_host import start_llm_api
 
-    repo = tmp_path_factory.mktemp("gpu-llmapi") / "repo"
+    repo = tmp_path_factory.mktemp("gpu-llm-api") / "repo"
     config = load_config(REPO_ROOT / "model_configs" / "smollm2-135m-pytorch.yaml")
     deploy_repository(config, smollm2_dir, repo, target="gpu")
     port = start_llm_api({"llm_api_engine": "tensorrt_llm", "llm_api_options": str(repo / "tensorrt_llm" /

@@ -20,8 +20,8 @@ ENGINES = ("tensorrt_llm", "reference")
 
 def load_llm_api_options(ctx: CheckContext) -> None:
     """Read the engine model's options file once, for every rule (and CheckContext.limit)."""
+    from trtkit.config.llm_api_options import read_options
     from trtkit.errors import BuildError
-    from trtkit.trtllm_build.llm_api_options import read_options
 
     model = ctx.engine_model
     value = model.param("llm_api_options") if model is not None else None

@@ -40,12 +40,12 @@ def _client_config(config):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
-def test_cjk_text_and_counts_are_exact(llmapi_echo: Live, model: str, stream: bool) -> None:
-    prompt_tokens = len(llmapi_echo.tokenizer.encode(CYCLE_TEXT, add_special_tokens=False))
+def test_cjk_text_and_counts_are_exact(llm_api_echo: Live, model: str, stream: bool) -> None:
+    prompt_tokens = len(llm_api_echo.tokenizer.encode(CYCLE_TEXT, add_special_tokens=False))
     for n in (1, 3, 8, 21):
-        reply = llmapi_echo.stream(model, inputs(CYCLE_TEXT, n, stream=stream, min_tokens=n))
+        reply = llm_api_echo.stream(model, inputs(CYCLE_TEXT, n, stream=stream, min_tokens=n))
         assert reply.error is None, reply.error
-        assert reply.text == llmapi_echo.expected(n) and "\ufffd" not in reply.text, (model, n)
+        assert reply.text == llm_api_echo.expected(n) and "\ufffd" not in reply.text, (model, n)
         final = reply.finals[-1]
         assert (final["num_input_tokens"], final["num_output_tokens"]) == (prompt_tokens, n), (model, n, final)
         assert final["finish_reason"] == b"length"
@@ -53,44 +53,44 @@ def test_cjk_text_and_counts_are_exact(llmapi_echo: Live, model: str, stream: bo
             assert len(reply.texts) == 1
 
 
-def test_token_path_sync_and_asyncio_clients_count_exactly(llmapi_echo: Live, pytorch_config) -> None:
+def test_token_path_sync_and_asyncio_clients_count_exactly(llm_api_echo: Live, pytorch_config) -> None:
     config = _client_config(pytorch_config)
-    with TritonLLMClient(llmapi_echo.server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as client:
+    with TritonLLMClient(llm_api_echo.server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as client:
         for n in (2, 5, 13):
             params = SamplingParams(max_tokens=n, min_tokens=n)
             chunks = list(client.stream(CYCLE_TEXT, params))
             result = chunks[-1].result
             assert result is not None and all("\ufffd" not in c.text for c in chunks)
             assert (result.text, result.usage.completion_tokens, result.finish_reason) == (
-                llmapi_echo.expected(n), n, "length")
+                llm_api_echo.expected(n), n, "length")
             assert client.generate(CYCLE_TEXT, params).text == result.text
 
     async def run() -> tuple[str, int]:
-        async with AsyncTritonLLMClient(llmapi_echo.server.grpc_url, config=config, model_name=ENGINE_MODEL,
+        async with AsyncTritonLLMClient(llm_api_echo.server.grpc_url, config=config, model_name=ENGINE_MODEL,
                                         ledger=False) as client:
             result = await client.generate(CYCLE_TEXT, SamplingParams(max_tokens=8, min_tokens=8))
             return result.text, result.usage.completion_tokens
 
-    assert asyncio.run(run()) == (llmapi_echo.expected(8), 8)
+    assert asyncio.run(run()) == (llm_api_echo.expected(8), 8)
 
 
-def test_a_repeated_prefix_is_served_from_the_kv_cache(llmapi_echo: Live) -> None:
+def test_a_repeated_prefix_is_served_from_the_kv_cache(llm_api_echo: Live) -> None:
     prompt = f"{uuid.uuid4().hex} " + CYCLE_TEXT * 6  # fresh: nothing of it is cached before the first request
-    first = llmapi_echo.stream("tensorrt_llm_bls", inputs(prompt, 4, stream=False)).finals[-1]
-    second = llmapi_echo.stream("tensorrt_llm_bls", inputs(prompt, 4, stream=True)).finals[-1]
+    first = llm_api_echo.stream("tensorrt_llm_bls", inputs(prompt, 4, stream=False)).finals[-1]
+    second = llm_api_echo.stream("tensorrt_llm_bls", inputs(prompt, 4, stream=True)).finals[-1]
     assert first["num_cached_tokens"] == 0
     assert second["num_cached_tokens"] >= 16 and second["num_cached_tokens"] % 16 == 0  # whole 16-token blocks
     assert second["num_cached_tokens"] < second["num_input_tokens"] == first["num_input_tokens"]
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_a_cancelled_stream_frees_every_kv_block(llmapi_paced_echo: Live, model: str) -> None:
+def test_a_cancelled_stream_frees_every_kv_block(llm_api_paced_echo: Live, model: str) -> None:
     """On the paced server a 400-token generation lasts at least 8 s: fewer than 400 steps proves the cancel."""
-    llmapi_echo = llmapi_paced_echo
-    url = llmapi_echo.server.metrics_url  # type: ignore[attr-defined]
+    llm_api_echo = llm_api_paced_echo
+    url = llm_api_echo.server.metrics_url  # type: ignore[attr-defined]
     before = settled_engine(url, after_iteration=-1)
     results: queue.Queue = queue.Queue()
-    client = grpcclient.InferenceServerClient(llmapi_echo.server.grpc_url)  # type: ignore[attr-defined]
+    client = grpcclient.InferenceServerClient(llm_api_echo.server.grpc_url)  # type: ignore[attr-defined]
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     client.async_stream_infer(model, inputs(CYCLE_TEXT, 400, stream=True, min_tokens=400))
     result, error = results.get(timeout=60)  # the first tokens: the request is running
@@ -100,19 +100,19 @@ def test_a_cancelled_stream_frees_every_kv_block(llmapi_paced_echo: Live, model:
     after = settled_engine(url, after_iteration=before.iteration)
     assert after.iteration - before.iteration < 400, f"{model}: the cancelled request ran to its end"
     assert after.active == 0 and after.used_blocks == 0, f"blocks still held: {after}"
-    assert llmapi_echo.stream(model, inputs(CYCLE_TEXT, 8, stream=False)).text == llmapi_echo.expected(8)
+    assert llm_api_echo.stream(model, inputs(CYCLE_TEXT, 8, stream=False)).text == llm_api_echo.expected(8)
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_a_stop_request_ends_the_request_and_frees_every_kv_block(llmapi_paced_echo: Live, model: str) -> None:
-    llmapi_echo = llmapi_paced_echo
-    url = llmapi_echo.server.metrics_url  # type: ignore[attr-defined]
+def test_a_stop_request_ends_the_request_and_frees_every_kv_block(llm_api_paced_echo: Live, model: str) -> None:
+    llm_api_echo = llm_api_paced_echo
+    url = llm_api_echo.server.metrics_url  # type: ignore[attr-defined]
     before = settled_engine(url, after_iteration=-1)
     request_id = f"stop-me-{uuid.uuid4().hex}"
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     answers: queue.SimpleQueue = queue.SimpleQueue()
-    streaming = grpcclient.InferenceServerClient(llmapi_echo.server.grpc_url)  # type: ignore[attr-defined]
-    stopper = grpcclient.InferenceServerClient(llmapi_echo.server.grpc_url)  # type: ignore[attr-defined]
+    streaming = grpcclient.InferenceServerClient(llm_api_echo.server.grpc_url)  # type: ignore[attr-defined]
+    stopper = grpcclient.InferenceServerClient(llm_api_echo.server.grpc_url)  # type: ignore[attr-defined]
     try:
         streaming.start_stream(callback=lambda result, error: inbox.put((result, error)), stream_timeout=120)
         streaming.async_stream_infer(model, inputs(CYCLE_TEXT, 400, stream=True, min_tokens=400),
@@ -143,28 +143,28 @@ def test_a_stop_request_ends_the_request_and_frees_every_kv_block(llmapi_paced_e
 @pytest.mark.parametrize("field, value", [("bad_words", ["你好"]), ("repetition_penalty", 1.3),
                                           ("presence_penalty", 0.5), ("frequency_penalty", 0.4)])
 def test_what_the_pytorch_sampler_ignores_is_refused_by_name_and_the_next_request_served(
-        llmapi_echo: Live, field: str, value: object) -> None:
+        llm_api_echo: Live, field: str, value: object) -> None:
     """Issue 45 item 5: TensorRT-LLM 1.2's PyTorch sampler applies no bad words and no penalties; a request that sets
     one gets an error naming it (never an answer that silently ignored it), and the server keeps serving."""
-    refused = llmapi_echo.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 4, stream=True, **{field: value}))
+    refused = llm_api_echo.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 4, stream=True, **{field: value}))
     named = "bad_words_list" if field == "bad_words" else field
     assert refused.error is not None and f"{named}" in str(refused.error) and "ignores it" in str(refused.error)
-    assert llmapi_echo.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 3, stream=True)).text == llmapi_echo.expected(3)
+    assert llm_api_echo.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 3, stream=True)).text == llm_api_echo.expected(3)
 
 
 def test_an_answer_ended_by_its_end_id_bills_the_same_tokens_as_the_cpu_engine_model(
-        llmapi_echo: Live, live: Live) -> None:
+        llm_api_echo: Live, live: Live) -> None:
     """Issue 45 item 6: on the 1.2 PyTorch path the end id is the last of CompletionOutput.token_ids (the facade
     keeps it there, as upstream does); the port drops it, so the count equals the CPU engine model's, which (as the
     C++ backend) never counts the end id."""
-    cycle = json.loads((llmapi_echo.model_dir / "cycle.json").read_text())
+    cycle = json.loads((llm_api_echo.model_dir / "cycle.json").read_text())
     seen = []
-    for server in (llmapi_echo, live):  # the continuation is cycle[0], cycle[1], ...: it ends on cycle[5]
+    for server in (llm_api_echo, live):  # the continuation is cycle[0], cycle[1], ...: it ends on cycle[5]
         reply = server.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 20, stream=False, end_id=cycle[5]))
         assert reply.error is None, reply.error
         final = reply.finals[-1]
         seen.append((reply.text, int(final["num_output_tokens"]), final["finish_reason"]))
-    assert seen[0] == seen[1] == (llmapi_echo.expected(5), 5, b"end_id"), seen
+    assert seen[0] == seen[1] == (llm_api_echo.expected(5), 5, b"end_id"), seen
 
 
 CASES = [
@@ -197,35 +197,35 @@ def _seen(client: TritonLLMClient, server, prompt: str, params: SamplingParams) 
 
 
 @pytest.mark.parametrize("model", ["tensorrt_llm_bls", ENGINE_MODEL])
-def test_it_answers_as_the_cpu_engine_model(llmapi_server, live_server, tiny_config, model: str) -> None:
+def test_it_answers_as_the_cpu_engine_model(llm_api_server, live_server, tiny_config, model: str) -> None:
     """Same model, same requests (greedy, seeded sampling, min_tokens, stop strings, guided decoding): the
     LLM-API engine model and the CPU engine model give the same text, finish reason and counts."""
     config = _client_config(tiny_config)
-    with TritonLLMClient(llmapi_server.grpc_url, config=config, model_name=model, ledger=False) as llm_api, \
+    with TritonLLMClient(llm_api_server.grpc_url, config=config, model_name=model, ledger=False) as llm_api, \
             TritonLLMClient(live_server.grpc_url, config=config, model_name=model, ledger=False) as cpu:
         for prompt, params in CASES:
             expected = _seen(cpu, live_server, prompt, params)
-            assert _seen(llm_api, llmapi_server, prompt, params) == expected, (model, prompt, params)
+            assert _seen(llm_api, llm_api_server, prompt, params) == expected, (model, prompt, params)
             words = expected[0][0].split()
             if params.guided_decoding_guide_type is None and len(words) > 1:
                 stopped = replace(params, stop_words=(words[1][:3],))
-                assert _seen(llm_api, llmapi_server, prompt, stopped) == _seen(cpu, live_server, prompt, stopped), \
+                assert _seen(llm_api, llm_api_server, prompt, stopped) == _seen(cpu, live_server, prompt, stopped), \
                     (model, prompt, "stop")
 
 
-def test_the_gateway_bills_exactly_through_the_llm_api_engine(llmapi_echo: Live, pytorch_config,
+def test_the_gateway_bills_exactly_through_the_llm_api_engine(llm_api_echo: Live, pytorch_config,
                                                               tmp_path_factory) -> None:
     """The gateway tokenizes once and calls the engine model with ids (its token path): usage and the ledger row
     equal the tokenizer's count of the prompt and the forced completion length, streamed and not."""
     from tests.gateway.conftest import RunningGateway
 
     config = _client_config(pytorch_config)
-    gateway = RunningGateway(config, llmapi_echo.server.grpc_url, tmp_path_factory.mktemp("gw-llmapi"))
+    gateway = RunningGateway(config, llm_api_echo.server.grpc_url, tmp_path_factory.mktemp("gw-llm-api"))
     try:
         key, secret = gateway.key()
         headers = {"authorization": f"Bearer {secret}"}
         body = {"model": config.name, "prompt": CYCLE_TEXT, "max_tokens": 9, "min_tokens": 9, "temperature": 0}
-        prompt_tokens = len(llmapi_echo.tokenizer.encode(CYCLE_TEXT, add_special_tokens=True))
+        prompt_tokens = len(llm_api_echo.tokenizer.encode(CYCLE_TEXT, add_special_tokens=True))
         with httpx.Client(base_url=gateway.url, timeout=60) as http:
             whole = http.post("/v1/completions", headers=headers, json=body).json()
             lines = [line[6:] for line in http.post("/v1/completions", headers=headers, json=body | {
@@ -234,7 +234,7 @@ def test_the_gateway_bills_exactly_through_the_llm_api_engine(llmapi_echo: Live,
         chunks = [json.loads(line) for line in lines]
         streamed_text = "".join(c["choices"][0]["text"] for c in chunks if c.get("choices"))
         usage = [c["usage"] for c in chunks if c.get("usage")][-1]
-        assert whole["choices"][0]["text"] == streamed_text == llmapi_echo.expected(9)
+        assert whole["choices"][0]["text"] == streamed_text == llm_api_echo.expected(9)
         for u in (whole["usage"], usage):
             assert (u["prompt_tokens"], u["completion_tokens"]) == (prompt_tokens, 9)
         assert [row[:2] for row in gateway.rows(key)] == [(prompt_tokens, 9), (prompt_tokens, 9)]
@@ -242,13 +242,13 @@ def test_the_gateway_bills_exactly_through_the_llm_api_engine(llmapi_echo: Live,
         gateway.stop()
 
 
-def test_min_tokens_holds_the_end_id_back_alike_on_both_engine_models(llmapi_echo: Live, live: Live) -> None:
+def test_min_tokens_holds_the_end_id_back_alike_on_both_engine_models(llm_api_echo: Live, live: Live) -> None:
     """Issue 51 item 4: min_tokens with an effect one can see. The echo model's greedy answer reaches the end id set
     here after 2 tokens; with min_tokens 6 the end id is held back until 6 tokens exist (the 1.2 TorchSampler's
     min-length penalty; the CPU engine's the same), and both engine models answer alike."""
-    cycle = json.loads((llmapi_echo.model_dir / "cycle.json").read_text())
+    cycle = json.loads((llm_api_echo.model_dir / "cycle.json").read_text())
     seen = {}
-    for name, server in (("llm-api", llmapi_echo), ("cpu", live)):
+    for name, server in (("llm-api", llm_api_echo), ("cpu", live)):
         for least in (0, 6):
             extra = {"min_tokens": least} if least else {}
             final = server.stream("tensorrt_llm_bls", inputs(CYCLE_TEXT, 20, stream=False, end_id=cycle[2],

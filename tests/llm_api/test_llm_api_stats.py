@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from trtkit.refengine.llm_api import LLM, CpuOptions, GuidedDecodingParams, SamplingParams
-from trtkit.triton_models.engine_request import ParsedRequest
-from trtkit.triton_models.llmapi_port import LlmApiPort
-from trtkit.triton_models.requests import Sampling
+from trtkit.triton_models.llm_api_port import LlmApiPort
+from trtkit.wire.engine_request import EngineRequest, SamplingInputs
 
 STEP_MS = 20.0  # every engine step lasts at least this long: the request surely runs while the test looks
 
@@ -36,7 +35,8 @@ def test_the_port_publishes_statistics_while_a_request_runs_and_once_it_ends(
     caplog.set_level(logging.WARNING)
     assert port.stats() is None  # nothing asked of the LLM API before its first request: no warning every 100 ms
     done = threading.Event()
-    parsed = ParsedRequest(list(range(300, 340)), 30, Sampling(min_tokens=30), None, None, [], [], True, True)
+    parsed = EngineRequest(prompt_ids=list(range(300, 340)), max_tokens=30, stream=True, exclude_input=True,
+                           sampling=SamplingInputs(min_tokens=30))
     port.start_request(parsed, lambda delta: done.set() if delta.finished else None, None)
     seen = []
     deadline = time.monotonic() + 60

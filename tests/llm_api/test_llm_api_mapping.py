@@ -1,42 +1,40 @@
 """The LLM-API mapping in both directions, without a server: the engine-slot request as SamplingParams keyword
-arguments (triton_models/llmapi_sampling.py), and the reference engine's facade answering them as the LLM API
+arguments (triton_models/llm_api_sampling.py), and the reference engine's facade answering them as the LLM API
 does (refengine/llm_api.py): greedy, stop and end ids, finish and stop reasons, token_ids_diff, cached tokens,
 abort, log-probabilities, and the iteration statistics with upstream's traps (get_stats / get_stats_async)."""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from trtkit.errors import EngineError
 from trtkit.refengine.llm_api import LLM, CpuOptions, GuidedDecodingParams, SamplingParams, engine_params
-from trtkit.triton_models.engine_request import ParsedRequest
-from trtkit.triton_models.llmapi_sampling import (
+from trtkit.triton_models.llm_api_sampling import (
     chosen_log_probs,
     finish_reason,
     guide_kwargs,
     sampling_kwargs,
 )
-from trtkit.triton_models.requests import InvalidRequest, Sampling
+from trtkit.wire.engine_request import EngineRequest, SamplingInputs
+from trtkit.wire.request_tensors import InvalidRequest
 
 
-def parsed(**changes: object) -> ParsedRequest:
-    base = ParsedRequest([1, 2, 3], 8, Sampling(), None, None, [], [], True, True)
-    for name, value in changes.items():
-        setattr(base, name, value)
-    return base
+def parsed(**changes: object) -> EngineRequest:
+    return replace(EngineRequest(prompt_ids=[1, 2, 3], max_tokens=8, stream=True, exclude_input=True), **changes)
 
 
 def test_greedy_is_top_k_one_and_sampling_keeps_every_control_the_sampler_applies() -> None:
     assert sampling_kwargs(parsed())["top_k"] == 1 and "temperature" not in sampling_kwargs(parsed())
-    s = Sampling(temperature=0.7, top_k=0, top_p=0.9, seed=5, min_tokens=4, return_log_probs=True)
+    s = SamplingInputs(temperature=0.7, top_k=0, top_p=0.9, seed=5, min_tokens=4, return_log_probs=True)
     kwargs = sampling_kwargs(parsed(sampling=s, end_id=2, pad_id=0))
     assert kwargs == {"max_tokens": 8, "exclude_input_from_output": True, "detokenize": False,
                       "include_stop_str_in_output": True, "end_id": 2, "pad_id": 0, "temperature": 0.7, "top_p": 0.9,
                       "seed": 5, "min_tokens": 4, "logprobs": 1}
-    assert sampling_kwargs(parsed(sampling=Sampling(temperature=1.0, top_k=40)))["top_k"] == 40
+    assert sampling_kwargs(parsed(sampling=SamplingInputs(temperature=1.0, top_k=40)))["top_k"] == 40
 
 
 def test_stop_words_split_by_length() -> None:
@@ -46,15 +44,15 @@ def test_stop_words_split_by_length() -> None:
 
 @pytest.mark.parametrize("changes, name", [
     ({"bad_ids": [[9]]}, "bad_words_list"), ({"bad_ids": [[9, 10]]}, "bad_words_list"),
-    ({"sampling": Sampling(repetition_penalty=1.2)}, "repetition_penalty"),
-    ({"sampling": Sampling(presence_penalty=0.5)}, "presence_penalty"),
-    ({"sampling": Sampling(frequency_penalty=-0.3)}, "frequency_penalty")])
+    ({"sampling": SamplingInputs(repetition_penalty=1.2)}, "repetition_penalty"),
+    ({"sampling": SamplingInputs(presence_penalty=0.5)}, "presence_penalty"),
+    ({"sampling": SamplingInputs(frequency_penalty=-0.3)}, "frequency_penalty")])
 def test_what_the_1_2_pytorch_sampler_ignores_is_refused_by_name(changes: dict, name: str) -> None:
     """Issue 45 item 5: the 1.2 TorchSampler applies no bad words and no penalty (contract:
     sampling_params.ignored_by_the_1_2_sampler); a request that sets one is refused, never answered without it."""
     with pytest.raises(InvalidRequest, match=rf"^{name}\b.*PyTorch sampler ignores it; drop it, or serve .*tensorrt"):
         sampling_kwargs(parsed(**changes))
-    neutral = Sampling(repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)
+    neutral = SamplingInputs(repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)
     assert "repetition_penalty" not in sampling_kwargs(parsed(sampling=neutral))  # neutral values pass, unsent
 
 
@@ -137,7 +135,7 @@ def test_a_repeated_prompt_reports_cached_tokens_and_abort_cancels(llm: LLM) -> 
 
 def test_a_request_ended_by_its_end_id_keeps_the_end_id_in_token_ids(llm: LLM, echo_model_dir: Path) -> None:
     """As the 1.2 TorchSampler leaves it (contract: completion_output.end_id): the end id is the last of
-    token_ids, with finish_reason stop and no stop_reason; the port drops it (test_live_llmapi bills it)."""
+    token_ids, with finish_reason stop and no stop_reason; the port drops it (test_live_llm_api bills it)."""
     import json
 
     cycle = json.loads((echo_model_dir / "cycle.json").read_text())

@@ -57,6 +57,17 @@ def test_the_gpu_repository_puts_the_llm_api_engine_model_in_the_slot(gpu_repo: 
     assert engine_world_size(gpu_repo) == 1  # one tritonserver: the LLM API starts its own workers
 
 
+def test_the_manifest_names_the_backend_and_serve_reads_it_back(gpu_repo: Path) -> None:
+    """trtkit_deploy.json records build.backend by its name, as before the BuildBackend object: `trtkit serve` without
+    --config reads it back for the start timeout's default (900 s, not the C++ backend's 120 s)."""
+    from trtkit.cli.serve_cmd import _repo_backend
+    from trtkit.config.build_backend import PYTORCH, TENSORRT
+
+    manifest = json.loads((gpu_repo / "trtkit_deploy.json").read_text())
+    assert manifest["settings"]["backend"] == "pytorch"
+    assert _repo_backend(gpu_repo) is PYTORCH and _repo_backend(gpu_repo / "missing") is TENSORRT
+
+
 def test_check_passes_on_it_with_a_gpu_and_names_what_breaks(gpu_repo: Path, tiny_llama_dir: Path) -> None:
     config = load_config(CONFIG)
     assert check_repository(gpu_repo, config=config, gpu_count=1, host=gpu_host("H100-80GB")) == []
