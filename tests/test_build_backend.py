@@ -121,3 +121,4 @@ def test_what_differs_between_the_backends() -> None:
     assert PYTORCH.start_timeout(replace(ServeSection(), server_start_timeout_s=30.0)) == 30.0
     assert TENSORRT.calibration_refusal("fp8_block", "auto") and not PYTORCH.calibration_refusal("fp8_block", "fp8")
     assert PYTORCH.calibration_refusal("int8_sq", "auto") and PYTORCH.calibration_refusal("fp8", "int8")
+    assert "PyTorch backend only" in (TENSORRT.dynamo_refusal() or "") and PYTORCH.dynamo_refusal() is None

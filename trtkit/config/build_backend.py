@@ -15,6 +15,7 @@ config refusals        the ``pytorch`` section, fp8_block          engine switch
                                                                    it does not load; llm_api_options' allowlist
 serve start timeout    120 s                                       900 s
 k8s                    one tritonserver per rank, multi-node       one tritonserver per pod, one node
+Dynamo (deploy dynamo) refused: its worker runs no TensorRT engine  TensorRT-LLM 1.3.0rc29's LLM API workers
 =====================  ==========================================  ===============================================
 
 Where a stage has two implementations of one step (build engines or write options, export one checkpoint or the
@@ -106,6 +107,11 @@ class BuildBackend:
         """tritonserver processes a replica starts for tp x pp = ``world_size`` GPUs."""
         raise NotImplementedError
 
+    def dynamo_refusal(self) -> str | None:
+        """Why `trtkit deploy dynamo` cannot serve this backend's model, or None. Dynamo 1.6 pins TensorRT-LLM
+        1.3.0rc29, whose worker (``python -m dynamo.trtllm``) runs the PyTorch backend only."""
+        raise NotImplementedError
+
     def start_timeout(self, serve: ServeSection) -> float:
         """serve.server_start_timeout_s, or this backend's default when the config sets none."""
         return serve.server_start_timeout_s or self.server_start_timeout_s
@@ -165,6 +171,12 @@ class TensorrtBackend(BuildBackend):
     def launch_ranks(self, world_size: int) -> int:
         return world_size  # one tritonserver per rank, under mpirun
 
+    def dynamo_refusal(self) -> str | None:
+        return ("build.backend: tensorrt builds TensorRT engines, which Dynamo's TensorRT-LLM worker cannot run: "
+                "Dynamo 1.6 pins TensorRT-LLM 1.3.0rc29, whose worker runs the PyTorch backend only (the engine "
+                "builder left TensorRT-LLM after 1.3.0rc20); set build.backend: pytorch for `trtkit deploy dynamo`, "
+                "or deploy the engines with `trtkit deploy k8s`")
+
 
 class PytorchBackend(BuildBackend):
     """TensorRT-LLM's LLM API (its PyTorch backend): no engine build, the LLM-API engine model in the slot."""
@@ -217,6 +229,9 @@ class PytorchBackend(BuildBackend):
 
     def launch_ranks(self, world_size: int) -> int:
         return 1  # the LLM API spawns its own MPI workers over the pod's GPUs (upstream's Triton LLM-API model)
+
+    def dynamo_refusal(self) -> str | None:
+        return None
 
 
 TENSORRT: BuildBackend = TensorrtBackend()

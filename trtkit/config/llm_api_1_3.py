@@ -12,6 +12,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from trtkit.config.build_backend import PYTORCH
 from trtkit.config.llm_api import allowlist
 from trtkit.errors import ConfigError
 
@@ -35,7 +36,7 @@ def option_problems(options: dict[str, Any]) -> tuple[list[str], list[str]]:
     unknown += sorted(f"kv_cache_config.{k}" for k in kv if k not in c["kv_cache_config_valid"]
                       and f"kv_cache_config.{k}" not in c["unverified"] and k not in known_1_2["KvCacheConfig"])
     errors = [f"{key}: not an option of {version} (trtkit/contracts/{CONTRACT}); remove it" for key in unknown]
-    if options.get("backend", "pytorch") != "pytorch":
+    if options.get("backend", PYTORCH.name) != PYTORCH.name:  # the LLM API's own backend option
         errors.append(f"backend: {options['backend']}: {version} serves the PyTorch backend only; use "
                       f"build.backend: pytorch")
     unverified = sorted(k for k in options if k not in c["valid"] and k not in unknown)

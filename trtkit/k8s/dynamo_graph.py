@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from trtkit.config.build_backend import backend_of
 from trtkit.config.llm_api_1_3 import check_dynamo_options
 from trtkit.config.llm_api_options import options_for
 from trtkit.config.schema import ModelConfig
@@ -53,11 +54,9 @@ def frontend_url(plan: K8sPlan) -> str:
 
 
 def check_deployable(config: ModelConfig) -> None:
-    if config.build.backend != "pytorch":
-        raise ConfigError(f"build.backend: {config.build.backend} builds TensorRT engines, which Dynamo's TensorRT-LLM "
-                          f"worker cannot run: Dynamo 1.6 pins TensorRT-LLM 1.3.0rc29, whose worker runs the PyTorch "
-                          f"backend only (the engine builder left TensorRT-LLM after 1.3.0rc20); set build.backend: "
-                          f"pytorch for `trtkit deploy dynamo`, or deploy the engines with `trtkit deploy k8s`")
+    refusal = backend_of(config).dynamo_refusal()
+    if refusal is not None:
+        raise ConfigError(refusal)
 
 
 def workers(config: ModelConfig) -> list[Worker]:
