@@ -3,7 +3,7 @@
 It answers the tensors of TensorRT-LLM's C++ backend with an engine behind a port: trtkit's reference engine
 (its own loop), or, with parameter ``llm_api_engine``, TensorRT-LLM's LLM API (``tensorrt_llm.LLM``, the
 PyTorch backend, or the reference engine's LLM facade on CPU). All logic lives in
-trtkit.triton_models.engine_model / engine_host / llmapi_host / metrics; this file only talks to Triton."""
+trtkit.triton_models.engine_model / engine_host / llm_api_host / metrics; this file only talks to Triton."""
 
 import time
 
