@@ -8,6 +8,7 @@ import pytest
 
 from tests.upstreams.conftest import MODEL, sdk
 from tests.upstreams.test_relay_usage import UpstreamCounts
+from trtkit.gateway.responses_items import chat_messages, stored_items
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ def test_a_stored_conversation_runs_over_an_openai_upstream(relay, llama) -> Non
     assert answer.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens  # the chain went up
     stored = client.responses.retrieve(answer.id)  # issue 51 item 4: the chain as stored, not only an id echoed
     assert stored.previous_response_id == first.id and stored.output_text == answer.output_text
-    chain = relay.store.conversations.continue_chain(answer.id, key.name).messages
+    chain = chat_messages(stored_items(relay.store.conversations.continue_chain(answer.id, key.name).items))
     assert [(m["role"], m["content"]) for m in chain] == [
         ("user", "Name one colour of the rainbow."), ("assistant", first.output_text),
         ("user", "And another one?"), ("assistant", answer.output_text)]
