@@ -104,8 +104,9 @@ if [ "$1" = serve ]; then echo $$ > "$state"; exec sleep 300; fi
 exit 0
 """
 FAKE_PYTHON = """#!/usr/bin/env bash
-# a stand-in python: the checker fails (the failing step), the rest succeeds
-case "$*" in *gpu_smoke_check.py*) exit 1 ;; esac
+# a stand-in python: the checker fails (the failing step) once the stand-in server runs (its pid written: else, on a
+# loaded machine, the trap could stop it before it wrote its pid, and the test would find no pid), the rest succeeds
+case "$*" in *gpu_smoke_check.py*) while [ ! -s "$SMOKE_WORK/fake-server.pid" ]; do sleep 0.05; done; exit 1 ;; esac
 exit 0
 """
 
