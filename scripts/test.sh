@@ -13,10 +13,17 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 if [ "$quick" = "1" ]; then
   # the tests marked `server` (they run tritonserver, PostgreSQL, llama-server, Dynamo or Chromium: tests/server_guard.py
-  # marks them, and fails one that starts a server unmarked) and `slow` (they load the bundled SmolLM2) are left out
+  # marks them, and fails one that starts a server unmarked), `slow` (the bundled SmolLM2) and `gpu` are left out; the
+  # others run in two halves (tests/shards.py: every other module), one process per core, the second's output last
   echo "== ruff" && ruff check trtkit tests benchmarks scripts
   echo "== mypy" && mypy trtkit
-  echo "== pytest (quick)" && exec python -m pytest -q -m "not server and not slow and not gpu" "$@"
+  echo "== pytest (quick)"
+  half=$(mktemp "${TMPDIR:-/tmp}/trtkit-quick.XXXXXX")
+  python -m pytest -q -m "not server and not slow and not gpu" --shard 1/2 "$@" > "$half" 2>&1 & other=$!
+  rc=0 && python -m pytest -q -m "not server and not slow and not gpu" --shard 0/2 "$@" || rc=$?
+  wait "$other" || rc=$((rc == 0 ? $? : rc))
+  echo "== pytest (quick), the other half" && cat "$half" && rm -f "$half"
+  exit "$rc"
 fi
 
 pins=${TRTKIT_PINS:-$([ $# -eq 0 ] && echo 1 || echo 0)}
