@@ -50,7 +50,6 @@ def test_identical_rerun_is_skipped_unless_forced(tiny_config, caplog: pytest.Lo
     assert (first.checkpoint_dir / MANIFEST_NAME).stat().st_mtime_ns != stamp
 
 
-@pytest.mark.slow  # ~12 s on 2 cores: left out of the quick command (docs/setup.md#the-test-command)
 def test_changed_argument_is_not_skipped(tiny_llama_dir: Path, tmp_path: Path) -> None:
     base = make_config(tiny_llama_dir, tmp_path / "w")
     out = tmp_path / "ckpt"
