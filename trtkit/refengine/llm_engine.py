@@ -19,7 +19,7 @@ from trtkit.refengine.block_manager import BlockManager
 from trtkit.refengine.config import EngineConfig
 from trtkit.refengine.cpu_features import usable_cores
 from trtkit.refengine.engine_counters import EngineCounters
-from trtkit.refengine.engine_setup import attention_kernels, compute_dtype, kv_block_count
+from trtkit.refengine.engine_setup import attention_kernels, compute_dtype, kv_block_count, log_dtype_choice
 from trtkit.refengine.guided_decoding import GuidedDecoder
 from trtkit.refengine.model_runner import ModelRunner, PreparedStep
 from trtkit.refengine.outputs import EngineStats, RequestOutput, SamplingParams
@@ -45,6 +45,7 @@ class LLMEngine:
         self.config = config = config or EngineConfig()
         self.spec = spec = weights.spec
         dtype = compute_dtype(config)
+        log_dtype_choice(config, dtype)
         if weights.embed.dtype != dtype:
             raise EngineError(f"the weights are {weights.embed.dtype} but engine.dtype is {config.dtype}; load them "
                               "with load_model(path, dtype) in the engine's dtype, or use LLMEngine.from_pretrained")
@@ -64,7 +65,7 @@ class LLMEngine:
         self._forward_lock = threading.Lock()  # one forward pass at a time over the shared KV pool
         log.info("CPU engine ready: %d KV blocks x %d tokens, policy %s, reuse %s, chunked context %s, %s on %d "
                  "threads, decode attention in %s", num_blocks, config.tokens_per_block, config.scheduler_policy,
-                 config.enable_kv_cache_reuse, config.enable_chunked_context, config.dtype, torch.get_num_threads(),
+                 config.enable_kv_cache_reuse, config.enable_chunked_context, dtype, torch.get_num_threads(),
                  "the native kernel" if self.runner.model.kernels else "torch")
 
     @classmethod
