@@ -17,27 +17,6 @@
 
 static inline int threads_for(int64_t elements, int threads) { return elements < PARALLEL_ELEMENTS ? 1 : threads; }
 
-/* a vector of 16 values rounded to bf16 and back (round to nearest even), as a bf16 store and load would */
-static inline vf round_bf16(vf value) {
-    vu bits;
-    memcpy(&bits, &value, sizeof bits);
-    bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
-    memcpy(&value, &bits, sizeof value);
-    return value;
-}
-
-/* 16 values stored in the dtype (bf16: rounded to nearest even, as torch rounds) */
-static inline void store16(void *base, int64_t offset, vf value, int bf16) {
-    if (bf16) {
-        vu bits;
-        memcpy(&bits, &value, sizeof bits);
-        const vh half = __builtin_convertvector((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16, vh);
-        memcpy((uint16_t *)base + offset, &half, sizeof half);
-    } else {
-        memcpy((float *)base + offset, &value, sizeof value);
-    }
-}
-
 /* One row: x += delta (when given, rounded to the dtype), then out = dtype(x * rsqrt(mean(x^2) + eps)) * weight.
    dim is a multiple of 16. */
 static void residual_norm_row(void *x, const void *delta, const void *weight, void *out, int64_t dim, float eps,
