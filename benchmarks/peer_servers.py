@@ -112,13 +112,15 @@ def trtkit_stack(work: Path, precision: str, *, threads: int, max_seqs: int, con
     config = replace(config, serve=replace(config.serve, http_port=0, grpc_port=0, metrics_port=0))
     repo = deploy_repository(config, resolve_model_dir(config.model.source), work / f"repo-{precision}",
                              target="cpu").out_dir
-    env = os.environ.copy() | {"TRTKIT_HOME": str(work / "home")}
+    env = os.environ.copy() | {"TRTKIT_HOME": str(work / f"home-{precision}")}  # its own key store
     with TritonServer(repo, start_timeout_s=300, log_path=work / f"triton-{precision}.log") as triton:
         port = free_port()
         log = work / f"gateway-{precision}.log"
         cli = [sys.executable, "-c", "from trtkit.cli.main import main; raise SystemExit(main())"]
         key = subprocess.run([*cli, "keys", "create", "--name", "peers", "--rpm", "1000000", "--tpm", "1000000000",
-                              "--budget-tokens", "1000000000"], env=env, capture_output=True, text=True, check=True)
+                              "--budget-tokens", "1000000000"], env=env, capture_output=True, text=True)
+        if key.returncode != 0:
+            raise SystemExit(f"trtkit keys create failed: {key.stderr[-2000:]}")
         with log.open("ab") as sink:
             gateway = subprocess.Popen([*cli, "gateway", str(config_path), "--backend", triton.grpc_url, "--port",
                                         str(port)], env=env, stdout=sink, stderr=subprocess.STDOUT)
