@@ -28,6 +28,7 @@ from trtkit.refengine.sampling import choose_tokens_isolated
 from trtkit.refengine.scheduler import ScheduledChunk, Scheduler
 from trtkit.refengine.sequence import Sequence
 from trtkit.refengine.sequence_progress import append_token, take_output
+from trtkit.refengine.thread_binding import bind_compute_threads
 from trtkit.refengine.weights import ModelWeights, load_model
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,11 @@ class LLMEngine:
         """Load a Hugging Face folder or a TensorRT-LLM checkpoint folder (config.json + rank0.safetensors)."""
         config = config or EngineConfig()
         return cls(load_model(path, compute_dtype(config)), config)
+
+    def bind_compute_threads(self) -> list[int] | None:
+        """From the thread that will step this engine and do nothing else (EngineLoop's): binds its intra-op threads
+        one per core (thread_binding.py); the cores, or None where binding does not apply."""
+        return bind_compute_threads(self.runner.model.kernels)
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None,
                     request_id: str | None = None, *, grammar: Any = None) -> str:

@@ -70,6 +70,10 @@ class EngineLoop:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self.engine.bind_compute_threads()  # this thread only steps the engine
+        except Exception:  # a binding that fails leaves the threads as they were: slower under contention, not wrong
+            log.exception("binding the CPU engine's threads failed; they stay unbound")
         while True:
             with self._lock:
                 busy = self.engine.has_unfinished()

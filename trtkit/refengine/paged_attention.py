@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 NATIVE_DIR = Path(__file__).resolve().parent / "native"
 SOURCES = (NATIVE_DIR / "paged_attention.c", NATIVE_DIR / "prefill_attention.c", NATIVE_DIR / "skinny_gemm.c",
-           NATIVE_DIR / "layer_ops.c")
+           NATIVE_DIR / "layer_ops.c", NATIVE_DIR / "threads.c")
 HEADERS = (NATIVE_DIR / "vector.h",)
 FLAGS = ("-O3", "-fPIC", "-fopenmp", "-std=gnu11", "-Wno-psabi")
 NATIVE_ARCH = "native"  # -march: this CPU; the tests also build x86-64-v3 (AVX2) to check the generic vector code
@@ -193,7 +193,13 @@ class AttentionKernels:
     prefill_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     gemm: SkinnyGemm
     layer_ops: LayerOps
+    bind_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     path: Path
+
+    def bind_team(self, cores: list[int]) -> int:
+        """Binds the calling thread's OpenMP team (torch's intra-op threads, len(cores) of them) one thread per
+        core, the caller to cores[0]; returns how many threads were bound."""
+        return int(self.bind_function((ctypes.c_int * len(cores))(*cores), len(cores)))
 
     def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, tables: torch.Tensor,
                lengths: torch.Tensor, block_size: int, out: torch.Tensor) -> None:
@@ -282,8 +288,11 @@ def load_library(path: Path) -> AttentionKernels:
     rope.argtypes = rope_arguments + [ctypes.c_void_p] * 8 + [ctypes.c_int] * 5
     prefill.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_int64]
                         + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int])
+    bind = library.bind_team
+    bind.restype = ctypes.c_int
+    bind.argtypes = [ctypes.c_void_p, ctypes.c_int]
     return AttentionKernels(decode, rope, prefill, SkinnyGemm.from_library(library), LayerOps.from_library(library),
-                            path)
+                            bind, path)
 
 
 def load_kernel() -> AttentionKernels:
