@@ -41,6 +41,8 @@ class Result:
     text: str = ""
     completion_tokens: int | None = None  # from the stream's usage
     error: str | None = None
+    retry: bool = False  # the connection closed before any answer: worth one more try
+    retried: bool = False  # this result is that second try
 
     @property
     def ttft(self) -> float | None:
@@ -81,8 +83,21 @@ class Server:
 
 
 async def stream_one(client: Any, server: Server, request: Request) -> Result:
-    """One streamed completion; an error is recorded on the result, never raised (the run goes on)."""
-    result = Result(request, time.monotonic())
+    """One streamed completion; an error is recorded on the result, never raised (the run goes on). A kept-alive
+    connection that the server closed before answering (llama-server does) is retried once on a new one: the
+    server never saw that request, and the wait counts in its TTFT all the same."""
+    sent = time.monotonic()
+    result = await _stream_attempt(client, server, request, sent)
+    if result.retry:
+        result = await _stream_attempt(client, server, request, sent)
+        result.retried = True
+    return result
+
+
+async def _stream_attempt(client: Any, server: Server, request: Request, sent: float) -> Result:
+    import httpx
+
+    result = Result(request, sent)
     try:
         async with client.stream("POST", f"{server.base_url}/completions", json=server.body(request),
                                  headers={"authorization": f"Bearer {server.api_key}"}) as response:
@@ -93,6 +108,9 @@ async def stream_one(client: Any, server: Server, request: Request) -> Result:
                 if not line.startswith("data:") or line[5:].strip() == "[DONE]":
                     continue
                 _take_event(result, json.loads(line[5:]), time.monotonic())
+    except httpx.RemoteProtocolError as error:
+        result.error = f"{type(error).__name__}: {error}"
+        result.retry = not result.chunk_times and not result.retried
     except Exception as error:  # a failed request is a figure of the run, not the end of it
         result.error = f"{type(error).__name__}: {error}"
     return result
@@ -151,6 +169,7 @@ def summarize(results: list[Result], wall: float) -> dict[str, Any]:
         "itl_p50_ms": _ms(percentile(gaps, 0.5)), "itl_p90_ms": _ms(percentile(gaps, 0.9)),
         "tpot_p50_ms": _ms(statistics.median(per_request_tpot) if per_request_tpot else None),
         "failed": [f"#{r.request.index}: {r.error}" for r in results if r.error is not None][:5],
+        "retried": sum(r.retried for r in results),
         "wrong_counts": [f"#{r.request.index}: {r.completion_tokens} of {r.request.max_tokens}" for r in results
                          if r.error is None and r.completion_tokens != r.request.max_tokens][:5],
     }

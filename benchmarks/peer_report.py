@@ -28,6 +28,7 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["rounds_tok_s"] = [run["useful_tok_s"] for run in runs]
     out["failed"] = [f for run in runs for f in run["failed"]]
     out["wrong_counts"] = [w for run in runs for w in run["wrong_counts"]]
+    out["retried"] = sum(run.get("retried", 0) for run in runs)
     out["load_average"] = [run["load_average"] for run in runs]
     return out
 
@@ -49,6 +50,9 @@ def print_table(precision: str, stacks: dict[str, dict[str, Any]], greedy: dict[
               f"identical ({agree.get('share_before_divergence')})   {figures['load_average']}")
         for problem in figures["failed"] + figures["wrong_counts"]:
             print(f"        ! {problem}")
+        if figures.get("retried"):
+            print(f"        ({figures['retried']} request(s) retried once: the server closed a kept-alive connection "
+                  "before answering)")
 
 
 def verdicts(precision: str, stacks: dict[str, dict[str, Any]], greedy: dict[str, dict[str, Any]],
