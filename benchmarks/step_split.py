@@ -41,7 +41,37 @@ DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def trtkit_split(model_dir: Path, dtype: str, batch: int, context: int, steps: int) -> dict[str, Any]:
-    row = profile_decode(model_dir, dtype, batch, context, steps)
+    """engine_profile's decode split, on a thread of its own whose intra-op threads are bound one per core, as the
+    serving loop binds them (and as vLLM binds its own): like with like, and this process's main thread (which
+    starts vLLM's subprocess after) stays unbound."""
+    import threading
+
+    import engine_profile
+
+    result: dict[str, Any] = {}
+
+    def bound_engine(*args: Any) -> Any:
+        engine = make_engine(*args)
+        engine.bind_compute_threads()
+        return engine
+
+    def run() -> None:
+        try:
+            result["row"] = profile_decode(model_dir, dtype, batch, context, steps)
+        except BaseException as error:  # re-raised on the calling thread
+            result["error"] = error
+
+    make_engine = engine_profile.engine_for
+    engine_profile.engine_for = bound_engine  # type: ignore[assignment]
+    try:
+        worker = threading.Thread(target=run, name="step-split-trtkit")
+        worker.start()
+        worker.join()
+    finally:
+        engine_profile.engine_for = make_engine  # type: ignore[assignment]
+    if "error" in result:
+        raise result["error"]
+    row = result["row"]
     return {"step_ms": round(row["step_ms"], 2), "buckets_ms": {k: round(v * 1e3, 2) for k, v in row["buckets"].items()}}
 
 
