@@ -1,7 +1,8 @@
 """A 10-turn conversation two ways through one gateway: resending the history (chat completions) against a stored
-chain (the Responses API's previous_response_id), in one run.
+chain (the Responses API's previous_response_id), in one run; then a tool-using conversation the same two ways
+(``tool_conversation.py``: calls and their outputs, stored against resent with ``store: false``).
 
-    python benchmarks/conversations.py [--turns 10] [--reps 6] [--max-tokens 32]
+    python benchmarks/conversations.py [--turns 10] [--reps 6] [--max-tokens 32] [--quick]
 
 Starts the tiny model's tritonserver (response cache off: every turn reaches the engine; inputs up to 2,048 tokens)
 and `trtkit gateway` in front of it with its SQLite store, creates a key, then runs ``--reps`` conversations each
@@ -14,7 +15,8 @@ delta), what the client uploads (the tokens of the message text it sends, and th
 stored chain the store's cost (rows read and written, milliseconds of the read and of the write, from the gateway's
 own ``trtkit_gateway_conversation_store_*`` metrics). Targets: the 10th turn's TTFT with the stored chain at most
 1.1x the resent one's; the stored chain's upload is exactly the new input (O(new input)) while the resent one grows
-with the history. Ends with one ``BENCH {json}`` line.
+with the history; the same two targets for the tool-using conversation's turn 10 (a function's output answered
+in text). ``--quick``: 2 conversations each way, 8-token answers (about a minute). Ends with one ``BENCH {json}`` line.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from figures import print_bench  # noqa: E402
 from gateway_overhead import create_key, serving  # noqa: E402
+from tool_conversation import table as tool_table  # noqa: E402
+from tool_conversation import tool_turns, verdict  # noqa: E402
 
 TTFT_RATIO_MAX = 1.1
 TOPICS = ["the ferry timetable to the islands", "a recipe for apple cake", "the history of the lighthouse",
@@ -144,7 +148,10 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--quick", action="store_true", help="2 conversations each way, 8-token answers")
     args = parser.parse_args()
+    if args.quick:
+        args.reps, args.max_tokens = 2, 8
     import httpx
     import openai
 
@@ -177,10 +184,19 @@ def main() -> None:
                 chat_runs.append(chat_turns(client, counter, 2 * rep, args.turns, args.max_tokens, uploads))
                 stored_runs.append(responses_turns(client, counter, 2 * rep + 1, args.turns, args.max_tokens,
                                                    uploads, store))
-    report(medians(chat_runs), medians(stored_runs), args, load_before, load_average())
+            tool_turns(client, counter, 97, 2, args.max_tokens, uploads, store, stored=True)  # warm-up: the grammar
+            tools_resent, tools_stored = [], []
+            for rep in range(args.reps):
+                tools_resent.append(tool_turns(client, counter, 50 + 2 * rep, args.turns, args.max_tokens, uploads,
+                                               store, stored=False))
+                tools_stored.append(tool_turns(client, counter, 51 + 2 * rep, args.turns, args.max_tokens, uploads,
+                                               store, stored=True))
+    report(medians(chat_runs), medians(stored_runs), args, load_before, load_average(),
+           (medians(tools_resent), medians(tools_stored)))
 
 
-def report(chat: list[dict], stored: list[dict], args, load_before: float, load_after: float) -> None:  # type: ignore[no-untyped-def]
+def report(chat: list[dict], stored: list[dict], args, load_before: float, load_after: float,  # type: ignore[no-untyped-def]
+           tools: tuple[list[dict], list[dict]]) -> None:
     print(f"{'turn':>4} | {'billed prompt':>13} {'cached':>13} | {'TTFT ms':>15} | {'upload tokens':>13} "
           f"{'upload bytes':>13} | {'store rows r/w':>14} {'store ms r/w':>13}")
     print(f"{'':>4} | {'chat / resp':>13} {'chat / resp':>13} | {'chat / resp':>15} | {'chat / resp':>13} "
@@ -199,10 +215,17 @@ def report(chat: list[dict], stored: list[dict], args, load_before: float, load_
            "resent_upload_o_history": bool(grows)}
     print(f"turn {len(chat)} TTFT: stored chain {stored[-1]['ttft_ms']:.1f} ms, resent {chat[-1]['ttft_ms']:.1f} ms "
           f"(x{ratio:.3f}, target <= {TTFT_RATIO_MAX}); load average {load_before:.2f} before, {load_after:.2f} after")
+    print("\nA tool-using conversation (odd turns: a call of get_weather; even turns: its output, answered in text)")
+    tool_table(*tools)
+    tool = verdict(*tools, TTFT_RATIO_MAX)
+    print(f"turn {len(chat)} TTFT (tools): stored chain {tools[1][-1]['ttft_ms']:.1f} ms, resent "
+          f"{tools[0][-1]['ttft_ms']:.1f} ms (x{tool['ratio']:.3f}, target <= {TTFT_RATIO_MAX})")
     print_bench({"benchmark": "conversations", "turns": args.turns, "reps": args.reps,
                  "max_tokens": args.max_tokens, "ttft_ratio_last_turn": round(ratio, 3),
+                 "tools_ttft_ratio_last_turn": round(tool["ratio"], 3),
                  "load_average": [round(load_before, 2), round(load_after, 2)],
-                 "per_turn": {"chat": chat, "responses": stored}, "met": met})
+                 "per_turn": {"chat": chat, "responses": stored, "tools_resent": tools[0], "tools_stored": tools[1]},
+                 "met": {**met, **tool["met"]}})
 
 
 if __name__ == "__main__":

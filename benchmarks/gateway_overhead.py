@@ -203,7 +203,8 @@ def start_gateway(backend: str, env: dict[str, str], config_path: Path) -> tuple
 def create_key(env: dict[str, str]) -> str:
     out = subprocess.run([sys.executable, "-c", "from trtkit.cli.main import main; raise SystemExit(main())",
                           "keys", "create", "--name", "bench", "--rpm", "1000000", "--tpm", "1000000000",
-                          "--budget-tokens", "1000000000"], env=env, capture_output=True, text=True, check=True)
+                          "--budget-tokens", "1000000000", "--max-concurrent", "100000"], env=env, capture_output=True,
+                         text=True, check=True)
     return out.stdout.strip()
 
 

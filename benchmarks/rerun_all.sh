@@ -14,6 +14,7 @@
 #                                                                      perplexities are not the headline ones)
 #   soak (direct)        --minutes 5 in both modes (7 min); soak --gateway: --minutes 5 (7 min), FULL=1: 15
 #   fuzz                 --requests 10000 direct (2-4 min); --gateway --requests 3000 (~8 min), FULL=1: 10000 (~28)
+#   hostile              --quick (~3 min: 10 s quiet and attacked runs a mode), FULL=1: 20 s each (~4 min)
 #   cpu_peers            full 20-30 min (trtkit, vLLM-CPU and llama.cpp, fp32 + bf16, 64 requests) -> --quick (bf16,
 #                        trtkit and vLLM, 16 short requests, ~6 min: most of it vLLM's start); the issue-50 figures
 #                        are the full run's: ONLY=cpu_peers FULL=1
@@ -57,6 +58,7 @@ run calibration_quality calibration_quality.py $(quick_or_full --quick "")
 run guided_decoding guided_decoding.py
 run fuzz fuzz.py --requests 10000
 run fuzz fuzz.py --gateway --requests "$(quick_or_full 3000 10000)"
+run hostile hostile.py $(quick_or_full --quick "")
 run ensemble_cancel ensemble_cancel.py
 run client_overhead client_overhead.py
 run triton_overhead triton_overhead.py
@@ -64,6 +66,8 @@ run gateway_overhead gateway_overhead.py
 # the gateway in front of an OpenAI-compatible null upstream, LiteLLM's proxy beside it (its own hashed venv)
 bash benchmarks/setup_litellm.sh >/dev/null
 run gateway_upstreams gateway_overhead.py --view upstreams --echo-requests 2000 --profile
+# gateway -> Dynamo frontend -> mocker beside the frontend called directly (issue 47); needs .venv-dynamo
+run dynamo_gateway dynamo_gateway.py $(quick_or_full --quick "")
 run conversations conversations.py
 run bench_self bench_self.py
 run engine_profile engine_profile.py --quick

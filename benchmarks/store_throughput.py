@@ -11,12 +11,18 @@ as gateway replicas are. Two kinds of work per request:
 - gateway (the ``gateway`` rows, PostgreSQL; 4 replica processes with 8 requests in flight each, threads, 32 in
   flight in all, and one replica with one): what the gateway does per request against its database, with the
   gateway's own code: the key looked up by id and its secret's hash compared (``Door.authenticate``), the
-  admission through the gateway's ``StoreRuleBook`` (the key's budget and RPM/TPM window), the settle, and one
+  admission through the gateway's ``StoreRuleBook`` (the key's budget, RPM/TPM window and concurrency slot, as
+  ``gateway.limits.max_concurrent_per_key`` has it by default), the settle, and one
   durable ledger row (``Ledger.record``: synchronous commit, the replica's writer thread committing its requests'
   rows together) in the same database, as a PostgreSQL gateway keeps it. Admission latency is timed from the key lookup to the hold. SQLite has no gateway row: it serves one replica,
   whose ledger group-commits its concurrent rows in its own file (``client_overhead.py`` measures that).
 Keys: ``distinct`` (each writer its own key: a fleet serving many tenants) or ``hot`` (every writer on one key:
 one budget row and one RPM window that every admission updates, the worst case for row locks).
+Hierarchy (issue 49): the gateway rows run again with every key four levels deep (key -> project -> team ->
+organisation, each level with a budget and an RPM/TPM window: four budget rows and four windows per admission, in
+the same transaction): ``4-level`` gives each key its own chain (the per-level work alone), ``4-level-shared`` puts
+every key under one organisation, team and project (their rows updated by every admission). Target: the added CPU per
+request and the p99 admission latency at 32 in flight at most 1.3x the key-only figures of the same run.
 
 PostgreSQL is a throwaway cluster started here (``trtkit.testing.postgres``: initdb + pg_ctl, loopback,
 ``synchronous_commit = off`` for holds as the gateway opens it); SQLite is a WAL file in a temp folder.
@@ -61,16 +67,19 @@ sys.path.insert(0, str(ROOT))
 
 from figures import print_bench  # noqa: E402
 
+from trtkit.config.gateway_limits import GatewayLimitsSection  # noqa: E402
 from trtkit.gateway.admission import StoreRuleBook, current_key  # noqa: E402
 from trtkit.gateway.keys import ApiKey, hash_secret, key_id_of, new_secret, secret_matches  # noqa: E402
 from trtkit.governance.vocabulary import Caller  # noqa: E402
 from trtkit.store import BudgetLimit, LedgerRow, RateLimit, open_gateway_store, open_ledger  # noqa: E402
+from trtkit.store.records import Scope  # noqa: E402
 
 TARGET_ADMISSIONS_PER_S = 2000.0
 PACED_WRITERS = 32  # the writers of the paced cell and of the judged closed-loop cell
 GATEWAY_REPLICAS = 4  # the gateway rows: 4 replica processes x 8 requests in flight = 32 in flight, as judged
 SAMPLE_EVERY_S = 0.02  # pg_stat_activity sampling: often enough for shares, cheap enough not to load the server
 TARGET_P99_MS = 10.0
+TARGET_HIERARCHY_RATIO = 1.3  # issue 49: four levels cost at most 1.3x key-only admission
 WARMUP_OPS = 20
 PROMPT_PLUS_MAX_TOKENS = 96
 HUGE = 10**15  # a budget or window no run can exhaust: every admission succeeds, and still runs the conditions
@@ -105,7 +114,9 @@ class GatewayWork:
 
     def __init__(self, store, ledger, secret: str) -> None:  # type: ignore[no-untyped-def]
         self.store, self.ledger, self.secret = store, ledger, secret
-        self.book = StoreRuleBook(store, [])
+        # the key's concurrency slot too, as the gateway takes it by default (gateway.limits.max_concurrent_per_key:
+        # 32, which the hot rows' 32 requests in flight on one key reach and never pass)
+        self.book = StoreRuleBook(store, [], max_concurrent_per_key=GatewayLimitsSection().max_concurrent_per_key)
         self.count = 0
 
     def admit(self):  # type: ignore[no-untyped-def]
@@ -178,16 +189,28 @@ def writer(url: str, kind: str, keys: list[str], seconds: float, interval: float
     store.close()
 
 
-def bench_keys(url: str, count: int, hot: bool) -> list[str]:
+def bench_keys(url: str, count: int, hot: bool, levels: str = "") -> list[str]:
     """The API keys the gateway rows authenticate with (budget and RPM/TPM no run exhausts): one per writer, or
-    one for all of them (hot). Returns the secrets, one per writer."""
+    one for all of them (hot). ``levels``: '' (keys alone), '4-level' (each key under its own project, team and
+    organisation, each limited as the key is) or '4-level-shared' (every key under one chain). Returns the secrets,
+    one per writer."""
     store = open_gateway_store(url, keep_leases=False)
     try:
         secrets_ = []
         for i in range(1 if hot else count):
             key_id, secret = new_secret()
+            project = None
+            if levels:
+                tag = key_id if levels == "4-level" or i == 0 else None
+                if tag is not None:
+                    limits = {"budget_tokens": HUGE, "rpm": 10**9, "tpm": HUGE}
+                    store.hierarchy.create(Scope("org", f"o-{tag}", **limits))  # type: ignore[arg-type]
+                    store.hierarchy.create(Scope("team", f"t-{tag}", f"o-{tag}", **limits))  # type: ignore[arg-type]
+                    store.hierarchy.create(Scope("project", f"p-{tag}", f"t-{tag}", **limits))  # type: ignore[arg-type]
+                    chain_tag = tag
+                project = f"p-{chain_tag}"
             store.add_key(ApiKey(key_id, f"bench-{key_id}", created_at=time.time(), user=f"u{i}",
-                                 budget_tokens=HUGE, rpm=10**9, tpm=HUGE), hash_secret(secret))
+                                 budget_tokens=HUGE, rpm=10**9, tpm=HUGE, project=project), hash_secret(secret))
             secrets_.append(secret)
     finally:
         store.close()
@@ -228,11 +251,11 @@ class WaitSampler:
 
 
 def run_cell(url: str, writers: int, seconds: float, pg_dir: Path | None, *, kind: str = "store", hot: bool = False,
-             paced_rate: float = 0.0, in_flight: int = 1) -> dict:
+             paced_rate: float = 0.0, in_flight: int = 1, levels: str = "") -> dict:
     sampler = WaitSampler(url) if url.startswith("postgresql") else None
     try:
         cell = _run_writers(url, writers, seconds, pg_dir if sampler is not None else None, kind, hot, paced_rate,
-                            in_flight)
+                            in_flight, levels)
     finally:
         waits = sampler.stop() if sampler is not None else None
     if waits is not None:
@@ -258,7 +281,7 @@ def server_cpu_s(pg_dir: Path | None) -> float:
 
 
 def _run_writers(url: str, writers: int, seconds: float, pg_dir: Path | None, kind: str, hot: bool,
-                 paced_rate: float, in_flight: int = 1) -> dict:
+                 paced_rate: float, in_flight: int = 1, levels: str = "") -> dict:
     """``writers`` processes, each with ``in_flight`` requests in flight (threads): writers x in_flight in all."""
     ctx = mp.get_context("fork")
     barrier, done, results = ctx.Barrier(writers + 1), ctx.Barrier(writers + 1), ctx.Queue()
@@ -266,7 +289,7 @@ def _run_writers(url: str, writers: int, seconds: float, pg_dir: Path | None, ki
     interval = writers / paced_rate if paced_rate else 0.0
     total = writers * in_flight
     if kind == "gateway":
-        keys = bench_keys(url, total, hot)
+        keys = bench_keys(url, total, hot, levels)
     else:
         keys = [f"hot-{tag}" if hot else f"w{i}-{tag}" for i in range(total)]
     procs = [ctx.Process(target=writer, args=(url, kind, keys[i * in_flight:(i + 1) * in_flight], seconds, interval,
@@ -287,7 +310,7 @@ def _run_writers(url: str, writers: int, seconds: float, pg_dir: Path | None, ki
     # CPU milliseconds one request costs, by process: what bounds the rate on a few cores
     cpu_ms = {"writers": round(1000 * writers_s / ops, 3), "postgresql": round(1000 * server_s / ops, 3),
               "sampler_and_script": round(1000 * main_s / ops, 3)}
-    return {"work": kind, "keys": "hot" if hot else "distinct", "writers": writers, "in_flight_each": in_flight,
+    return {"work": kind, "keys": levels or ("hot" if hot else "distinct"), "writers": writers, "in_flight_each": in_flight,
             "paced_rate": paced_rate or None, "admissions": ops, "seconds": round(elapsed, 3),
             "admissions_per_s": round(ops / elapsed, 1), "p50_ms": round(percentile(lat_ms, 50), 3),
             "p99_ms": round(percentile(lat_ms, 99), 3), "cpu_ms_per_request": cpu_ms}
@@ -446,6 +469,9 @@ def main() -> None:
         cell("postgresql", 1, kind="gateway")
         cell("postgresql", GATEWAY_REPLICAS, kind="gateway", in_flight=PACED_WRITERS // GATEWAY_REPLICAS)
         cell("postgresql", GATEWAY_REPLICAS, kind="gateway", in_flight=PACED_WRITERS // GATEWAY_REPLICAS, hot=True)
+        for levels in ("4-level", "4-level-shared"):
+            cell("postgresql", GATEWAY_REPLICAS, kind="gateway", in_flight=PACED_WRITERS // GATEWAY_REPLICAS,
+                 levels=levels)
         profile = profile_admission(backends["postgresql"])
         client_path = client_path_probe(backends["postgresql"], 500 if args.quick else 2000)
     report(rows, profile, client_path, seconds)
@@ -480,6 +506,7 @@ def report(rows: list[dict], profile: dict, client_path: dict[str, float], secon
     closed, paced = find_row(rows, "store", "distinct", PACED_WRITERS), find_row(rows, "store", "distinct",
                                                                                  PACED_WRITERS, paced=True)
     gateway = {keys: find_row(rows, "gateway", keys, PACED_WRITERS) for keys in ("distinct", "hot")}
+    hierarchy = hierarchy_cost(rows)
     rate = closed["admissions_per_s"] if closed else None
     # The paced cell counts only if it was offered the target rate and carried it (within 2%).
     paced_ok = paced is not None and paced["paced_rate"] >= TARGET_ADMISSIONS_PER_S and \
@@ -490,6 +517,8 @@ def report(rows: list[dict], profile: dict, client_path: dict[str, float], secon
     for keys, row in gateway.items():
         met[f"pg_32_writers_gateway_requests_per_s_{keys}_keys"] = \
             row is not None and row["admissions_per_s"] >= TARGET_ADMISSIONS_PER_S
+    for name, ratio in hierarchy.get("4-level", {}).items():
+        met[f"hierarchy_4_level_{name}_ratio"] = ratio <= TARGET_HIERARCHY_RATIO
     for name, part in profile.items():
         print(f"{'' if name == 'settle' else chr(10)}one PostgreSQL {name}, 1 writer: {part['round_trips']} round "
               f"trip(s), statements {part['statements']}, median {part['median_total_ms']} ms "
@@ -517,6 +546,10 @@ def report(rows: list[dict], profile: dict, client_path: dict[str, float], secon
         if name.startswith("pg_32_writers_admissions"):
             print(f"MISSED {name}: {rate} (target {TARGET_ADMISSIONS_PER_S}); where the time goes: the CPU line above "
                   "(the writers' Python + libpq and PostgreSQL's backends share the cores)")
+        elif name.startswith("hierarchy_"):
+            print(f"MISSED {name}: {hierarchy.get('4-level')} (target x{TARGET_HIERARCHY_RATIO}); where the time goes: "
+                  f"three more rate windows and budget rows per admission, updated in the transaction (the CPU line "
+                  f"of the 4-level row: the server's share grows with the rows) and the chain read with the key")
         elif name.startswith("pg_32_writers_gateway"):
             row = gateway["hot" if name.endswith("hot_keys") else "distinct"]
             print(f"MISSED {name}: {row['admissions_per_s'] if row else None}/s (target {TARGET_ADMISSIONS_PER_S:.0f}); "
@@ -530,9 +563,30 @@ def report(rows: list[dict], profile: dict, client_path: dict[str, float], secon
     print_bench({"benchmark": "store_throughput", "writers_are": "processes", "seconds_per_cell": seconds,
                  "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "rows": rows, "profile": profile,
                  "client_cpu_ms_per_admission_and_settle": client_path, "cpu_bound_requests_per_s": capacity,
+                 "hierarchy_vs_key_only": hierarchy,
                  "targets": {"pg_32_writers_admissions_per_s": TARGET_ADMISSIONS_PER_S,
                              "pg_32_writers_p99_ms_at_2000_per_s": TARGET_P99_MS,
-                             "pg_32_writers_gateway_requests_per_s": TARGET_ADMISSIONS_PER_S}, "met": met})
+                             "pg_32_writers_gateway_requests_per_s": TARGET_ADMISSIONS_PER_S,
+                             "hierarchy_4_level_ratio_at_most": TARGET_HIERARCHY_RATIO}, "met": met})
+
+
+def hierarchy_cost(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Four levels against key-only admission, 32 in flight: the CPU per request and the p99 admission latency as
+    ratios of the key-only row of the same run, and what the levels add per request."""
+    base = find_row(rows, "gateway", "distinct", PACED_WRITERS)
+    found: dict[str, dict[str, float]] = {}
+    for levels in ("4-level", "4-level-shared"):
+        row = find_row(rows, "gateway", levels, PACED_WRITERS)
+        if base is None or row is None:
+            continue
+        found[levels] = {"cpu_per_request": round(per_request_cpu(row) / per_request_cpu(base), 3),
+                         "p99_admission": round(row["p99_ms"] / base["p99_ms"], 3)}
+        added = per_request_cpu(row) - per_request_cpu(base)
+        print(f"{levels} hierarchy vs key only, 32 in flight: CPU {per_request_cpu(row):.3f} vs "
+              f"{per_request_cpu(base):.3f} ms per request (+{added:.3f} ms, x{found[levels]['cpu_per_request']}), "
+              f"p99 admission {row['p99_ms']:.2f} vs {base['p99_ms']:.2f} ms (x{found[levels]['p99_admission']}); "
+              f"target x{TARGET_HIERARCHY_RATIO} for 4-level")
+    return found
 
 
 if __name__ == "__main__":

@@ -72,7 +72,8 @@ def trtkit_gateway(work: Path, env: dict[str, str], upstream: str) -> tuple[subp
     path.write_text(yaml.safe_dump(config))
     cli = [sys.executable, "-m", "trtkit.cli.main"]
     secret = subprocess.run([*cli, "keys", "create", "--name", "bench", "--rpm", "1000000", "--tpm", "1000000000",
-                             "--budget-tokens", "1000000000"], env=env, capture_output=True, text=True,
+                             "--max-concurrent", "100000", "--budget-tokens", "1000000000"], env=env,
+                            capture_output=True, text=True,
                             check=True).stdout.strip()
     port = free_port("127.0.0.1")
     process = start([*cli, "gateway", str(path), "--backend", upstream, "--port", str(port)],

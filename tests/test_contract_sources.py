@@ -2,13 +2,20 @@
 
 A source is a mapping with a ``repo`` (or ``repository``) and a ``file`` or ``path``; it must carry a full
 40-hex ``commit``. Where the wanted tag or branch (TensorRT-LLM v1.2.1, tensorrtllm_backend r26.04) was not
-what was read, ``why_not_wanted`` says why. A source given as a bare string, with no commit, fails."""
+what was read, ``why_not_wanted`` says why. A source given as a bare string, with no commit, fails.
+
+Issue 51 item 5: 40 hex characters alone proved nothing ("0" * 40 passed). Every commit a contract names must be
+one tests/contracts/verified-commits.json records as found, with the search tools or in a fetched snapshot, and
+how; where a snapshot (mirror) of the repository is reachable here, the commit must resolve in it."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +23,11 @@ import pytest
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 SOURCE_KEYS = ("source", "sources", "also", "upstream", "files", "upstream_files")
 CONTRACTS = sorted(p.name for p in resources.files("trtkit.contracts").iterdir() if p.name.endswith(".json"))
+ROOT = Path(__file__).resolve().parents[1]
+VERIFIED = ROOT / "tests" / "contracts" / "verified-commits.json"
+CONTAINER = ROOT / "tests" / "contracts" / "r26.04-requirements.txt"
+# where fetched snapshots live: <owner>+<name>/repo, a git directory (the search tools' fetch puts them there)
+MIRRORS = Path(os.environ.get("TRTKIT_UPSTREAM_MIRRORS", "/work/.mirror"))
 
 
 def source_problems(node: Any, where: str = "$") -> list[str]:
@@ -55,6 +67,66 @@ def _check_source(node: dict, where: str) -> list[str]:
 def test_every_contract_source_carries_a_commit(name: str) -> None:
     data = json.loads(resources.files("trtkit.contracts").joinpath(name).read_text(encoding="utf-8"))
     assert source_problems(data) == []
+
+
+def named_commits() -> set[tuple[str, str]]:
+    """(repository, commit) of every source in the contracts and every line of the container's requirements."""
+    found: set[tuple[str, str]] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if ("repo" in node or "repository" in node) and "commit" in node:
+                found.add((node.get("repo") or node.get("repository"), str(node["commit"])))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for name in CONTRACTS:
+        walk(json.loads(resources.files("trtkit.contracts").joinpath(name).read_text(encoding="utf-8")))
+    found |= set(re.findall(r"([\w.-]+/[\w.-]+)@\S+ ([0-9a-f]{40})", CONTAINER.read_text(encoding="utf-8")))
+    return found
+
+
+def verified() -> dict[tuple[str, str], dict]:
+    return {(e["repo"], e["commit"]): e for e in json.loads(VERIFIED.read_text(encoding="utf-8"))["commits"]}
+
+
+def unverified(commits: set[tuple[str, str]], record: dict[tuple[str, str], dict]) -> list[str]:
+    return sorted(f"{repo} {commit}" for repo, commit in commits if (repo, commit) not in record)
+
+
+def test_every_named_commit_was_found_upstream() -> None:
+    record = verified()
+    assert unverified(named_commits(), record) == []
+    for (repo, commit), entry in record.items():
+        assert COMMIT.match(commit) and len(set(commit)) > 4, f"{repo} {commit}: not a commit id"
+        assert entry["file"] and entry["verified"].startswith(("search index: ", "mirror: ")), entry
+
+
+def test_a_made_up_commit_is_refused() -> None:
+    """The check itself can fail: 40 zeros, or a real-looking id nobody found upstream."""
+    record = verified()
+    for fake in ("0" * 40, "0c8de69a1ca6213eebb20a51873890ff128666c3"):
+        assert unverified({("NVIDIA/TensorRT-LLM", fake)}, record) == [f"NVIDIA/TensorRT-LLM {fake}"]
+    assert unverified({("NVIDIA/TensorRT-LLM", "0c8de69a1ca6213eebb20a51873890ff128666c2")}, record) == []
+
+
+def test_the_commits_resolve_in_a_mirror_where_one_is_reachable() -> None:
+    reachable = {}
+    for repo, _ in verified():
+        git_dir = MIRRORS / repo.replace("/", "+") / "repo"
+        if (git_dir / "HEAD").is_file():
+            reachable[repo] = git_dir
+    if not reachable:
+        pytest.skip(f"no snapshot of a contract's repository under {MIRRORS} (TRTKIT_UPSTREAM_MIRRORS): the record "
+                    "in tests/contracts/verified-commits.json is the only check here")
+    for repo, commit in verified():
+        if repo in reachable:
+            done = subprocess.run(["git", "--git-dir", str(reachable[repo]), "cat-file", "-e", f"{commit}^{{commit}}"],
+                                  capture_output=True, check=False)
+            assert done.returncode == 0, f"{repo} {commit} does not resolve in {reachable[repo]}"
 
 
 def test_the_check_fails_on_a_source_without_a_commit() -> None:

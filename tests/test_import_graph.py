@@ -37,6 +37,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "consistency": {"config", "tokenizer", "trtllm_build"},
     "serve": {"config"},
     "triton_models": {"refengine", "tokenizer", "wire"},
+    # NVIDIA Dynamo on one machine: the reference engine as a Dynamo worker, the local cluster's processes
+    "dynamo": {"config", "refengine", "serve", "sources"},
     "governance": {"config", "sources", "store", "tokenizer"},  # no transport, no wire: any upstream carries it
     "transport": {"config", "governance", "tokenizer", "wire"},
     "context": {"config", "governance"},  # the context strategies: the client's conversations and the gateway's
@@ -46,8 +48,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "k8s": {"config", "serve", "trtllm_build"},
     "pipeline": {"checkpoint", "consistency", "config", "governance", "repository", "serve", "sources", "transport",
                  "trtllm_build"},
-    "cli": {"bench", "checkpoint", "config", "consistency", "context", "conversation", "gateway", "governance", "k8s", "pipeline",
-            "repository", "serve", "store", "transport", "trtllm_build", "wire"},
+    "cli": {"bench", "checkpoint", "config", "consistency", "context", "conversation", "dynamo", "gateway", "governance",
+            "k8s", "pipeline", "repository", "serve", "store", "transport", "trtllm_build", "wire"},
 }
 
 

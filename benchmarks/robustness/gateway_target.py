@@ -70,13 +70,15 @@ class GatewayThread:
         finally:
             await self.gateway.aclose()
 
-    def new_key(self, name: str) -> tuple[str, str]:
-        """(key name as the ledger records it, secret)."""
+    def new_key(self, name: str, max_concurrent: int | None = 1024, **limits: object) -> tuple[str, str]:
+        """(key name as the ledger records it, secret). The load of one key runs past the default per-key cap
+        (gateway.limits.max_concurrent_per_key): its keys get a cap of their own, above any load here (None: the
+        gateway's). ``limits``: more of ApiKey's fields (budget_tokens, rpm, ...)."""
         from trtkit.gateway.keys import ApiKey, hash_secret, new_secret
 
         key_id, secret = new_secret()
-        self.store.add_key(ApiKey(key_id, f"{name}-{secrets.token_hex(3)}", created_at=time.time()),
-                           hash_secret(secret))
+        self.store.add_key(ApiKey(key_id, f"{name}-{secrets.token_hex(3)}", created_at=time.time(),  # type: ignore[arg-type]
+                                  max_concurrent=max_concurrent, **limits), hash_secret(secret))
         found = self.store.find_key(key_id)
         assert found is not None
         return found[0].name, secret

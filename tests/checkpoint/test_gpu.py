@@ -10,15 +10,12 @@ import torch
 from trtkit.checkpoint import calibrate
 from trtkit.checkpoint.modelio import pick_device
 
-needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
-
 
 def test_device_follows_cuda_availability() -> None:
     assert pick_device() == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-@pytest.mark.gpu
-@needs_gpu
+@pytest.mark.gpu  # skipped, with the reason, where there is no GPU host (tests/gpu_host.py)
 @pytest.mark.parametrize(("fmt", "algo"), [("fp8", "FP8"), ("nvfp4", "NVFP4")])
 def test_calibrates_on_the_gpu(tiny_config, fmt: str, algo: str) -> None:
     result = calibrate(tiny_config, fmt=fmt)

@@ -15,7 +15,10 @@ from cli_helpers import LLAMA, ROOT, TINY
 from trtkit.cli.main import app
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-ROWS = dict(re.findall(r"^\| `([a-z0-9 ]+)` \| ([^|]+) \| [^|]+ \|$", README, flags=re.M))
+# a row names one command, or several that exit alike (`org create`, `team create`, ...)
+ROWS = {command: exits for cells, exits in re.findall(r"^\| (`[a-z0-9 ]+`(?:, `[a-z0-9 ]+`)*) \| ([^|]+) \| [^|]+ \|$",
+                                                      README, flags=re.M)
+        for command in re.findall(r"`([a-z0-9 ]+)`", cells)}
 DEFAULTS = {"deploy repository": "deploy", "bench run": "bench"}  # `trtkit deploy CONFIG`, `trtkit bench CONFIG`
 
 
@@ -46,6 +49,8 @@ def exits_one(command: str, tmp_path: Path) -> list[str]:
         "build": ["build", TINY, "--checkpoint", str(empty)],
         "deploy": ["deploy", TINY, "--engine", str(empty), "--out", str(tmp_path / "repo")],
         "deploy k8s": ["deploy", "k8s", LLAMA, "--out", str(tmp_path / "k8s"), "--multi-node"],
+        "deploy dynamo": ["deploy", "dynamo", TINY, "--out", str(tmp_path / "dynamo")],
+        "dynamo": ["dynamo", missing],
         "check": ["check", str(tmp_path / "no-repo")], "serve": ["serve", str(tmp_path / "no-repo")],
         "quickstart": ["quickstart", missing],
         "generate": ["generate", TINY, "hi", "--url", "127.0.0.1:1", "--max-tokens", "1"],
@@ -54,6 +59,15 @@ def exits_one(command: str, tmp_path: Path) -> list[str]:
         "gateway": ["gateway", missing, "--backend", "127.0.0.1:1"],
         "keys create": ["keys", "create", "--name", "team-a", "--store", str(tmp_path / "g.db")],
         "keys list": ["keys", "list", "--store", store], "keys revoke": ["keys", "revoke", "x", "--store", store],
+        "keys attach": ["keys", "attach", "x", "--project", "p", "--store", store],
+        "org create": ["org", "create", "acme", "--store", str(tmp_path / "g.db")],
+        "team create": ["team", "create", "ml", "--org", "nowhere", "--store", str(tmp_path / "g.db")],
+        "project create": ["project", "create", "p", "--team", "nowhere", "--store", str(tmp_path / "g.db")],
+        **{f"{level} list": [level, "list", "--store", store] for level in ("org", "team", "project")},
+        **{f"{level} update": [level, "update", "x", "--rpm", "5", "--store", store]
+           for level in ("org", "team", "project")},
+        **{f"{level} remove": [level, "remove", "x", "--store", store] for level in ("org", "team", "project")},
+        "project move": ["project", "move", "p", "--team", "t", "--store", store],
         "bench": ["bench", TINY, "--endpoint", "127.0.0.1:1", "--concurrency", "1", "--requests", "1", "--out",
                   str(tmp_path / "run"), "--guide-type", "json_schema", "--guide", f"@{schema}"],
         "bench report": ["bench", "report", str(empty)], "bench compare": ["bench", "compare", str(empty), str(empty)],
@@ -66,6 +80,8 @@ def test_each_command_exits_as_the_table_says(command: str, tmp_path: Path, monk
     monkeypatch.setattr("sys.stdin", io.StringIO("hello\n"))
     if command == "keys create":  # an active key of that name already there
         assert trtkit("keys", "create", "--name", "team-a", "--store", str(tmp_path / "g.db")).code == 0
+    if command == "org create":  # an organisation of that name already there
+        assert trtkit("org", "create", "acme", "--store", str(tmp_path / "g.db")).code == 0
     ran = trtkit(*exits_one(command, tmp_path))
     assert ran.code == 1, (command, ran.err)
     assert "error: " in ran.err.splitlines()[-1] and "Traceback" not in ran.err  # chat: after its "> " prompt

@@ -53,14 +53,16 @@ def test_running_totals_are_not_added_twice() -> None:
 
 def test_a_gpu_ensemble_is_asked_for_reused_blocks_and_they_bill_cached_tokens() -> None:
     """Issue 34 defect 5: the C++ backend sends kv_cache_reused_blocks only with return_perf_metrics; the text
-    client asks for it, and reads whole blocks as cached prompt tokens, clamped to the prompt minus one."""
+    client asks for it. Issue 45 item 3: the last reported block may be partly matched, so the blocks before it are
+    billed as cached, never more than the prompt minus one."""
     declared = {**ENSEMBLE, "return_perf_metrics": "BOOL"}
     names = {i.name() for i in request_inputs("hi", SamplingParams(max_tokens=4), stream=False, declared=declared)}
     assert "return_perf_metrics" in names
     tensors = {"text_output": np.array([[b"ok"]], dtype=np.object_), "num_input_tokens": np.array([[64]], dtype=np.int32),
                "num_output_tokens": np.array([[2]], dtype=np.int32),
-               "kv_cache_reused_blocks": np.array([[2]], dtype=np.int32)}
+               "kv_cache_reused_blocks": np.array([[3]], dtype=np.int32)}
     assert parse_response(tensors.get, is_final=True, tokens_per_block=32).num_cached_tokens == 63  # not 64
-    tensors["kv_cache_reused_blocks"] = np.array([[1]], dtype=np.int32)
-    assert parse_response(tensors.get, is_final=True, tokens_per_block=32).num_cached_tokens == 32
+    for blocks, cached in ((2, 32), (1, 0), (0, 0)):
+        tensors["kv_cache_reused_blocks"] = np.array([[blocks]], dtype=np.int32)
+        assert parse_response(tensors.get, is_final=True, tokens_per_block=32).num_cached_tokens == cached
     assert parse_response(tensors.get, is_final=True).num_cached_tokens is None  # no block size: no figure

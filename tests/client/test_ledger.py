@@ -24,6 +24,7 @@ EXPECTED_COLUMNS = [
     ("cached_tokens", "BIGINT"), ("ttft_ms", "DOUBLE PRECISION"), ("latency_ms", "DOUBLE PRECISION"),
     ("finish_reason", "TEXT"), ("cost", "DOUBLE PRECISION"), ("cache_hit", "INTEGER"), ("cached_tokens_unit", "TEXT"),
     ("local_prompt_tokens", "BIGINT"), ("local_completion_tokens", "BIGINT"), ("counted_locally", "INTEGER"),
+    ("usage_flags", "TEXT"), ("org", "TEXT"), ("team", "TEXT"), ("project", "TEXT"), ("dialect", "TEXT"),
 ]
 
 

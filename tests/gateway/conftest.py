@@ -24,14 +24,16 @@ from trtkit.store.ledger import Ledger
 
 
 class RunningGateway:
-    def __init__(self, config: ModelConfig, backend: str, folder: Path, store_url: str | None = None) -> None:
+    def __init__(self, config: ModelConfig, backend: str, folder: Path, store_url: str | None = None,
+                 telemetry: object = None) -> None:
         import uvicorn
 
         folder.mkdir(parents=True, exist_ok=True)
         self.config = config
         self.ledger_path = folder / "usage.db"
         self.store = open_gateway_store(store_url or folder / "gateway.db")
-        self.gateway = build_gateway(config, backend, store=self.store, ledger=Ledger(self.ledger_path))
+        self.gateway = build_gateway(config, backend, store=self.store, ledger=Ledger(self.ledger_path),
+                                     telemetry=telemetry)  # type: ignore[arg-type]
         self.port = free_port("127.0.0.1")
         self.url = f"http://127.0.0.1:{self.port}"
         uv_config = uvicorn_config(self.gateway.app, "127.0.0.1", self.port)  # the CLI's stack (uvloop, httptools)

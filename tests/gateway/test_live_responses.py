@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from tests.gateway.conftest import RunningGateway, _config
+from trtkit.gateway.responses_items import chat_messages
 
 pytestmark = pytest.mark.slow
 
@@ -102,7 +103,8 @@ def test_a_six_turn_conversation_bills_what_the_engine_got_and_reuses_its_kv(res
                     zip([client.responses.retrieve(i) for i in ids], cached, strict=True)]
     stored = gateway.store.db.read(lambda s: s.execute(
         "SELECT messages FROM stored_responses WHERE conversation_id = ? ORDER BY created_at", (conversation,)).fetchall())
-    assert [m for row in stored for m in json.loads(row[0])] == messages  # CJK in and out, exactly
+    items = [item for row in stored for part in ("input", "output") for item in json.loads(row[0])[part]]
+    assert chat_messages(items) == messages  # CJK in and out, exactly
 
 
 def test_json_schema_turn_completes_with_usage_in_the_completed_event(responses_gateway) -> None:
@@ -181,9 +183,9 @@ def test_bad_input_gets_a_clear_4xx_and_the_server_keeps_serving(responses_gatew
         (dict(input=[{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]),
          openai.BadRequestError, "input[0].content.0"),
         (dict(input=[{"type": "function_call_output", "call_id": "c", "output": "x"}]), openai.BadRequestError,
-         "input[0]"),
+         "input[0].call_id"),
         (dict(input=[]), openai.BadRequestError, "input"),
-        (dict(input="hi", tools=[{"type": "web_search"}]), openai.BadRequestError, "tools"),
+        (dict(input="hi", tools=[{"type": "web_search"}]), openai.BadRequestError, "tools[0]"),
         (dict(input="hi", temperature=9), openai.BadRequestError, "temperature"),
         (dict(input="hi", text={"format": {"type": "json_schema", "schema": {}}}), openai.BadRequestError,
          "text.format"),

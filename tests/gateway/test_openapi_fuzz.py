@@ -38,6 +38,11 @@ def test_the_document_is_built_from_the_validating_models(gateway) -> None:
     answer = document["paths"]["/v1/completions"]["post"]["responses"]["200"]["content"]
     assert answer["application/json"]["schema"] == {"$ref": "#/components/schemas/Completion"}  # openai's type
     assert "ChatCompletion" in schemas and "ErrorResponse" in schemas
+    messages = document["paths"]["/v1/messages"]["post"]["responses"]
+    assert messages["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/AnthropicMessage"}
+    assert messages["default"]["content"]["application/json"]["schema"]["$ref"].endswith("AnthropicErrorResponse")
+    assert {"/v1/conversations/{conversation_id}/items/{item_id}", "/v1/responses/{response_id}/input_items",
+            "/v1/messages/count_tokens"} <= set(document["paths"])
 
 
 def test_an_empty_prompt_is_a_400_naming_the_field(gateway) -> None:
@@ -60,7 +65,8 @@ def gateway_schema(gateway):  # type: ignore[no-untyped-def]
     generated requests then reach the engine and stay short); everything else as published."""
     document = copy.deepcopy(httpx.get(f"{gateway.url}/openapi.json", timeout=30).json())
     schemas = document["components"]["schemas"]
-    for name in ("CompletionRequest", "ChatCompletionRequest", "ResponseRequest"):
+    for name in ("CompletionRequest", "ChatCompletionRequest", "ResponseRequest", "MessagesRequest",
+                 "CountTokensRequest"):
         fields = schemas[name]["properties"]
         fields["model"] = {"type": "string", "enum": [gateway.config.name]}
         for limit in ("max_tokens", "max_completion_tokens", "min_tokens", "max_output_tokens"):
@@ -76,6 +82,21 @@ CASES = [("POST /v1/chat/completions", POSITIVE), ("POST /v1/chat/completions", 
          ("POST /v1/completions", POSITIVE), ("POST /v1/completions", NEGATIVE), ("POST /v1/responses", POSITIVE),
          ("POST /v1/responses", NEGATIVE), ("GET /v1/responses/{response_id}", POSITIVE),
          ("DELETE /v1/responses/{response_id}", POSITIVE), ("POST /v1/responses/{response_id}/heartbeat", POSITIVE),
+         ("GET /v1/responses/{response_id}/input_items", POSITIVE),
+         ("GET /v1/responses/{response_id}/input_items", NEGATIVE),
+         ("POST /v1/conversations", POSITIVE), ("POST /v1/conversations", NEGATIVE),
+         ("GET /v1/conversations/{conversation_id}", POSITIVE),
+         ("POST /v1/conversations/{conversation_id}", POSITIVE), ("POST /v1/conversations/{conversation_id}", NEGATIVE),
+         ("DELETE /v1/conversations/{conversation_id}", POSITIVE),
+         ("POST /v1/conversations/{conversation_id}/heartbeat", POSITIVE),
+         ("GET /v1/conversations/{conversation_id}/items", POSITIVE),
+         ("GET /v1/conversations/{conversation_id}/items", NEGATIVE),
+         ("POST /v1/conversations/{conversation_id}/items", POSITIVE),
+         ("POST /v1/conversations/{conversation_id}/items", NEGATIVE),
+         ("GET /v1/conversations/{conversation_id}/items/{item_id}", POSITIVE),
+         ("DELETE /v1/conversations/{conversation_id}/items/{item_id}", POSITIVE),
+         ("POST /v1/messages", POSITIVE), ("POST /v1/messages", NEGATIVE),
+         ("POST /v1/messages/count_tokens", POSITIVE), ("POST /v1/messages/count_tokens", NEGATIVE),
          ("GET /v1/models", POSITIVE),
          ("GET /health/live", POSITIVE), ("GET /health/ready", POSITIVE)]
 

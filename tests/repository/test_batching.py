@@ -5,16 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trtkit.triton_models.batching import (
-    ElementSink,
-    FinalCounter,
+from trtkit.triton_models.batching import ElementSink, FinalCounter, pad_rows
+from trtkit.wire.request_tensors import (
+    InvalidRequest,
     batch_size,
     element,
-    pad_rows,
+    max_tokens_of,
     per_element,
     same_for_all,
 )
-from trtkit.triton_models.requests import InvalidRequest, max_tokens_of
 
 
 def test_batch_size_takes_the_rows_and_allows_one_row_for_all() -> None:

@@ -7,6 +7,7 @@ counting that response only, ``kv_cache_reused_blocks`` in whole blocks, and no 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from trtkit.tokenizer.detokenizer import find_anchor
 from trtkit.triton_models.bls import Bls, BlsCalls
@@ -71,9 +72,12 @@ def test_bls_stop_string_cancels_the_engine_and_counts_to_the_stop(bytelevel_tok
         assert "".join(o["text_output"].reshape(-1)[0].decode() for o, _ in sent) == "The answer is forty-two. "
 
 
-def test_cached_tokens_are_clamped_to_the_prompt_minus_one(bytelevel_tokenizer) -> None:  # type: ignore[no-untyped-def]
-    """Issue 34 defect 5: the executor never reuses a prompt's last token and counts a partly matched block in
-    kv_cache_reused_blocks, so the cap is prompt - 1 (5 tokens, 1 block of 32 reused: 4 cached, not 5)."""
+@pytest.mark.parametrize(("reused_blocks", "cached"), [(1, 0), (2, 4)])
+def test_only_the_reused_blocks_known_whole_are_cached_up_to_the_prompt_minus_one(
+        bytelevel_tokenizer, reused_blocks: int, cached: int) -> None:  # type: ignore[no-untyped-def]
+    """Issue 45 item 3: the 1.2 executor counts a partly matched block in kv_cache_reused_blocks, and only the last
+    one can be: one reused block of 32 bills nothing; two bill one whole block, clamped to the prompt minus one
+    (5 tokens: 4 cached, never 5; the last prompt token is always computed)."""
     ids = bytelevel_tokenizer.encode("Hi", add_special_tokens=False)
-    sent, _, _ = run(bytelevel_tokenizer, ids, stream=True, max_tokens=len(ids), reused_blocks=1)
-    assert final_of(sent)["num_cached_tokens"] == 4
+    sent, _, _ = run(bytelevel_tokenizer, ids, stream=True, max_tokens=len(ids), reused_blocks=reused_blocks)
+    assert final_of(sent)["num_cached_tokens"] == cached

@@ -14,7 +14,7 @@ from trtkit.tokenizer.detokenizer import decode_continuation, find_anchor
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.triton_models.engine_model import EngineModel
 from trtkit.triton_models.metrics import stat_values
-from trtkit.triton_models.requests import InvalidRequest
+from trtkit.wire.request_tensors import InvalidRequest
 from trtkit.wire.tensors import words_to_list
 
 

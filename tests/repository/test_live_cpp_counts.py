@@ -16,6 +16,7 @@ import pytest
 from echo_model import CYCLE_TEXT
 from live_client import Live, inputs, tensor
 
+from trtkit.config import load_config
 from trtkit.governance import Caller, SamplingParams
 from trtkit.transport import TritonLLMClient
 
@@ -138,6 +139,46 @@ def test_cached_tokens_reach_ensemble_users(cpp_live: Live) -> None:
     for stream in (False, True, False):
         final = cpp_live.stream("ensemble", inputs(prompt, 4, stream=stream)).finals[-1]
     assert 16 <= final["num_cached_tokens"] <= num_input - 1
+
+
+def branches(live: Live, block: int = 16) -> tuple[str, str, int]:
+    """A fresh prompt A and a prompt B sharing A's first tokens up to the middle of a KV block (a multi-turn chat's
+    usual shape), and the prompt tokens of B the CPU engine serves from A's cached blocks: the whole blocks only."""
+    import uuid
+
+    head = f"{uuid.uuid4().hex} " + CYCLE_TEXT * 2
+    for pad in range(block):
+        first, second = head + "x" * pad + " the first branch goes on", head + "x" * pad + " another branch entirely"
+        a, b = live.tokenizer.encode(first), live.tokenizer.encode(second)
+        common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+        if common >= block and common % block >= 2:
+            return first, second, min(common // block, (len(b) - 1) // block) * block
+    raise AssertionError("no prompt pair shares a prefix ending mid-block")
+
+
+@pytest.mark.parametrize("path", ["ensemble-whole", "ensemble-streamed", "bls", "raw"])
+def test_a_prefix_shared_to_the_middle_of_a_block_bills_only_the_whole_blocks(cpp_live: Live, path: str) -> None:
+    """Issue 45 item 3: TensorRT-LLM 1.2's C++ backend also reuses a partly matched block and counts it in
+    kv_cache_reused_blocks (the emulation does too); billing every reported block in full granted cached tokens the
+    cache never served. Only the blocks known whole are billed: exactly what the CPU engine reused here."""
+    first, second, served = branches(cpp_live)
+    cpp_live.stream("ensemble", inputs(first, 4, stream=False))
+    if path == "raw":  # the engine's own answer: the whole blocks plus the partly matched one, as 1.2 reports it
+        ids = cpp_live.tokenizer.encode(second)
+        reported = engine_responses(cpp_live, ids, 4, return_perf_metrics=True)[0]["kv_cache_reused_blocks"]
+        assert int(reported.item()) == served // 16 + 1
+        return
+    if path == "bls":
+        billed = cpp_live.stream("tensorrt_llm_bls", inputs(second, 4, stream=True)).finals[-1]["num_cached_tokens"]
+    elif path == "ensemble-streamed":  # the streaming GPU ensemble's stream_gate
+        billed = cpp_live.stream("ensemble", inputs(second, 4, stream=True)).finals[-1]["num_cached_tokens"]
+    else:  # a whole answer: the client reads the C++ backend's blocks itself
+        config = load_config(CONFIG)
+        config = replace(config, client=replace(config.client, cache=replace(config.client.cache, enabled=False)))
+        with TritonLLMClient(cpp_live.server.grpc_url, config=config, caller=Caller(user="t"), ledger=False,  # type: ignore[attr-defined]
+                             model_name="ensemble") as client:
+            billed = client.generate(second, SamplingParams(max_tokens=4)).usage.cached_tokens
+    assert billed == served, (path, billed, served)
 
 
 @pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])

@@ -10,7 +10,7 @@ import pytest
 
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.triton_models.preprocessing import Limits, Preprocessor
-from trtkit.triton_models.requests import InvalidRequest, min_tokens_of, sampling_from
+from trtkit.wire.request_tensors import InvalidRequest, min_tokens_of, sampling_from
 from trtkit.wire.tensors import list_to_words, words_to_list
 
 

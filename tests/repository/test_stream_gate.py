@@ -12,8 +12,8 @@ import pytest
 
 from trtkit.tokenizer.detokenizer import find_anchor
 from trtkit.triton_models.postprocessing import Postprocessor
-from trtkit.triton_models.requests import InvalidRequest
 from trtkit.triton_models.stream_gate import GateCalls, StreamGate
+from trtkit.wire.request_tensors import InvalidRequest
 from trtkit.wire.tensors import words_to_list
 
 TEXT = "你好，世界！🎉 日本語の answer. STOP here"
@@ -91,11 +91,15 @@ def test_gated_stream_decodes_exactly_through_postprocessing(bytelevel_tokenizer
         assert len(sent) > 3  # still a stream, not one answer at the end
 
 
-def test_cached_tokens_from_reused_blocks_are_clamped_to_the_prompt_minus_one(bytelevel_tokenizer) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("reused_blocks", "cached"), [(2, 32), (3, 39)])
+def test_cached_tokens_are_the_whole_reused_blocks_clamped_to_the_prompt_minus_one(
+        bytelevel_tokenizer, reused_blocks: int, cached: int) -> None:  # type: ignore[no-untyped-def]
+    """Issue 45 item 3: the last reported block may be partly matched; the ones before it are whole (32 tokens each),
+    never more than the 40-token prompt minus one."""
     ids = bytelevel_tokenizer.encode("Hello there", add_special_tokens=False)
-    sent, _, _, _ = run_gate(bytelevel_tokenizer, ids, stream=True, max_tokens=50, reused_blocks=2)
+    sent, _, _, _ = run_gate(bytelevel_tokenizer, ids, stream=True, max_tokens=50, reused_blocks=reused_blocks)
     final = last_values(sent)
-    assert final["num_cached_tokens"] == 39 and final["finish_reason"] == b"end_id"  # 2 x 32 blocks, prompt of 40
+    assert final["num_cached_tokens"] == cached and final["finish_reason"] == b"end_id"
 
 
 def test_a_stop_string_ends_the_text_and_stops_the_engine(bytelevel_tokenizer) -> None:  # type: ignore[no-untyped-def]

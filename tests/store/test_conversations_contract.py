@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from trtkit.gateway.responses_items import message_item, stored_items
 from trtkit.store import BudgetLimit, open_gateway_store
 from trtkit.store.conversations import (
     TOMBSTONE_SECONDS,
@@ -35,9 +36,12 @@ def store(store_url: str):  # type: ignore[no-untyped-def]
 
 def turn(response_id: str, previous: str | None, question: str, answer: str, conversation: str = "conv_1",
          summary: str = "") -> StoredResponse:
-    messages = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
-    return StoredResponse(response_id, conversation, previous, messages, summary, 2 if summary else 0,
-                          f'{{"id": "{response_id}"}}')
+    return StoredResponse(response_id, conversation, previous, [message_item("user", question)],
+                          [message_item("assistant", answer)], summary, 2 if summary else 0, f'{{"id": "{response_id}"}}')
+
+
+def texts(items: list[dict]) -> list[str]:
+    return [item["content"][0]["text"] for item in items]
 
 
 def count(store, table: str) -> int:  # type: ignore[no-untyped-def]
@@ -52,9 +56,10 @@ def test_a_chain_continues_from_any_response_and_forks(store) -> None:  # type: 
     conversations.save(turn("r2b", "r1", "fork", "forked"), "k")  # a second turn continuing r1
     chain = conversations.continue_chain("r3", "k")
     assert chain.conversation_id == "conv_1" and chain.responses == 3
-    assert [m["content"] for m in chain.messages] == ["一", "one", "二", "two", "三", "three"]
+    assert texts(chain.items) == ["一", "one", "二", "two", "三", "three"]
     fork = conversations.continue_chain("r2b", "k")
-    assert [m["content"] for m in fork.messages] == ["一", "one", "fork", "forked"]
+    assert texts(fork.items) == ["一", "one", "fork", "forked"]
+    assert texts(conversations.input_items("r3", "k")) == ["一", "one", "二", "two", "三"]  # its own answer left out
     assert conversations.continue_chain("r2", "k").summary == "s2" and fork.summary == ""
     assert conversations.body("r2", "k") == '{"id": "r2"}'
 
@@ -139,3 +144,16 @@ def test_a_keys_conversation_budget_right_round_trips(store) -> None:  # type: i
     store.add_key(ApiKey("123456123456", "user"), "hash")
     assert store.find_key("abcdefabcdef")[0].can_budget_conversations
     assert not store.find_key("123456123456")[0].can_budget_conversations
+
+
+def test_a_row_stored_before_items_existed_reads_as_message_items(store) -> None:  # type: ignore[no-untyped-def]
+    store.conversations.save(turn("r1", None, "q", "a"), "k", start_ttl_seconds=TTL)
+    legacy = '[{"role": "user", "content": "old question"}, {"role": "assistant", "content": "old answer"}]'
+    store.db.transact(lambda s: s.execute("INSERT INTO stored_responses (id, conversation_id, key_id, previous_id, "
+                                          "created_at, messages, summary, summarized_turns, body) VALUES "
+                                          "('r0', 'conv_1', 'k', NULL, 0, ?, '', 0, '{}')", (legacy,)))
+    store.db.transact(lambda s: s.execute("UPDATE stored_responses SET previous_id = 'r0' WHERE id = 'r1'"))
+    items = stored_items(store.conversations.continue_chain("r1", "k").items)
+    assert [(i["role"], i["content"][0]["text"]) for i in items] == [
+        ("user", "old question"), ("assistant", "old answer"), ("user", "q"), ("assistant", "a")]
+    assert [i["content"] for i in store.conversations.input_items("r0", "k")] == ["old question"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,17 @@ from tests.store.legacy_schemas import old_gateway, old_ledger
 from trtkit.store import (
     MIGRATIONS,
     BudgetLimit,
+    RateLimit,
+    Refused,
+    holds,
+    migrations,
     open_database,
     open_gateway_store,
     parse_store_url,
     schema_version,
 )
 from trtkit.store.ledger import LedgerRow, open_ledger
+from trtkit.store.records import Hold, SlotLimit
 
 
 @pytest.mark.parametrize("steps", [1, 2, 3])
@@ -90,3 +96,42 @@ def test_replicas_starting_together_migrate_once(store_url: str) -> None:
     db.close()
     for store in opened:
         store.close()
+
+
+def test_a_store_at_version_11_without_10_gets_10_and_12_and_its_admission_takes_the_slot(
+        store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store migrated by a build that had migration 11 but not 10 (main before the hardening merge) catches up on
+    its next open: migration 10's slots, then 12's admission functions (PostgreSQL), which hold the key's slot, every
+    level's rate window and every budget in the one call, and give the slot back in settle's one call."""
+    db = open_database(parse_store_url(store_url))
+    monkeypatch.setattr(migrations, "MIGRATIONS", tuple(m for m in MIGRATIONS if m.version <= 11 and m.version != 10))
+    migrations.migrate(db)
+    assert schema_version(db) == 11
+    monkeypatch.undo()
+    db.close()
+    store = open_gateway_store(store_url, keep_leases=False)
+    try:
+        versions = store.db.read(lambda s: s.execute("SELECT version FROM schema_version ORDER BY version").fetchall())
+        assert [v[0] for v in versions] == [m.version for m in MIGRATIONS]
+        window = int(time.time() // 60) * 60
+        rates = [RateLimit("kid", window, 10, None), RateLimit("team:t", window, 10, None)]
+        budgets = [BudgetLimit("key:k", 0.0, 100, None), BudgetLimit("team:t", 0.0, 100, None)]
+        hold = store.reserve(5, 0.0, budgets, rates, SlotLimit("kid", 1))
+        assert [st["requests"] for st in hold.rate_states] == [1, 1]
+        with pytest.raises(Refused) as refused:
+            store.reserve(5, 0.0, budgets, rates, SlotLimit("kid", 1))
+        assert refused.value.what == "concurrency" and store.account("team:t", 0.0) == (0, 5, 0.0, 0.0)
+        store.settle(hold, 3, 0.0)
+        slots = store.db.read(lambda s: s.execute("SELECT in_flight FROM key_slots WHERE key_id = 'kid'").fetchone())
+        assert slots == (0,) and all(store.account(b.account, 0.0) == (3, 0, 0.0, 0.0) for b in budgets)
+    finally:
+        store.close()
+
+
+def test_postgresql_admits_and_settles_a_hold_of_every_kind_in_one_call() -> None:
+    """However many levels and whether or not a slot: one statement each way (the prepared call of pg_prepared)."""
+    hold = Hold("h", 10, 0.5, [BudgetLimit(a, 0.0, 100, None) for a in ("key:k", "org:o", "project:p", "team:t")],
+                [RateLimit(s, 60, 5, 50) for s in ("kid", "org:o", "project:p", "team:t")], slot=SlotLimit("kid", 2))
+    assert len(holds.reserve_statements(hold, "me", 1.0, 2.0, "postgresql")) == 1
+    assert len(holds.settle_statements(hold, 7, 0.1, "postgresql")) == 1
+    assert '"slot": ["kid", 2]' in holds.hold_json(hold) and len(holds.hold_body(hold)["rates"]) == 4

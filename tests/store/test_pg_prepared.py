@@ -37,6 +37,19 @@ def test_a_statement_is_prepared_once_per_connection(conn: psycopg.Connection) -
     assert len([n for n in names if n.startswith("trtkit_")]) == 1
 
 
+def test_a_statement_the_server_forgot_is_prepared_again(conn: psycopg.Connection) -> None:
+    """psycopg sends DEALLOCATE ALL after a ROLLBACK on a connection where it prepared statements of its own (a
+    store call that raised inside its transaction, such as "not found"): the next call prepares again."""
+    sql = "SELECT count(*) FROM t WHERE n > ?"
+    assert run_prepared(conn, sql, (1,)).rows == [(0,)]
+    conn.execute("DEALLOCATE ALL")
+    assert run_prepared(conn, sql, (1,)).rows == [(0,)]
+    from trtkit.store import pg_prepared
+
+    pg_prepared._prepared_on[conn].clear()  # the bookkeeping lost, the server still holding it
+    assert run_prepared(conn, sql, (2,)).rows == [(0,)]
+
+
 def test_the_limit_guard_is_limit_reached_and_the_connection_stays_usable(conn: psycopg.Connection) -> None:
     with pytest.raises(LimitReached, match="division by zero"):
         run_prepared(conn, "SELECT 1 / (CASE WHEN ? > 5 THEN 1 ELSE 0 END)", (3,))

@@ -1,4 +1,4 @@
-"""A real trtllm-build on a GPU host with TensorRT-LLM 1.2.x (skipped elsewhere, with the reason shown).
+"""A real trtllm-build on a GPU host with TensorRT-LLM 1.2.x (the gpu marker: skipped elsewhere, tests/gpu_host.py).
 
 The CPU contract tests beside it (test_build_contract.py, test_build_manifest.py) check the same
 command line and manifest logic without a GPU.
@@ -13,25 +13,9 @@ import pytest
 
 from trtkit.config import load_config
 from trtkit.trtllm_build import build_engines, verify_engine_for_host
-from trtkit.trtllm_build.host_facts import collect_host_facts, probe_gpus, probe_tensorrt_llm
+from trtkit.trtllm_build.host_facts import collect_host_facts
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _gpu_skip_reason() -> str | None:
-    gpus, nvml_error = probe_gpus()
-    version, trtllm_error = probe_tensorrt_llm()
-    missing = []
-    if not gpus:
-        missing.append(f"no NVIDIA GPU (NVML: {nvml_error})")
-    if version is None:
-        missing.append(f"no TensorRT-LLM ({trtllm_error})")
-    elif not version.startswith("1.2."):
-        missing.append(f"TensorRT-LLM {version} is not 1.2.x")
-    return "; ".join(missing) if missing else None
-
-
-SKIP_REASON = _gpu_skip_reason()
 
 
 def _checkpoint(hf_dir: Path, out: Path, config) -> Path:  # type: ignore[no-untyped-def]
@@ -47,7 +31,6 @@ def _checkpoint(hf_dir: Path, out: Path, config) -> Path:  # type: ignore[no-unt
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(SKIP_REASON is not None, reason=f"needs a GPU host with TensorRT-LLM 1.2.x: {SKIP_REASON}")
 def test_real_build_writes_engines_and_manifest_then_skips(tmp_path: Path, tiny_llama_dir: Path) -> None:
     config = load_config(ROOT / "model_configs" / "tiny-llama.yaml")
     config = replace(config, workdir=str(tmp_path / "work"), convert=replace(config.convert, dtype="float16"))
@@ -64,7 +47,6 @@ def test_real_build_writes_engines_and_manifest_then_skips(tmp_path: Path, tiny_
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(SKIP_REASON is not None, reason=f"needs a GPU host with TensorRT-LLM 1.2.x: {SKIP_REASON}")
 def test_contract_matches_the_installed_trtllm_build_help() -> None:
     """The contract file against the real parser: same flags, same choices."""
     import re

@@ -136,3 +136,43 @@ def test_loading_with_another_tensorrt_version_is_refused(tmp_path: Path) -> Non
 def test_engines_without_a_manifest_are_refused(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match=f"{tmp_path} has no {MANIFEST_NAME}; build the engines with trtkit build"):
         verify_engine_for_host(tmp_path, H100_HOST)
+
+
+def test_every_gpu_the_server_may_use_is_checked_not_only_the_first(tmp_path: Path) -> None:
+    """Issue 45 item 8: the guard compared GPU 0 only; an engine built for an H100 would then go to a server that
+    may run on the host's second GPU, an A100, and fail there with "Version tag does not match"."""
+    _, engines, _ = built_engine_dir(tmp_path)
+    mixed = replace(H100_HOST, gpus=(gpu_fact("H100-80GB", name="NVIDIA H100-80GB"),
+                                     replace(gpu_fact("A100-80GB", name="NVIDIA A100-SXM4-80GB"), index=1)))
+    with pytest.raises(BuildError, match=r"but GPU 1 of this host is NVIDIA A100-SXM4-80GB \(SM 8.0\).*give the server "
+                                         r"only matching GPUs with CUDA_VISIBLE_DEVICES"):
+        verify_engine_for_host(engines, mixed)
+
+
+def test_cuda_visible_devices_narrows_the_gpus_nvml_lists() -> None:
+    """NVML ignores CUDA_VISIBLE_DEVICES: the GPUs a server started here will use are what it leaves. Indices are
+    CUDA's order, which is NVML's PCI order only with CUDA_DEVICE_ORDER=PCI_BUS_ID or on a host of alike GPUs;
+    otherwise every GPU is kept (and checked)."""
+    from trtkit.trtllm_build.host_facts import visible_gpus
+
+    h100 = [replace(gpu_fact("H100-80GB", name="NVIDIA H100-80GB"), index=i, uuid=f"GPU-{i}abc") for i in range(3)]
+    alike = tuple(h100)
+    assert visible_gpus(alike, None) == alike
+    assert visible_gpus(alike, "2,0") == (h100[2], h100[0])
+    assert visible_gpus(alike, "") == () and visible_gpus(alike, "1,7,0") == (h100[1],)  # CUDA stops at 7
+    assert visible_gpus(alike, "GPU-2a") == (h100[2],)
+    mixed = (h100[0], replace(gpu_fact("A100-80GB", name="NVIDIA A100-SXM4-80GB"), index=1, uuid="GPU-1def"))
+    assert visible_gpus(mixed, "1") == mixed  # which GPU CUDA calls 1 is not known: both kept
+    assert visible_gpus(mixed, "1", "PCI_BUS_ID") == (mixed[1],)
+    assert visible_gpus(mixed, "GPU-1d") == (mixed[1],) and visible_gpus(mixed, "MIG-xyz") == mixed
+
+
+def test_gb300_has_its_own_entry_that_b300_never_matches() -> None:
+    """Issue 45 item 8: GB300 is SM 10.3 like B300; its NVML name must find GB300, and B300's marker must not."""
+    from trtkit.config.gpus import lookup_gpu, match_nvml_name
+
+    spec = match_nvml_name("NVIDIA GB300")
+    assert spec is not None and spec.kind == "GB300" and spec.compute_capability == (10, 3)
+    b300 = match_nvml_name("NVIDIA B300 SXM6 AC")
+    assert b300 is not None and b300.kind == "B300"
+    assert lookup_gpu("gb300-288gb").kind == "GB300"

@@ -13,11 +13,12 @@ import pytest
 import yaml
 from build_helpers import gpu_host, shipped, with_quant
 
+from trtkit.config.build_backend import PYTORCH
 from trtkit.config.gpus import lookup_gpu
+from trtkit.config.llm_api_options import OPTIONS_FILE, model_dir_of, options_for
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.gpu_support import PYTORCH_MATRIX, family, pytorch_refusals, refusals_for
 from trtkit.trtllm_build.llm_api_build import build_llm_api
-from trtkit.trtllm_build.llm_api_options import OPTIONS_FILE, model_dir_of, options_for
 
 # the PyTorch backend's Hardware Support Matrix (docs/source/features/quantization.md; the contract records it)
 RUNS = {"fp8": {"L4", "H100-80GB", "B200", "RTX-5090"}, "fp8_block": {"H100-80GB", "B200"},
@@ -33,7 +34,7 @@ def test_the_pytorch_support_matrix_by_gpu(fmt: str) -> None:
         cc = lookup_gpu(kind).compute_capability
         refused = pytorch_refusals(QUANT[fmt], None, cc)
         assert (not refused) == (kind in RUNS[fmt]), (fmt, kind, refused)
-        assert refusals_for("pytorch", QUANT[fmt], None, cc) == refused
+        assert refusals_for(PYTORCH, QUANT[fmt], None, cc) == refused
     assert set(PYTORCH_MATRIX) == set(QUANT.values())
     assert pytorch_refusals(None, "FP8", lookup_gpu("A100-80GB").compute_capability) == []  # FP8 KV: Ampere on
     assert family((7, 5)) == "older" and pytorch_refusals(None, "FP8", (7, 5))

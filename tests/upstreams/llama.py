@@ -110,7 +110,9 @@ class LlamaServer:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=30) as r:
             text = r.read().decode()
         found = re.findall(rf"^llamacpp:{re.escape(name)} ([0-9.e+-]+)$", text, flags=re.M)
-        return float(found[0]) if found else 0.0
+        if not found:  # a missing counter read as 0.0 would make every "predicted fewer" proof pass
+            raise AssertionError(f"llamacpp:{name} is not on llama-server's /metrics (is --metrics on?)")
+        return float(found[0])
 
     def post(self, path: str, body: dict) -> dict:
         request = urllib.request.Request(f"{self.url}{path}", data=json.dumps(body).encode(),

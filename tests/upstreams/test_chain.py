@@ -1,7 +1,8 @@
 """A gateway as the upstream of a gateway: the outer one (``--backend http://inner/v1``, the inner's key from an
 environment variable) in front of the inner one (Triton mode, on the shared tiny tritonserver). Each layer writes
 one ledger row per request, and both bill exactly what the engine counted. Nested calls draw on a running parent's
-reservation in front of llama-server too."""
+reservation in front of an OpenAI-compatible upstream too (the inner gateway over the paced tritonserver, so the
+parent surely runs while its children do)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import openai
 import pytest
 
 from tests.gateway.conftest import RunningGateway
-from tests.upstreams.conftest import MODEL, relay_config, sdk
+from tests.upstreams.conftest import relay_config, sdk
 from trtkit.gateway.server import free_port
 
 pytestmark = pytest.mark.slow
@@ -74,18 +75,43 @@ def test_an_upstream_5xx_is_a_502_before_the_first_byte(tiny_config, tmp_path, m
         inner.stop()
 
 
-def test_nested_calls_draw_on_a_running_parent_in_front_of_llama(relay) -> None:
-    key, secret = relay.key()
-    client = sdk(relay, secret)
-    parent = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "A long story."}],
-                                            max_tokens=600, temperature=0, stream=True,
-                                            extra_body={"ignore_eos": True})
+@pytest.fixture
+def paced_chain(paced_server, tiny_config, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """The chain over the paced tritonserver: every engine step lasts at least MIN_STEP_MS (tests/conftest.py)."""
+    inner = RunningGateway(relay_config(tiny_config), paced_server.grpc_url, tmp_path / "inner")
+    _, inner_secret = inner.key(name="outer-gateway")
+    monkeypatch.setenv(INNER_KEY_ENV, inner_secret)
+    outer = RunningGateway(relay_config(tiny_config, api_key_env=INNER_KEY_ENV, model="tiny-llama"),
+                           f"{inner.url}/v1", tmp_path / "outer")
+    yield outer
+    outer.stop()
+    inner.stop()
+
+
+def test_nested_calls_draw_on_a_running_parent_over_an_openai_upstream(paced_chain) -> None:  # type: ignore[no-untyped-def]
+    """Issue 51 items 3 and 4: the parent (400 tokens it must generate) lasts at least 8 s on the paced engine, so its
+    children surely run while it does: a condition the test sets up, not a race with llama-server's speed. The child's
+    draw is measured on the parent's reservation: its billed tokens, exactly; a child needing more than is left of the
+    parent is refused, naming the parent."""
+    outer = paced_chain
+    key, secret = outer.key()
+    client = sdk(outer, secret)
+    parent = client.chat.completions.create(model="tiny-llama", messages=[{"role": "user", "content": PROMPT}],
+                                            max_tokens=400, temperature=0, stream=True,
+                                            extra_body={"min_tokens": 400})
     first = next(iter(parent))
     header = {"x-trtkit-parent-request-id": first.id}
+    budgets = outer.gateway.client.governor.budgets
+    scope = budgets.scope_of(first.id.split("-", 1)[1])
     try:
-        child = client.completions.create(model=MODEL, prompt="Hi", max_tokens=3, extra_headers=header)
-        assert child.usage.completion_tokens <= 3
+        assert scope is not None and scope.used_tokens == 0 and scope.max_tokens > 400
+        child = client.completions.create(model="tiny-llama", prompt="Hi", max_tokens=3, extra_headers=header)
+        assert child.usage.completion_tokens == 3
+        assert (scope.used_tokens, scope.reserved_tokens) == (child.usage.total_tokens, 0)  # the child's draw
+        assert budgets.scope_of(first.id.split("-", 1)[1]) is scope  # the parent still runs
         with pytest.raises(openai.RateLimitError, match=f"request {first.id.split('-', 1)[1]}"):
-            client.completions.create(model=MODEL, prompt="Hi", max_tokens=1000, extra_headers=header)
+            client.completions.create(model="tiny-llama", prompt="Hi", max_tokens=scope.remaining_tokens,
+                                      extra_headers=header)
+        assert scope.used_tokens == child.usage.total_tokens  # a refused child draws nothing
     finally:
         parent.close()

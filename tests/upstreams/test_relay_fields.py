@@ -21,7 +21,24 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
                                                            "required": ["city"]}}}
 
 
-def test_response_format_and_tools_pass_through(relay) -> None:
+@pytest.fixture(scope="module")
+def recorded(llama, smollm2_config, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A gateway whose upstream is llama-server behind a recording relay: what the gateway sent, as it arrived."""
+    from tests.gateway.conftest import RunningGateway
+    from tests.upstreams.conftest import relay_config
+    from tests.upstreams.recording import RecordingProxy
+
+    proxy = RecordingProxy(llama.port)
+    running = RunningGateway(relay_config(smollm2_config), proxy.api, tmp_path_factory.mktemp("recorded"))
+    yield running, proxy
+    running.stop()
+    proxy.close()
+
+
+def test_response_format_and_tools_pass_through(recorded) -> None:  # type: ignore[no-untyped-def]
+    """Issue 51 item 4: SmolLM2's chat template renders no tools (llama-server counts the same prompt with and
+    without them), so llama-server's answer cannot show that the tools arrived: the request at its door does."""
+    relay, proxy = recorded
     key, secret = relay.key()
     client = sdk(relay, secret)
     answer = client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=40, temperature=0,
@@ -31,6 +48,9 @@ def test_response_format_and_tools_pass_through(relay) -> None:
     tools = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Weather in Paris?"}],
                                            max_tokens=24, temperature=0, tools=[WEATHER], tool_choice="auto")
     assert tools.choices[0].finish_reason in ("stop", "length", "tool_calls")  # the upstream's to decide
+    sent = proxy.bodies[-1]  # what llama-server received, byte for byte
+    assert sent["tools"] == [WEATHER] and sent["tool_choice"] == "auto"
+    assert proxy.bodies[-2]["response_format"]["json_schema"]["schema"] == SCHEMA
     rows = relay.rows(key, "prompt_tokens, completion_tokens, local_prompt_tokens")
     assert rows[0][:2] == (answer.usage.prompt_tokens, answer.usage.completion_tokens)
     assert rows[1][:2] == (tools.usage.prompt_tokens, tools.usage.completion_tokens)
@@ -72,12 +92,17 @@ def test_n_choices_are_reserved_n_times_and_billed_as_reported(relay) -> None:
     assert rows == [(both.usage.prompt_tokens, 8), (chunks[-1].usage.prompt_tokens, 8)]
 
 
-def test_stop_seed_and_vendor_extensions_reach_the_upstream(relay) -> None:
+def test_stop_seed_and_vendor_extensions_reach_the_upstream(recorded) -> None:  # type: ignore[no-untyped-def]
+    """Issue 51 item 4: min_tokens is a vendor extension llama-server ignores (measured: "One. Two. Three." stops
+    after 2 tokens at "." with min_tokens 12 as without it), so its effect cannot be seen here: that it arrived can.
+    Its effect is seen where an engine applies it (tests/llm_api/test_live_llm_api.py, both engine models)."""
+    relay, proxy = recorded
     _, secret = relay.key()
     client = sdk(relay, secret)
     stopped = client.completions.create(model=MODEL, prompt="One. Two. Three.", max_tokens=40, temperature=0,
-                                        stop=["."], extra_body={"min_tokens": 1})
+                                        stop=["."], extra_body={"min_tokens": 12})
     assert "." not in stopped.choices[0].text and stopped.choices[0].finish_reason == "stop"
+    assert proxy.bodies[-1]["min_tokens"] == 12 and proxy.bodies[-1]["stop"] == ["."]
     seeded = [client.completions.create(model=MODEL, prompt="A word:", max_tokens=6, temperature=1.0, seed=11,
                                         extra_body={"ignore_eos": True}) for _ in range(2)]
     assert seeded[0].choices[0].text == seeded[1].choices[0].text and seeded[0].usage.completion_tokens == 6

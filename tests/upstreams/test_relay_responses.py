@@ -8,6 +8,7 @@ import pytest
 
 from tests.upstreams.conftest import MODEL, sdk
 from tests.upstreams.test_relay_usage import UpstreamCounts
+from trtkit.gateway.responses_items import chat_messages, stored_items
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +32,12 @@ def test_a_stored_conversation_runs_over_an_openai_upstream(relay, llama) -> Non
     _, predicted = counts.since()
     assert answer.usage.output_tokens == predicted
     assert answer.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens  # the chain went up
-    assert client.responses.retrieve(second_id := answer.id).id == second_id
+    stored = client.responses.retrieve(answer.id)  # issue 51 item 4: the chain as stored, not only an id echoed
+    assert stored.previous_response_id == first.id and stored.output_text == answer.output_text
+    chain = chat_messages(stored_items(relay.store.conversations.continue_chain(answer.id, key.name).items))
+    assert [(m["role"], m["content"]) for m in chain] == [
+        ("user", "Name one colour of the rainbow."), ("assistant", first.output_text),
+        ("user", "And another one?"), ("assistant", answer.output_text)]
     rows = relay.rows(key, "prompt_tokens, completion_tokens")
     assert rows == [(first.usage.input_tokens, first.usage.output_tokens),
                     (answer.usage.input_tokens, answer.usage.output_tokens)]

@@ -60,9 +60,14 @@ def test_usage_reports_zero_is_zero_and_final_reports_add_up() -> None:
     assert (text.text, text.num_output_tokens, text.usage_reported) == ("Hi", None, False)
     zero = UsageReports().delta_of(usage_chunk(7, 0, 0))  # an explicit zero is billed as zero, not "missing"
     assert (zero.num_input_tokens, zero.num_output_tokens, zero.num_cached_tokens) == (7, 0, 0)
+    reports = UsageReports(choices=2)  # llama-server: one final report per choice, which add up
     first, second = reports.delta_of(usage_chunk(31, 5, 0)), reports.delta_of(usage_chunk(31, 5, 30))
     assert (first.num_input_tokens, first.num_output_tokens) == (31, 5)
     assert (second.num_input_tokens, second.num_output_tokens, second.num_cached_tokens) == (62, 10, 30)
+    assert not second.usage_doubtful
+    third = reports.delta_of(usage_chunk(31, 5, 0))  # more final reports than choices: not summed, not believed
+    assert (third.num_input_tokens, third.num_output_tokens, third.usage_doubtful) == (62, 10, True)
+    assert UsageReports().delta_of(usage_chunk(7, 2**63)).usage_doubtful  # no server counts that
     running = UsageReports()  # vLLM's continuous usage: running totals in chunks with choices, the latest stands
     running.delta_of(chunk("a", usage={"prompt_tokens": 4, "completion_tokens": 1}))
     assert running.delta_of(chunk("b", usage={"prompt_tokens": 4, "completion_tokens": 2})).num_output_tokens == 2
@@ -202,7 +207,7 @@ def test_upstream_errors_as_openai_bodies() -> None:
 
 def test_settings_defaults_are_the_config_defaults(smollm2_config) -> None:  # type: ignore[no-untyped-def]
     settings = upstream_settings(smollm2_config, "http://h/v1", environ={})
-    assert settings == UpstreamSettings("http://h/v1", "smollm2-135m", None, 5.0, 60.0, 256, 3)
+    assert settings == UpstreamSettings("http://h/v1", "smollm2-135m", None, 5.0, 60.0, 256, 3, 262144)
 
 
 def test_the_gateway_command_names_a_bad_backend_and_a_missing_one(capsys, smollm2_config) -> None:  # type: ignore[no-untyped-def]

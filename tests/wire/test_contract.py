@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from trtkit.repository.ensemble import ENGINE_INPUTS, PRE_INPUTS
@@ -37,11 +39,43 @@ def test_preprocessing_answer_gives_each_elements_prompt_length() -> None:
     assert pre.prompt_lengths() == [3, 5]
 
 
-def test_the_engine_names_are_the_ensembles_own_mapping() -> None:
-    for front, engine in ENGINE_NAMES.items():
-        assert ENGINE_INPUTS[engine] == front
-    for name in PASS_THROUGH:
-        assert ENGINE_INPUTS[ENGINE_NAMES.get(name, name)] == name
+def upstream_steps() -> dict:
+    """The 1.2 template ensemble's step mappings, as read upstream (trtkit/contracts/tensorrtllm_backend_1.2.json)."""
+    from importlib import resources
+
+    text = resources.files("trtkit.contracts").joinpath("tensorrtllm_backend_1.2.json").read_text(encoding="utf-8")
+    return json.loads(text)["ensemble_steps"]
+
+
+# preprocessing inputs trtkit adds to the template's (its own extensions, each refused or read by name there)
+TRTKIT_PREPROCESSING = {"MIN_TOKENS", "MIN_LENGTH", "PROMPT_FORM", "BEAM_WIDTH", "NUM_RETURN_SEQUENCES"}
+
+
+def test_the_names_are_the_upstream_templates_mapping() -> None:
+    """Issue 51 item 5: the names against the template's own ensemble as read upstream, not against themselves
+    (the ensemble trtkit generates imports these tables: comparing it with them proved nothing)."""
+    steps = upstream_steps()
+    assert {k: v for k, v in PREPROCESSING_NAMES.items() if k not in TRTKIT_PREPROCESSING} == steps["preprocessing"]
+    assert {v: k for k, v in steps["tensorrt_llm_renamed"].items()} == ENGINE_NAMES
+    for name in PASS_THROUGH:  # what the BLS hands on under the engine's name is what the template's ensemble maps
+        engine = ENGINE_NAMES.get(name, name)
+        assert steps["tensorrt_llm_renamed"].get(engine) == name or engine in steps["tensorrt_llm_same_name"], name
     for name in SAMPLING_INPUTS:
-        assert name == "min_tokens" or ENGINE_INPUTS[ENGINE_NAMES.get(name, name)] == name
-    assert PRE_INPUTS is PREPROCESSING_NAMES
+        assert ENGINE_NAMES.get(name, name) in steps["tensorrt_llm_same_name"] + list(steps["tensorrt_llm_renamed"])
+
+
+# where trtkit's ensemble routes an input otherwise than the template, and why
+TRTKIT_ROUTES = {"min_tokens": "_MIN_TOKENS",  # through preprocessing, which also takes genai-perf's min_length
+                 "beam_width": None, "num_return_sequences": None}  # preprocessing refuses them unless 1
+
+
+def test_the_generated_ensemble_maps_as_the_template_does() -> None:
+    """trtkit's ensemble step mappings (repository/ensemble.py) hold the template's pairs, but where TRTKIT_ROUTES
+    says otherwise."""
+    steps = upstream_steps()
+    for pre, front in steps["preprocessing"].items():
+        assert PRE_INPUTS[pre] == front, pre
+    for engine, front in steps["tensorrt_llm_renamed"].items():
+        assert ENGINE_INPUTS[engine] == front, engine
+    for name in steps["tensorrt_llm_same_name"]:
+        assert ENGINE_INPUTS.get(name) == TRTKIT_ROUTES.get(name, name), name

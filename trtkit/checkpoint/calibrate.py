@@ -43,6 +43,7 @@ from trtkit.checkpoint.quality import (
 from trtkit.checkpoint.report import QualityReport, load_report
 from trtkit.checkpoint.unified import export_unified, reference_perplexity
 from trtkit.config import paths
+from trtkit.config.build_backend import TENSORRT, BuildBackend, backend_of
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import CalibrationError
 from trtkit.sources import resolve_model_dir, resolve_tokenizer_dir
@@ -69,29 +70,12 @@ class CalibrationPlan:
     out_dir: Path
     manifest: Manifest
     warnings: list[str] = field(default_factory=list)
-    backend: str = "tensorrt"  # pytorch: a unified Hugging Face checkpoint (checkpoint/unified.py)
+    backend: BuildBackend = TENSORRT  # pytorch: a unified Hugging Face checkpoint (checkpoint/unified.py)
 
 
 def default_out_dir(config: ModelConfig, fmt: str, kv_cache_dtype: str) -> Path:
-    c = config.convert
     kv = "" if kv_cache_dtype == "auto" else f"-kv{kv_cache_dtype}"
-    if config.build.backend == "pytorch":  # one unsharded checkpoint: the LLM API splits it over tp x pp itself
-        return paths.workdir(config) / "checkpoints" / f"hf-{fmt}{kv}-{c.dtype}"
-    return paths.workdir(config) / "checkpoints" / f"{fmt}{kv}-{c.dtype}-tp{c.tp_size}-pp{c.pp_size}"
-
-
-def check_backend_format(backend: str, fmt: str, kv_cache_dtype: str) -> None:
-    """The formats each backend takes (the same refusals as the config's, for --format / --kv-cache-dtype)."""
-    from trtkit.config.llm_api import PYTORCH_FORMAT_FIX, PYTORCH_REFUSED_FORMATS
-
-    if backend == "pytorch" and fmt in PYTORCH_REFUSED_FORMATS:
-        raise CalibrationError(f"--format {fmt} ({PYTORCH_REFUSED_FORMATS[fmt]}) under build.backend: pytorch; "
-                               f"{PYTORCH_FORMAT_FIX}")
-    if backend == "pytorch" and kv_cache_dtype == "int8":
-        raise CalibrationError("--kv-cache-dtype int8 is not in the PyTorch backend's support matrix; use fp8 or auto")
-    if backend != "pytorch" and fmt == "fp8_block":
-        raise CalibrationError("--format fp8_block is a PyTorch-backend format (a unified checkpoint); set "
-                               "build.backend: pytorch, or use fp8")
+    return paths.workdir(config) / "checkpoints" / backend_of(config).checkpoint_folder(config.convert, f"{fmt}{kv}")
 
 
 def plan_calibration(config: ModelConfig, fmt: str | None = None, kv_cache_dtype: str | None = None,
@@ -107,15 +91,17 @@ def plan_calibration(config: ModelConfig, fmt: str | None = None, kv_cache_dtype
                                "for an unquantized checkpoint")
     spec = None if fmt == "none" else preflight.check_request(fmt, kv, cuda_available=torch.cuda.is_available())
     kv_cache_algo(kv)
-    backend = config.build.backend
-    check_backend_format(backend, fmt, kv)
+    backend = backend_of(config)
+    refusal = backend.calibration_refusal(fmt, kv)  # the config's refusals, for --format / --kv-cache-dtype
+    if refusal:
+        raise CalibrationError(refusal)
     docs = load_documents(q.calib_dataset, q.calib_text_field)
     model_dir = resolve_model_dir(config.model.source)
     hf_cfg = preflight.hf_config(model_dir)
     decoder = preflight.check_architecture(hf_cfg)
     warnings: list[str] = []
     if spec is not None:
-        tp = config.convert.tp_size if backend == "tensorrt" else 1  # the LLM API shards a unified checkpoint itself
+        tp = config.convert.tp_size if backend.shards_checkpoint else 1  # else the LLM API shards it at load
         preflight.check_four_bit_widths(spec, hf_cfg, tp_size=tp, block_size=q.awq_block_size)
         preflight.check_weight_only_exclusions(spec, q.exclude_modules)
     warning = preflight.target_gpu_warning(spec, config.build.target_gpu, kv_cache_algo(kv), backend)
@@ -124,7 +110,7 @@ def plan_calibration(config: ModelConfig, fmt: str | None = None, kv_cache_dtype
         warnings.append(warning)
     out = Path(out_dir) if out_dir else default_out_dir(config, fmt, kv)
     inputs = {"format": fmt, "kv_cache_dtype": kv, "convert": asdict(config.convert), "quantization": asdict(q),
-              "model": asdict(config.model), **({"backend": backend} if backend != "tensorrt" else {})}
+              "model": asdict(config.model), **backend.manifest_inputs()}
     manifest = Manifest("calibrate", config.model.source, model_hash(model_dir), dataset_hash(docs), inputs,
                         library_versions())
     return CalibrationPlan(fmt, spec, kv, model_dir, decoder, preflight.source_dtype(hf_cfg), out, manifest, warnings,
@@ -178,14 +164,9 @@ class CalibrationSession:
         result = self.evaluate(model)
         timings["evaluate"] = time.perf_counter() - started
         report = self._report(plan, result, ranges, timings)
-        started = time.perf_counter()
         with atomic_output(plan.out_dir, plan.manifest) as tmp:
-            self._export(model, plan, tmp)
-            timings["export"] = time.perf_counter() - started
-            if plan.backend == "pytorch":  # the files themselves, in the reference engine (checkpoint/unified.py)
-                started = time.perf_counter()
-                report.reference_engine_perplexity = reference_perplexity(tmp, self.blocks.evaluation)
-                timings["reference_engine"] = time.perf_counter() - started
+            export = plan.backend.pick(tensorrt=self._export_checkpoint, pytorch=self._export_unified)
+            export(model, plan, tmp, report, timings)
             timings["total"] = time.perf_counter() - total_started + self.load_s + self.baseline_s
             report.save(tmp)
         del model
@@ -220,12 +201,23 @@ class CalibrationSession:
         return tqdm(total=None if multi_pass else num_blocks, desc=f"calibrating {plan.fmt}", unit="sample",
                     leave=False)
 
-    def _export(self, model: Any, plan: CalibrationPlan, tmp: Path) -> None:
+    def _export_unified(self, model: Any, plan: CalibrationPlan, tmp: Path, report: QualityReport,
+                        timings: dict[str, float]) -> None:
+        """pytorch: real quantized weights and scales for every format the backend takes, then the files themselves
+        measured in the reference engine (checkpoint/unified.py)."""
+        started = time.perf_counter()
+        export_unified(model.cpu(), dtype=self.config.convert.dtype, out_dir=tmp, tokenizer_dir=self.tokenizer_dir)
+        timings["export"] = time.perf_counter() - started
+        started = time.perf_counter()
+        report.reference_engine_perplexity = reference_perplexity(tmp, self.blocks.evaluation)
+        timings["reference_engine"] = time.perf_counter() - started
+
+    def _export_checkpoint(self, model: Any, plan: CalibrationPlan, tmp: Path, report: QualityReport,
+                           timings: dict[str, float]) -> None:
+        """tensorrt: a TensorRT-LLM checkpoint, one shard per tp x pp rank."""
         import modelopt.torch.quantization as mtq
 
-        if plan.backend == "pytorch":  # real quantized weights and scales for every format the backend takes
-            export_unified(model.cpu(), dtype=self.config.convert.dtype, out_dir=tmp, tokenizer_dir=self.tokenizer_dir)
-            return
+        started = time.perf_counter()
         if plan.spec is not None and not plan.spec.modelopt_exports_weights:
             # The report measured per-channel fake quantization; TensorRT-LLM quantizes the float weights
             # the same way at build time, so the checkpoint keeps them in float.
@@ -234,6 +226,7 @@ class CalibrationSession:
         c = self.config.convert
         export_checkpoint(model.cpu(), decoder_type=plan.decoder_type, dtype=c.dtype, out_dir=tmp,
                           tp_size=c.tp_size, pp_size=c.pp_size, spec=plan.spec, source_dtype=plan.source_dtype)
+        timings["export"] = time.perf_counter() - started
 
     def _report(self, plan: CalibrationPlan, result: EvalResult, ranges: list[Any],
                 timings: dict[str, float]) -> QualityReport:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from trtkit.checkpoint.formats import FormatSpec, format_spec, kv_cache_algo
+from trtkit.config.build_backend import TENSORRT, BuildBackend
 from trtkit.errors import BuildError, CalibrationError
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def check_gpu_support(spec: FormatSpec, *, cuda_available: bool) -> None:
 
 
 def target_gpu_warning(spec: FormatSpec | None, target_gpu: str | None, kv_cache_algo: str | None = None,
-                       backend: str = "tensorrt") -> str | None:
+                       backend: BuildBackend = TENSORRT) -> str | None:
     """A warning when build.target_gpu cannot run this checkpoint (the build itself refuses): a GPU
     older than the format needs, or SM 10.x/11.x for formats TensorRT-LLM 1.2 refuses there; under the PyTorch
     backend, its support matrix (``trtkit.trtllm_build.gpu_support``, shared with plan and build preflight)."""

@@ -39,6 +39,7 @@ def build(
     """Build TensorRT-LLM 1.2 engines with trtllm-build (GPU host); --dry-run works anywhere. Under build.backend:
     pytorch nothing is built: it writes the LLM-API options file after the same kind of preflight."""
     from trtkit.config import load_config
+    from trtkit.config.build_backend import backend_of
     from trtkit.trtllm_build import build_engines
     from trtkit.trtllm_build.report import (
         build_result_json,
@@ -48,7 +49,7 @@ def build(
     )
 
     resolved = load_config(config)
-    if resolved.build.backend == "pytorch":
+    if not backend_of(resolved).builds_engines:  # the PyTorch backend: the LLM-API options after their preflight
         from trtkit.trtllm_build.llm_api_build import build_llm_api
 
         built = build_llm_api(resolved, checkpoint_dir=checkpoint, out_dir=out, dry_run=dry_run)

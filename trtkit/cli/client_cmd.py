@@ -144,8 +144,9 @@ def _report_format(value: str) -> str:
     return value
 
 
-def usage(by: Annotated[Literal["day", "model", "user", "key", "session"], typer.Option(
-              "--by", help="Group rows by day, model, user, API key name or session")] = "day",
+def usage(by: Annotated[Literal["day", "model", "user", "key", "session", "org", "team", "project"], typer.Option(
+              "--by", help="Group rows by day, model, user, API key name, session, or the gateway's organisation, "
+                           "team or project")] = "day",
           fmt: Annotated[str, typer.Option("--format", callback=_report_format, metavar="table|csv",
                                            help="Text layout")] = "table",
           as_json: JsonOpt = False,
@@ -155,14 +156,16 @@ def usage(by: Annotated[Literal["day", "model", "user", "key", "session"], typer
               "--store", help="The usage ledger: sqlite:///PATH, a file path or postgresql://...; default "
                               "client.store's default, $TRTKIT_HOME/usage.db", show_default=False)] = None,
           ) -> None:
-    """Report the usage ledger by day, model, user, API key (the gateway's key names) or session. It reads an
-    existing ledger only: a path with no ledger is an error naming it."""
+    """Report the usage ledger by day, model, user, API key (the gateway's key names), session, or the level of the
+    gateway's hierarchy a request ran under (org, team, project: '-' for keys under none). It reads an existing
+    ledger only, read-only (nothing in the file or beside it changes): a path with no ledger is an error naming
+    it."""
     from trtkit.store import ledger_url
     from trtkit.store.ledger import open_ledger
     from trtkit.store.usage_reports import format_report, usage_report
 
     since = time.time() - days * 86400 if days else None
-    with open_ledger(ledger_url(store, "--store"), create=False) as ledger:
+    with open_ledger(ledger_url(store, "--store"), create=False, read_only=True) as ledger:
         typer.echo(format_report(usage_report(ledger, by, since), "json" if as_json else fmt, by))  # type: ignore[arg-type]
 
 
@@ -199,7 +202,7 @@ def register(app: typer.Typer) -> None:
     add_command(app, "chat", chat, examples=[f"trtkit chat {SMOL}",
                                              f"trtkit chat {SMOL} --strategy summary --url grpc://127.0.0.1:8001"])
     add_command(app, "usage", usage, renames=[Renamed("--ledger", "--store")], examples=[
-        "trtkit usage --by key", "trtkit usage --by day --days 7 --json --store postgresql://trtkit:SECRET@db/trtkit"])
+        "trtkit usage --by key", "trtkit usage --by team --json", "trtkit usage --by day --days 7 --json --store postgresql://trtkit:SECRET@db/trtkit"])
     add_command(tokens_app, "count", tokens_count,
                 renames=[Renamed("-c", "CONFIG", to_argument=True), Renamed("--config", "CONFIG", to_argument=True)],
                 examples=[f'trtkit tokens count {SMOL} "今天天气很好，我们去公园散步吧。"',

@@ -20,7 +20,8 @@ REPO_EXAMPLES = [
 K8S_EXAMPLES = [f"trtkit deploy k8s {LLAMA} --out k8s/llama3",
                 f"trtkit deploy k8s {LLAMA} --out k8s/llama3 --gateway-replicas 3 --triton-replicas 2-6 --pod-monitor"]
 deploy_app = group("Write what serves a model: the Triton model repository (the default: `trtkit deploy CONFIG "
-                   "--engine DIR --out DIR`), or Kubernetes manifests (`trtkit deploy k8s`).",
+                   "--engine DIR --out DIR`), Kubernetes manifests (`trtkit deploy k8s`), or NVIDIA Dynamo in Kubernetes (`trtkit "
+                   "deploy dynamo`).",
                    examples=REPO_EXAMPLES[:1] + K8S_EXAMPLES[:1], default_command=DEFAULT_COMMAND)
 
 EngineOpt = Annotated[Path, typer.Option("--engine", help="What the engine slot serves: a trtllm-build engine folder "
@@ -33,9 +34,6 @@ OutOpt = Annotated[Path, typer.Option("--out", help="Repository folder to write,
 TargetOpt = Annotated[Literal["auto", "cpu", "gpu", "trtllm-serve"], typer.Option(
     "--target", help="auto: engines or a GPU -> gpu, weights -> cpu; trtllm-serve (build.backend: pytorch): "
                      "trtllm-serve's YAML and its command line instead of a Triton repository.")]
-ENGINE_LABELS = {("tensorrt", "gpu"): "C++ tensorrtllm backend", ("tensorrt", "cpu"): "CPU reference engine",
-                 ("pytorch", "gpu"): "LLM-API engine model over tensorrt_llm.LLM (PyTorch backend)",
-                 ("pytorch", "cpu"): "LLM-API engine model over the CPU reference engine"}
 
 
 def deploy(config: ConfigArg, engine: EngineOpt, out: OutOpt, profile: ProfileOpt = None,
@@ -56,7 +54,7 @@ def deploy(config: ConfigArg, engine: EngineOpt, out: OutOpt, profile: ProfileOp
         return
     result = deploy_repository(resolved, engine, out, target=target)
     typer.echo(f"repository: {result.out_dir}")
-    typer.echo(f"target: {result.target} ({ENGINE_LABELS[(result.settings.backend, result.target)]})")
+    typer.echo(f"target: {result.target} ({result.settings.slot.label})")
     typer.echo(f"models: {', '.join(result.models)}")
     typer.echo("settings:")
     for item in result.implied:
@@ -124,7 +122,35 @@ def k8s(config: ConfigArg, out: K8sOutOpt, namespace: NamespaceOpt = None,
                f"header says (it is not applied)", err=True)
 
 
+DYNAMO_EXAMPLES = ["trtkit deploy dynamo model_configs/smollm2-135m-pytorch.yaml --out k8s/smollm2-dynamo",
+                   "trtkit deploy dynamo model_configs/smollm2-135m-pytorch.yaml --out k8s/smollm2-dynamo -n serving"]
+
+
+def dynamo(config: ConfigArg, out: K8sOutOpt, namespace: NamespaceOpt = None,
+           gateway_replicas: GatewayReplicasOpt = None, gateway_image: GatewayImageOpt = None) -> None:
+    """NVIDIA Dynamo in Kubernetes: a DynamoGraphDeployment (frontend + TensorRT-LLM workers, aggregated or
+    prefill/decode, from the config's `dynamo` section) with trtkit's gateway in front (build.backend: pytorch)."""
+    from trtkit.config import load_config
+    from trtkit.k8s import Overrides, make_plan
+    from trtkit.k8s.dynamo_graph import check_deployable, frontend_url, workers
+    from trtkit.k8s.dynamo_manifests import write_dynamo
+
+    resolved = load_config(config)
+    check_deployable(resolved)
+    plan = make_plan(resolved, config.read_text(encoding="utf-8"),
+                     Overrides(namespace=namespace, gateway_image=gateway_image, gateway_replicas=gateway_replicas))
+    paths = write_dynamo(plan, resolved, out)
+    layout = ", ".join(f"{w.replicas} x {w.type}" for w in workers(resolved))
+    typer.echo(f"dynamo: {layout}, router {resolved.dynamo.router_mode}; gateway: {plan.gateway_replicas} replicas "
+               f"-> {frontend_url(plan)}")
+    for path in paths:
+        typer.echo(str(path))
+    typer.echo(f"apply: install the Dynamo operator (its CRDs), create the Secret {plan.store_secret} (key "
+               f"{plan.store_secret_key}: the store URL) in {plan.namespace}, then `kubectl apply -f {out}`", err=True)
+
+
 def register(app: typer.Typer) -> None:
     add_command(deploy_app, DEFAULT_COMMAND, deploy, examples=REPO_EXAMPLES)
     add_command(deploy_app, "k8s", k8s, examples=K8S_EXAMPLES, renames=[Renamed("--replicas", "--gateway-replicas")])
+    add_command(deploy_app, "dynamo", dynamo, examples=DYNAMO_EXAMPLES)
     app.add_typer(deploy_app, name="deploy")

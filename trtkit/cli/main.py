@@ -21,7 +21,9 @@ from trtkit.cli import (
     config_cmd,
     convert_cmd,
     deploy_cmd,
+    dynamo_cmd,
     gateway_cmd,
+    hierarchy_cmd,
     serve_cmd,
 )
 from trtkit.cli.command import HELP_OPTIONS, examples_epilog, group_class
@@ -51,7 +53,8 @@ app = typer.Typer(
     add_completion=False,
 )
 
-for module in (config_cmd, convert_cmd, build_cmd, deploy_cmd, serve_cmd, client_cmd, gateway_cmd, bench_cmd):
+for module in (config_cmd, convert_cmd, build_cmd, deploy_cmd, serve_cmd, dynamo_cmd, client_cmd, gateway_cmd,
+               hierarchy_cmd, bench_cmd):
     module.register(app)
 
 

@@ -18,6 +18,7 @@ from trtkit.cli.options import ConfigArg, HostOpt, JsonOpt
 from trtkit.errors import RepositoryError, ServerError
 
 if TYPE_CHECKING:  # the CLI imports the heavy packages only when a command runs
+    from trtkit.config.build_backend import BuildBackend
     from trtkit.config.schema import ModelConfig
     from trtkit.serve import TritonServer
     from trtkit.trtllm_build.host_facts import HostFacts
@@ -100,13 +101,15 @@ def serve(repo_dir: RepoArg = None, config: ConfigOpt = None,
     model_config = _load(config)
     if not skip_check:
         run_check(repo_dir, model_config)
+    from trtkit.config.build_backend import backend_of
     from trtkit.config.schema import ServeSection
     from trtkit.consistency import engine_world_size
 
     s = model_config.serve if model_config is not None else ServeSection()  # defaults: 127.0.0.1:8000-8002
+    backend = backend_of(model_config) if model_config is not None else _repo_backend(repo_dir)
     server = TritonServer(repo_dir, http_port=_pick(http_port, s.http_port),
                           grpc_port=_pick(grpc_port, s.grpc_port), metrics_port=_pick(metrics_port, s.metrics_port),
-                          bind_address=host or s.bind_address, start_timeout_s=s.server_start_timeout_s,
+                          bind_address=host or s.bind_address, start_timeout_s=backend.start_timeout(s),
                           world_size=engine_world_size(repo_dir))
     if gateway and model_config is None:
         raise typer.BadParameter("--gateway needs --config (the model config the gateway serves)")
@@ -205,3 +208,16 @@ def register(app: typer.Typer) -> None:
         "trtkit check triton_repo/smollm2-135m", f"trtkit check triton_repo/smollm2-135m --config {smol} --json"])
     add_command(app, "quickstart", quickstart, examples=[
         f"trtkit quickstart {smol}", f'trtkit quickstart {smol} --keep --prompt "Name three rivers."'])
+
+
+def _repo_backend(repo_dir: Path) -> BuildBackend:
+    """The build.backend a repository was deployed for (its trtkit_deploy.json), for the start timeout's default;
+    tensorrt's when the manifest cannot tell."""
+    from trtkit.config.build_backend import BACKENDS, TENSORRT
+    from trtkit.repository.deploy import MANIFEST
+
+    try:
+        settings = json.loads((repo_dir / MANIFEST).read_text(encoding="utf-8")).get("settings", {})
+    except (OSError, ValueError):
+        return TENSORRT
+    return BACKENDS.get(str(settings.get("backend")), TENSORRT)

@@ -7,7 +7,7 @@ from typing import cast
 
 import yaml
 
-from trtkit.config.llm_api import check_backend
+from trtkit.config.build_backend import backend_of
 from trtkit.config.loader import ConfigProblems, load_dataclass, problems_of, to_plain
 from trtkit.config.profiles import resolve
 from trtkit.config.rules import broken_rules, check_rules
@@ -30,7 +30,7 @@ def parse_config(data: object, *, base_dir: Path | None = None, profile: str | N
         config = load_dataclass(ModelConfig, data)
     except ConfigProblems as exc:  # every field's problem at once, and the rules the other fields break
         raise ConfigProblems(exc.problems + _rules_beside(exc)) from exc
-    check_backend(data, config)
+    backend_of(config).check_config(data, config)
     if base_dir is not None:
         config = _anchor_paths(config, base_dir)
     resolved = resolve(config, cast("Profile | None", profile))

@@ -51,6 +51,8 @@ GPU_TABLE: tuple[GpuSpec, ...] = (
     GpuSpec("B200", 183359 * MIB, (10, 0), "Blackwell", ("b200",)),
     GpuSpec("GB200", 186 * GB, (10, 0), "Blackwell", ("gb200",), "spec sheet"),
     GpuSpec("B300", 288 * GB, (10, 3), "Blackwell Ultra", ("b300",), "spec sheet"),
+    # NVML names it "NVIDIA GB300": the B300 marker needs "b300" as a word of its own, so it never matches it
+    GpuSpec("GB300", 288 * GB, (10, 3), "Blackwell Ultra", ("gb300",), "spec sheet"),
     GpuSpec("RTX-PRO-6000-BLACKWELL", 96 * GB, (12, 0), "Blackwell (RTX)", ("rtx pro 6000", "blackwell"),
             "spec sheet"),
     GpuSpec("RTX-5090", 32 * GB, (12, 0), "Blackwell (RTX)", ("rtx 5090",), "spec sheet"),
@@ -60,7 +62,8 @@ GPU_TABLE: tuple[GpuSpec, ...] = (
 
 _ALIASES = {"H100": "H100-80GB", "H100-SXM": "H100-80GB", "A100": "A100-80GB",
             "H200-141GB": "H200", "GH200-96GB": "GH200", "RTX-PRO-6000": "RTX-PRO-6000-BLACKWELL",
-            "RTX5090": "RTX-5090", "GEFORCE-RTX-5090": "RTX-5090", "DGX-SPARK": "GB10", "B300-288GB": "B300"}
+            "RTX5090": "RTX-5090", "GEFORCE-RTX-5090": "RTX-5090", "DGX-SPARK": "GB10", "B300-288GB": "B300",
+            "GB300-288GB": "GB300"}
 
 
 def known_gpu_kinds() -> list[str]:

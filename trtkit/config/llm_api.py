@@ -1,10 +1,10 @@
-"""``build.backend``: what each backend refuses by name, and the LLM-API options allowlist.
+"""The LLM-API options allowlist, and where each option trtkit writes comes from (``MAPPED``).
 
-Under ``pytorch`` there is no engine build: the TensorRT engine switches (plugins, fusions, profiles) would be
-silently meaningless, so a YAML that sets one is refused by name. TensorRT-LLM's ``TorchLlmArgs`` forbids unknown
-keys, so ``pytorch.llm_api_options`` is checked here, against the TensorRT-LLM 1.2.1 allowlist recorded in
+TensorRT-LLM's ``TorchLlmArgs`` forbids unknown keys, so ``pytorch.llm_api_options`` is checked here (for
+``build.backend: pytorch``, by config/build_backend.py), against the TensorRT-LLM 1.2.1 allowlist recorded in
 ``trtkit/contracts/llm_api_1.2.json``: a misspelt option fails ``trtkit config validate``, not the model load on a
-GPU. Options trtkit derives from other sections are refused there too, naming the section to set instead.
+GPU. Options trtkit derives from other sections (config/llm_api_options.py writes them) are refused there too,
+naming the section to set instead.
 """
 
 from __future__ import annotations
@@ -15,26 +15,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from trtkit.config.schema import ModelConfig
 from trtkit.errors import ConfigError
 
 CONTRACT = "llm_api_1.2.json"
-# build.* switches of trtllm-build with no meaning when nothing is built (the PyTorch backend compiles nothing)
-TENSORRT_ONLY_BUILD_KEYS = {
-    "opt_num_tokens": "--opt_num_tokens", "gpt_attention_plugin": "--gpt_attention_plugin",
-    "gemm_plugin": "--gemm_plugin", "use_fused_mlp": "--use_fused_mlp", "context_fmha": "--context_fmha",
-    "use_paged_context_fmha": "--use_paged_context_fmha", "remove_input_padding": "--remove_input_padding",
-    "reduce_fusion": "--reduce_fusion", "multiple_profiles": "--multiple_profiles",
-    "gather_logits": "--gather_context_logits/--gather_generation_logits", "workers": "--workers",
-}
-# quantization formats the PyTorch backend does not load (contract: quantization.refused_by_trtkit)
-PYTORCH_REFUSED_FORMATS = {
-    "int8_sq": "INT8 SmoothQuant: the PyTorch backend has no int8-activation kernels for it",
-    "int8_wo": "INT8 weight-only: not in the PyTorch backend's support matrix, and loading it from a unified "
-               "checkpoint is unconfirmed in TensorRT-LLM 1.2.1",
-    "int4_wo": "INT4 per-channel weight-only: not in the PyTorch backend's support matrix",
-}
-PYTORCH_FORMAT_FIX = "use fp8, fp8_block, nvfp4, int4_awq or w4a8_awq (each on the GPUs that run it), or none"
 # LLM-API options trtkit writes from the config: where to set each instead
 MAPPED = {
     "model": "the model comes from model.source / the calibrated checkpoint",
@@ -66,40 +49,6 @@ def allowlist() -> dict[str, list[str]]:
     """Class name -> its option names in TensorRT-LLM 1.2.1 (TorchLlmArgs, KvCacheConfig, SchedulerConfig, ...)."""
     allowed: dict[str, list[str]] = llm_api_contract()["llm_args"]["allowlist"]
     return allowed
-
-
-def check_backend(data: object, config: ModelConfig) -> None:
-    """Raise ConfigError for a key or value that ``config.build.backend`` cannot honour. ``data`` is the YAML as
-    read (defaults cannot tell a key the YAML set), ``config`` the loaded config."""
-    raw = data if isinstance(data, dict) else {}
-    if config.build.backend == "pytorch":
-        _refuse_engine_keys(raw.get("build") or {})
-        _refuse_formats(config)
-        check_llm_api_options(config.pytorch.llm_api_options, "pytorch.llm_api_options")
-        return
-    if "pytorch" in raw:
-        raise ConfigError("pytorch: these LLM-API options apply only with build.backend: pytorch; set build.backend: "
-                          "pytorch, or remove the pytorch section")
-    if config.quantization.format == "fp8_block":
-        raise ConfigError("quantization.format: fp8_block (FP8 block scales) is a PyTorch-backend format; trtkit builds "
-                          "TensorRT engines with fp8 (per tensor). Use build.backend: pytorch, or format fp8")
-
-
-def _refuse_engine_keys(build: object) -> None:
-    for key in build if isinstance(build, dict) else ():
-        if key in TENSORRT_ONLY_BUILD_KEYS:
-            raise ConfigError(f"build.{key}: a TensorRT engine switch (trtllm-build {TENSORRT_ONLY_BUILD_KEYS[key]}), "
-                              f"and build.backend: pytorch builds no engine; remove build.{key}")
-
-
-def _refuse_formats(config: ModelConfig) -> None:
-    q = config.quantization
-    if q.format in PYTORCH_REFUSED_FORMATS:
-        raise ConfigError(f"quantization.format: {q.format} ({PYTORCH_REFUSED_FORMATS[q.format]}) under build.backend: "
-                          f"pytorch; {PYTORCH_FORMAT_FIX}, or build.backend: tensorrt")
-    if q.kv_cache_dtype == "int8":
-        raise ConfigError("quantization.kv_cache_dtype: int8 is not in the PyTorch backend's support matrix (FP8 KV "
-                          "only); use fp8 or auto, or build.backend: tensorrt")
 
 
 def check_llm_api_options(options: object, where: str, *, refuse_mapped: bool = True) -> None:

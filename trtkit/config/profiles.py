@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from trtkit.config.build_backend import backend_of
 from trtkit.config.schema import ImpliedSetting, ModelConfig, Profile, ServeSection
 
 LATENCY_MAX_BATCH = 4
@@ -59,12 +60,19 @@ def _apply_profile(config: ModelConfig, profile: Profile | None) -> tuple[ModelC
 
 def resolve(config: ModelConfig, profile: Profile | None = None) -> ModelConfig:
     """Every derived field of a config as loaded filled in: the profile's serve settings (``profile`` overrides
-    the YAML's), the client's input limit, reduce fusion; ``implied`` says where each came from."""
+    the YAML's), the client's input limit, reduce fusion, the server's start timeout; ``implied`` says where each
+    came from."""
     resolved, implied = _apply_profile(config, profile)
     client = resolved.client
     if client.max_input_tokens is None:
         client = replace(client, max_input_tokens=resolved.build.max_input_len)
         implied.append(ImpliedSetting("client.max_input_tokens", client.max_input_tokens, "from build.max_input_len"))
+    if resolved.serve.server_start_timeout_s is None:
+        backend = backend_of(resolved)
+        timeout = backend.server_start_timeout_s
+        resolved = replace(resolved, serve=replace(resolved.serve, server_start_timeout_s=timeout))
+        implied.append(ImpliedSetting("serve.server_start_timeout_s", timeout,
+                                      f"build.backend {backend.name} (config/build_backend.py says why)"))
     if resolved.build.reduce_fusion is None:
         fusion = resolved.convert.tp_size > 1
         resolved = replace(resolved, build=replace(resolved.build, reduce_fusion=fusion))
@@ -90,3 +98,17 @@ def serve_provenance(config: ModelConfig) -> list[ImpliedSetting]:
 def _value(config: ModelConfig, field: str) -> object:
     section, _, name = field.partition(".")
     return getattr(getattr(config, section), name)
+
+
+def in_flight_queue_delay(config: ModelConfig, delay_us: int, implied: list[ImpliedSetting]) -> int:
+    """The deploy-time rule of the profiles, for an engine that batches in flight (the C++ backend, the LLM API on a
+    GPU): the throughput profile's queue delay helps the CPU engine gather batches, but there it would only add up to
+    that much to every time-to-first-token, so a delay the profile gave becomes 0 (``implied`` says why). A delay
+    set in the YAML stays."""
+    field = "serve.max_queue_delay_microseconds"
+    if not delay_us or not from_profile(config, field):
+        return delay_us
+    reason = f"gpu: the C++ backend batches in flight; a Triton queue delay ({delay_us} us) would only add to " \
+             "time-to-first-token"
+    implied[:] = [ImpliedSetting(field, 0, reason) if i.field == field else i for i in implied]
+    return 0

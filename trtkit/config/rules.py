@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
+from trtkit.config.dynamo_schema import DYNAMO_RULES
 from trtkit.config.k8s_schema import K8S_RULES
 from trtkit.config.loader import ConfigProblems
 from trtkit.config.schema import ModelConfig
@@ -16,6 +17,27 @@ from trtkit.config.upstream_url import parse_upstream_url
 from trtkit.errors import ConfigError
 
 Rule = Callable[[ModelConfig], "str | None"]
+
+
+def _prices_whole(c: ModelConfig) -> str | None:
+    p = c.client.pricing
+    given = {"input_per_million": p.input_per_million, "output_per_million": p.output_per_million,
+             "cached_input_per_million": p.cached_input_per_million}
+    if any(v is not None for v in given.values()) and (p.input_per_million is None or p.output_per_million is None):
+        missing = [k for k in ("input_per_million", "output_per_million") if given[k] is None]
+        return (f"client.pricing.{missing[0]}: is required once a price is given (a model is priced whole); set "
+                f"it, 0 for free, or remove client.pricing for a model with no price")
+    return None
+
+
+def _alerts_signed(c: ModelConfig) -> str | None:
+    a = c.gateway.alerts
+    if a.webhook_url and not a.secret_env:
+        return ("gateway.alerts.secret_env: is required with gateway.alerts.webhook_url (every alert is signed); name "
+                "the environment variable that holds the secret, e.g. TRTKIT_ALERTS_SECRET")
+    if a.webhook_url and not a.webhook_url.startswith(("http://", "https://")):
+        return f"gateway.alerts.webhook_url: {a.webhook_url!r} is no http(s) URL; e.g. https://hooks.example/trtkit"
+    return None
 
 
 def _input_below_seq(c: ModelConfig) -> str | None:
@@ -139,7 +161,7 @@ def _upstream_url_parses(c: ModelConfig) -> str | None:
 
 
 RULES: list[Rule] = [
-    _input_below_seq, _num_tokens_cover_input, _opt_tokens_within_max, _tokens_per_block_power_of_two,
+    _prices_whole, _alerts_signed, _input_below_seq, _num_tokens_cover_input, _opt_tokens_within_max, _tokens_per_block_power_of_two,
     _serve_batch_within_build, _distinct_ports, _client_input_within_engine, _client_max_tokens_fit,
     _summary_fits_context, _budget_has_limit, _kv_quant_needs_quantization_backend, _beam_search_no_streaming_reuse,
     _store_urls_parse, _upstream_url_parses,
@@ -148,7 +170,8 @@ RULES: list[Rule] = [
 
 def broken_rules(config: ModelConfig) -> list[str]:
     """The message of every broken rule (rules run on the resolved config)."""
-    messages = itertools.chain((rule(config) for rule in RULES), (rule(config.k8s) for rule in K8S_RULES))
+    messages = itertools.chain((rule(config) for rule in RULES), (rule(config.k8s) for rule in K8S_RULES),
+                               (rule(config.dynamo) for rule in DYNAMO_RULES))
     return [message for message in messages if message]
 
 

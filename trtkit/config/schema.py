@@ -12,13 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trtkit.config.dynamo_schema import DynamoSection
+from trtkit.config.gateway_limits import GatewayLimitsSection
 from trtkit.config.gpus import unknown_gpu
 from trtkit.config.k8s_schema import K8sSection
 from trtkit.config.loader import bounded, derived, described
 
 Dtype = Literal["float16", "bfloat16", "float32"]
 QuantFormat = Literal["none", "int8_sq", "int8_wo", "int4_wo", "int4_awq", "w4a8_awq", "fp8", "fp8_block", "nvfp4"]
-Backend = Literal["tensorrt", "pytorch"]
+# build.backend: what each value means is config/build_backend.py (one BuildBackend per value)
+BackendName = Literal["tensorrt", "pytorch"]
 KvCacheDtype = Literal["auto", "fp8", "int8"]
 PluginSwitch = Literal["auto", "disable", "float16", "bfloat16", "float32", "fp8"]
 SchedulerPolicy = Literal["guaranteed_no_evict", "max_utilization"]
@@ -61,7 +64,7 @@ class QuantizationSection:
 
 @dataclass(slots=True)
 class BuildSection:
-    backend: Backend = described("tensorrt", doc="tensorrt: TensorRT engines (trtllm-build) served by the C++ backend; "
+    backend: BackendName = described("tensorrt", doc="tensorrt: TensorRT engines (trtllm-build) served by the C++ backend; "
                                                  "pytorch: TensorRT-LLM's LLM API (no engine build), served by trtkit's "
                                                  "LLM-API engine model (docs/backends.md)")
     max_batch_size: int = bounded(8, ge=1)
@@ -137,7 +140,7 @@ class ServeSection:
                         "executor does it: the repository gets the tokenizer-info file both engines read; none: off")
     exclude_input_in_output: bool = described(True)
     instances: InstanceCounts = described(factory=InstanceCounts)
-    server_start_timeout_s: float = bounded(120.0, gt=0.0)
+    server_start_timeout_s: float | None = bounded(None, gt=0.0, doc="None: by build.backend (config/build_backend.py)")
 
 
 @dataclass(slots=True)
@@ -175,10 +178,15 @@ class GuardSection:
 
 @dataclass(slots=True)
 class PricingSection:
+    """The model's price per million tokens: the ledger's cost column and cost budgets use it (an organisation may
+    override it: `trtkit org update ORG --price MODEL=IN,CACHED,OUT`). Unset: the model has no price, its
+    requests are billed 0 and the gateway warns once, naming it."""
+
     currency: str = described("USD")
-    input_per_million: float = bounded(0.0, ge=0.0)
-    output_per_million: float = bounded(0.0, ge=0.0)
-    cached_input_per_million: float = bounded(0.0, ge=0.0)
+    input_per_million: float | None = bounded(None, ge=0.0, doc="uncached prompt tokens; required with the others")
+    output_per_million: float | None = bounded(None, ge=0.0, doc="completion tokens; required with the others")
+    cached_input_per_million: float | None = bounded(None, ge=0.0, doc="prompt tokens served from the KV cache; "
+                                                     "default: input_per_million")
 
 
 @dataclass(slots=True)
@@ -222,6 +230,42 @@ class UpstreamSection:
     read_timeout_seconds: float = bounded(60.0, gt=0.0, doc="for the upstream's answer to begin, and between two of "
                                           "its events; past it the request fails (503 before the answer began)")
     pool_size: int = bounded(256, ge=1, doc="kept connections to the upstream at most (more requests wait)")
+    max_event_bytes: int = bounded(262144, ge=1024, le=64 << 20, doc="one server-sent event of the upstream at "
+                                   "most; a larger one breaks the answer (502): a stream cannot make the gateway "
+                                   "buffer without bound")
+
+
+def _percents(values: list[float]) -> str | None:
+    bad = [v for v in values if not 0 < v <= 100]
+    return f"{bad[0]} is no percent of a budget; give values in (0, 100], e.g. [50, 80, 100]" if bad else None
+
+
+@dataclass(slots=True)
+class AlertsSection:
+    """Spend alerts: a signed JSON webhook when a budget of a key, project, team or organisation passes a threshold,
+    once per threshold per period across replicas (docs/governance.md)."""
+
+    webhook_url: str | None = described(None, doc="http(s)://... that receives each alert as a POST (off: unset)")
+    secret_env: str | None = described(None, doc="environment variable holding the HMAC-SHA256 secret that signs "
+                                       "each alert (x-trtkit-signature); required with webhook_url")
+    thresholds: list[float] = described(factory=list, check=_percents, doc="percents of a budget alerted for every "
+                                        "key and level without its own --alert-at, e.g. [50, 80, 100]")
+    timeout_seconds: float = bounded(5.0, gt=0.0, doc="one attempt's time at most; then it counts as failed")
+    retry_seconds: float = bounded(1.0, gt=0.0, doc="the first retry's delay, doubled after each failure")
+    max_retry_seconds: float = bounded(300.0, gt=0.0, doc="the longest delay between two attempts (it retries for "
+                                       "as long as a gateway is up)")
+
+
+@dataclass(slots=True)
+class TelemetrySection:
+    """OpenTelemetry's GenAI semantic conventions (metrics and one span per request), exported over OTLP/HTTP.
+    Off by default: then no exporter is made and nothing leaves the process. Needs the `otel` extra."""
+
+    enabled: bool = described(False)
+    endpoint: str | None = described(None, doc="OTLP/HTTP collector, e.g. http://collector:4318; default "
+                                     "$OTEL_EXPORTER_OTLP_ENDPOINT, else the exporter's own default")
+    service_name: str = described("trtkit-gateway", doc="the resource's service.name")
+    export_interval_seconds: float = bounded(15.0, gt=0.0, doc="how often metrics are pushed")
 
 
 @dataclass(slots=True)
@@ -243,6 +287,10 @@ class GatewaySection:
                                                     doc="stored conversations of POST /v1/responses")
     upstream: UpstreamSection = described(factory=UpstreamSection, doc="the OpenAI-compatible upstream, when "
                                           "there is one")
+    limits: GatewayLimitsSection = described(factory=GatewayLimitsSection, doc="what a hostile caller is refused or "
+                                             "cut at (docs/hardening.md)")
+    alerts: AlertsSection = described(factory=AlertsSection, doc="spend alerts (a signed webhook)")
+    telemetry: TelemetrySection = described(factory=TelemetrySection, doc="OpenTelemetry GenAI metrics and spans")
 
 
 @dataclass(slots=True, frozen=True)
@@ -265,6 +313,7 @@ class ModelConfig:
     pytorch: PytorchSection = described(factory=PytorchSection, doc="LLM-API options (build.backend: pytorch)")
     serve: ServeSection = described(factory=ServeSection)
     k8s: K8sSection = described(factory=K8sSection, doc="Kubernetes manifests of `trtkit deploy k8s`")
+    dynamo: DynamoSection = described(factory=DynamoSection, doc="NVIDIA Dynamo in Kubernetes: `trtkit deploy dynamo`")
     client: ClientSection = described(factory=ClientSection)
     gateway: GatewaySection = described(factory=GatewaySection)
     implied: tuple[ImpliedSetting, ...] = derived((), doc="where each derived value came from (load_config)")

@@ -23,8 +23,9 @@ from trtkit.consistency.rules import (
     placeholders,
     sequence_lengths,
 )
+from trtkit.consistency.rules_dynamo import check_dynamo_folder, is_dynamo_folder
 from trtkit.consistency.rules_guided import guided_decoding
-from trtkit.consistency.rules_llmapi import (
+from trtkit.consistency.rules_llm_api import (
     llm_api_gpu_support,
     llm_api_guided_decoding,
     llm_api_options_file,
@@ -77,6 +78,8 @@ def check_repository(repo_dir: str | Path, *, config: ModelConfig | None = None,
     """Every inconsistency between the repository, its engine, tokenizer, config and this host.
 
     ``host``: this host's GPU/TensorRT facts for the engine manifest check (probed when None)."""
+    if is_dynamo_folder(Path(repo_dir)):  # `trtkit deploy dynamo`'s output: its workers run TensorRT-LLM 1.3.0rc29
+        return check_dynamo_folder(Path(repo_dir))
     ctx = load_context(repo_dir, config=config, gpu_count=gpu_count, host=host)
     findings: list[Finding] = []
     for rule in RULES:

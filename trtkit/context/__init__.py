@@ -14,6 +14,7 @@ from trtkit.context.base import (
     History,
     Selection,
     Turn,
+    as_messages,
     clip_tokens,
     fit_messages,
     fit_prompt,
@@ -41,5 +42,5 @@ def make_strategy(name: str, counter: TokenCounter, context: ContextSection, max
 
 
 __all__ = ["BuiltPrompt", "ChainHistory", "ContextStrategy", "Fold", "History", "RetrievalStrategy", "STRATEGIES",
-           "Selection", "Summarizer", "SummaryStrategy", "TailStrategy", "Turn", "clip_tokens", "fit_messages",
+           "Selection", "Summarizer", "SummaryStrategy", "TailStrategy", "Turn", "as_messages", "clip_tokens", "fit_messages",
            "fit_prompt", "history_room", "make_strategy"]

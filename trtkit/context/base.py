@@ -9,8 +9,9 @@ prompts here: one implementation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from trtkit.errors import InputTooLongError
 from trtkit.governance.tokens import TokenCounter
@@ -21,8 +22,9 @@ QUESTION_MARGIN_TOKENS = 16  # role markers and the answer cue around the questi
 
 @dataclass(slots=True)
 class Turn:
-    role: str  # "user", "assistant", or "system" (an instruction given as an input message)
+    role: str  # "user", "assistant", "system" (an instruction given as an input message), or "tool" (a call's output)
     content: str
+    extra: dict[str, Any] | None = None  # an assistant's ``tool_calls``, a tool output's ``tool_call_id``
 
 
 class History(Protocol):
@@ -42,12 +44,12 @@ class ChainHistory:
     summarized_turns: int = 0
 
 
-class Selection(list[dict[str, str]]):
+class Selection(list[dict[str, Any]]):
     """History messages a strategy chose (oldest first), and what became of the others: ``verbatim`` history
     messages kept as they were (the newest), ``summarized`` folded into a summary note, ``retrieved`` (indices into
     the history) quoted in a note."""
 
-    def __init__(self, messages: list[dict[str, str]], *, verbatim: int, summarized: int = 0,
+    def __init__(self, messages: list[dict[str, Any]], *, verbatim: int, summarized: int = 0,
                  retrieved: tuple[int, ...] = ()) -> None:
         super().__init__(messages)
         self.verbatim, self.summarized, self.retrieved = verbatim, summarized, retrieved
@@ -114,13 +116,15 @@ def fit_prompt(counter: TokenCounter, history: list[dict[str, str]], question: s
 
 
 def fit_messages(counter: TokenCounter, system: list[dict[str, str]], history: list[dict[str, str]],
-                 new: list[dict[str, str]], max_input_tokens: int) -> BuiltPrompt:
-    """``system`` + ``history`` + ``new`` rendered; the oldest history dropped until it fits. Raises
-    InputTooLongError when ``system`` and ``new`` alone do not fit (nothing of them is cut)."""
+                 new: list[dict[str, str]], max_input_tokens: int,
+                 render: Callable[[list[dict[str, Any]]], str] | None = None) -> BuiltPrompt:
+    """``system`` + ``history`` + ``new`` rendered (by ``render``, default the counter's chat template); the oldest
+    history dropped until it fits. Raises InputTooLongError when ``system`` and ``new`` alone do not fit (nothing of
+    them is cut)."""
     kept = list(history)
     while True:
         messages = [*system, *kept, *new]
-        text = counter.chat_prompt(messages)
+        text = render(messages) if render is not None else counter.chat_prompt(messages)
         num_tokens = counter.count_prompt(text)
         if num_tokens <= max_input_tokens:
             return BuiltPrompt(text, num_tokens, messages, len(history) - len(kept))
@@ -148,5 +152,5 @@ def clip_tokens(counter: TokenCounter, text: str, max_tokens: int) -> str:
     return ""
 
 
-def as_messages(turns: list[Turn]) -> list[dict[str, str]]:
-    return [{"role": t.role, "content": t.content} for t in turns]
+def as_messages(turns: list[Turn]) -> list[dict[str, Any]]:
+    return [{"role": t.role, "content": t.content, **(t.extra or {})} for t in turns]

@@ -15,7 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trtkit.context.base import MESSAGE_OVERHEAD_TOKENS, History, Selection, clip_tokens, newest_turns_within
+from trtkit.context.base import (
+    MESSAGE_OVERHEAD_TOKENS,
+    History,
+    Selection,
+    as_messages,
+    clip_tokens,
+    newest_turns_within,
+)
 from trtkit.governance.tokens import TokenCounter
 
 Summarizer = Callable[[str, int], str]  # (prompt, max_tokens) -> text produced by the served model
@@ -46,7 +53,7 @@ class SummaryStrategy:
         if fold is not None:
             self.apply_fold(history, fold, self.summarize(fold.prompt, self.summary_max_tokens))
         start = max(newest_turns_within(self.counter, history.turns, self._window(room)), history.summarized_turns)
-        messages = [{"role": t.role, "content": t.content} for t in history.turns[start:]]
+        messages = as_messages(history.turns[start:])
         if history.summary:
             messages.insert(0, {"role": "system", "content": f"{NOTE_HEADER}{history.summary}"})
         return Selection(messages, verbatim=len(history.turns) - start, summarized=history.summarized_turns)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,17 +20,25 @@ from openai.types import Model
 from prometheus_client import generate_latest
 from pydantic import BaseModel, ValidationError
 
+from trtkit.gateway.anthropic_objects import error_response as anthropic_error
+from trtkit.gateway.anthropic_protocol import CountTokensRequest, MessagesRequest
 from trtkit.gateway.error_responses import HttpError, body_too_large, http_error, validation_error
-from trtkit.gateway.errors import AuthenticationError, RequestValidationError
-from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingContext
+from trtkit.gateway.errors import AuthenticationError
+from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingContext, refuse_at_cap
 from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
 from trtkit.gateway.openapi import openapi_document
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.relay import relay_routes
+from trtkit.gateway.request_body import parse
+from trtkit.gateway.responses_routes import add_response_routes
 from trtkit.gateway.serving_chat import ServingChat
 from trtkit.gateway.serving_completions import ServingCompletions
-from trtkit.gateway.serving_responses import ServingResponses, add_response_routes
+from trtkit.gateway.serving_conversations import ServingConversations, add_conversation_routes
+from trtkit.gateway.serving_messages import ServingMessages
+from trtkit.gateway.serving_responses import ServingResponses
 from trtkit.store import GatewayStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -41,15 +49,19 @@ class Door:
     require_auth: bool
     max_body_bytes: int
     store_in_threads: bool = False  # look keys up in a worker thread (gateway.store_calls)
+    max_json_depth: int = 64  # gateway.limits.max_json_depth
+    body_timeout_s: float = 60.0  # gateway.limits.body_timeout_seconds
 
     def authenticate(self, request: Request) -> ApiKey | None:
         header = request.headers.get("authorization", "")
         scheme, _, secret = header.partition(" ")
-        if not secret or scheme.lower() != "bearer":
+        if not secret or scheme.lower() != "bearer":  # Anthropic's SDKs send the key as x-api-key
+            scheme, secret = "bearer", request.headers.get("x-api-key", "")
+        if not secret:
             if not self.require_auth:
                 return None
-            raise AuthenticationError("no API key; send 'Authorization: Bearer <key>' (create one with "
-                                      "`trtkit keys create`)")
+            raise AuthenticationError("no API key; send 'Authorization: Bearer <key>' or 'x-api-key: <key>' (create "
+                                      "one with `trtkit keys create`)")
         key_id = key_id_of(secret.strip())
         found = self.store.find_key(key_id) if key_id else None
         if found is None or not secret_matches(secret.strip(), found[1]):
@@ -73,12 +85,20 @@ class Door:
             raise _TooLarge(int(declared))
 
     async def body(self, request: Request) -> bytes:
+        """The body, within ``max_body_bytes`` and ``body_timeout_s`` (a body sent a byte at a time would hold a
+        connection and a task for ever)."""
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise _TooLarge(None)
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        raise _TooLarge(None)
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise _AsHttp(HttpError(408, f"the request body did not arrive within {self.body_timeout_s:g} s "
+                                         f"(gateway.limits.body_timeout_seconds)", "invalid_request_error",
+                                    "request_timeout", reason="body_timeout")) from None
         return b"".join(chunks)
 
 
@@ -87,49 +107,25 @@ class _TooLarge(Exception):
         self.size = size
 
 
-def parse(model: type[BaseModel], body: bytes) -> BaseModel:
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RequestValidationError(f"the body is not valid JSON ({exc}); send a JSON object") from None
-    if not isinstance(data, dict):
-        raise RequestValidationError("the body must be a JSON object")
-    bad = _lone_surrogate_path(data)
-    if bad is not None:  # a JSON escape such as \ud800 decodes to no character: the tokenizer cannot take it
-        raise RequestValidationError(f"'{bad}' holds a lone UTF-16 surrogate escape (no Unicode character); "
-                                     f"send valid UTF-8 text", param=bad)
-    return model.model_validate(data)
-
-
-def _lone_surrogate_path(value: object, path: str = "") -> str | None:
-    """The field path of the first string holding a lone surrogate, or None."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return path or "body"
-        return None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        found = _lone_surrogate_path(key, path) or _lone_surrogate_path(item, f"{path}.{key}" if path else str(key))
-        if found is not None:
-            return found
-    return None
-
-
 def create_app(ctx: ServingContext, door: Door) -> FastAPI:
     app = FastAPI(title="trtkit gateway", docs_url=None, redoc_url=None, openapi_url=None, **_without_telemetry())
     metrics = ctx.metrics
+    # what the server's connection protocol holds each request's head to, and where it counts what it refused
+    app.state.limits = ctx.config.gateway.limits
+    app.state.on_refused = lambda reason: metrics.refusals.labels(reason).inc()
     # an OpenAI-compatible upstream gets requests as given (gateway.relay); Triton, the serving classes' requests
     (chat_model, chat_create), (text_model, text_create) = relay_routes(ctx) if ctx.relays else (
         (ChatCompletionRequest, ServingChat(ctx).create), (CompletionRequest, ServingCompletions(ctx).create))
 
-    async def generate(request: Request, endpoint: str, model: type[BaseModel], serve) -> Response:  # type: ignore[no-untyped-def]
+    async def generate(request: Request, endpoint: str, model: type[BaseModel], serve,  # type: ignore[no-untyped-def]
+                       anthropic: bool = False) -> Response:
+        """The door, then ``serve(payload, call)``; errors in OpenAI's shape, or Anthropic's for its dialect."""
         try:
             try:
                 door.check_declared_size(request)
                 key = await door.aauthenticate(request)
-                payload = parse(model, await door.body(request))
+                await refuse_at_cap(ctx, key, "anthropic" if anthropic else "openai")  # a key at its cap costs no more
+                payload = parse(model, await door.body(request), door.max_json_depth)
             except _TooLarge as too_large:
                 raise _AsHttp(body_too_large(too_large.size, door.max_body_bytes)) from None
             except ValidationError as exc:
@@ -141,9 +137,9 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
             finally:
                 metrics.in_flight.dec()
         except _AsHttp as wrapped:
-            response = _refused(ctx, wrapped.error)
+            response = _refused(ctx, wrapped.error, anthropic)
         except Exception as exc:  # every error becomes OpenAI's error body; never a traceback
-            response = _refused(ctx, http_error(exc))
+            response = _refused(ctx, http_error(exc), anthropic)
         metrics.requests.labels(endpoint, str(response.status_code)).inc()
         return response
 
@@ -158,17 +154,43 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
     app.add_route("/v1/chat/completions", chat_completions, methods=["POST"])
     app.add_route("/v1/completions", text_completions, methods=["POST"])
 
-    async def keyed(request: Request, endpoint: str, action) -> Response:  # type: ignore[no-untyped-def]
-        """A body-less call of a key on one stored response: action(response_id, key)."""
+    async def keyed(request: Request, endpoint: str, action, body: type[BaseModel] | None = None) -> Response:  # type: ignore[no-untyped-def]
+        """A call of a key on stored state (a response, a conversation, its items): action(request, key), or
+        action(request, key, payload) with a ``body`` model to read the request's body into."""
         try:
-            key = await door.aauthenticate(request)
-            response: Response = await action(request.path_params["response_id"], key)
+            try:
+                door.check_declared_size(request)
+                key = await door.aauthenticate(request)
+                if body is None:
+                    response: Response = await action(request, key)
+                else:
+                    response = await action(request, key, parse(body, await door.body(request), door.max_json_depth))
+            except _TooLarge as too_large:
+                raise _AsHttp(body_too_large(too_large.size, door.max_body_bytes)) from None
+            except ValidationError as exc:
+                raise _AsHttp(validation_error(exc)) from None
+        except _AsHttp as wrapped:
+            response = _refused(ctx, wrapped.error)
         except Exception as exc:  # every error becomes OpenAI's error body; never a traceback
             response = _refused(ctx, http_error(exc))
         metrics.requests.labels(endpoint, str(response.status_code)).inc()
         return response
 
-    add_response_routes(app, ServingResponses(ctx), generate, keyed)  # POST/GET/DELETE /v1/responses...
+    messages = ServingMessages(ctx)
+
+    async def create_message(request: Request) -> Response:
+        return await generate(request, "messages", MessagesRequest, messages.create, anthropic=True)
+
+    async def count_tokens(request: Request) -> Response:
+        return await generate(request, "messages_count_tokens", CountTokensRequest, messages.count_tokens,
+                              anthropic=True)
+
+    app.add_route("/v1/messages", create_message, methods=["POST"])
+    app.add_route("/v1/messages/count_tokens", count_tokens, methods=["POST"])
+
+    serving_responses = ServingResponses(ctx)
+    add_response_routes(app, serving_responses, generate, keyed)  # POST/GET/DELETE /v1/responses...
+    add_conversation_routes(app, ServingConversations(serving_responses.store), keyed)  # /v1/conversations...
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
@@ -191,9 +213,13 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
 
     @app.get("/health/ready")
     async def ready() -> Response:
+        """Unauthenticated (a load balancer's probe), so it tells nothing of the upstream: where it is stays in the
+        log, as in every error body."""
         if await ctx.client.is_ready():
             return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "not ready", "backend": ctx.client.url}, status_code=503)
+        log.warning("not ready: the upstream %s does not answer", ctx.client.url)
+        return JSONResponse({"status": "not ready", "reason": "the upstream model server does not answer"},
+                            status_code=503)
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -225,6 +251,6 @@ class _AsHttp(Exception):
         self.error = error
 
 
-def _refused(ctx: ServingContext, error: HttpError) -> Response:
+def _refused(ctx: ServingContext, error: HttpError, anthropic: bool = False) -> Response:
     ctx.metrics.refusals.labels(error.reason or str(error.status)).inc()
-    return error.response()
+    return anthropic_error(error) if anthropic else error.response()

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from trtkit.errors import BudgetExceededError, ClientError, InputTooLongError, StoreUnavailable
 from trtkit.gateway.errors import (
     AuthenticationError,
+    ConcurrencyLimitedError,
     ModelNotFoundError,
     NotFoundError,
     PermissionDeniedError,
@@ -62,6 +63,9 @@ def http_error(exc: BaseException) -> HttpError:
         return HttpError(404, str(exc), "invalid_request_error", exc.code, exc.param, reason="not_found")
     if isinstance(exc, PermissionDeniedError):
         return HttpError(403, str(exc), "permission_error", "permission_denied", exc.param, reason="permission")
+    if isinstance(exc, ConcurrencyLimitedError):
+        return HttpError(429, str(exc), "rate_limit_error", "concurrency_limit_exceeded", headers=exc.headers,
+                         reason="concurrency")
     if isinstance(exc, RateLimitedError):
         return HttpError(429, str(exc), "rate_limit_error", "rate_limit_exceeded", headers=exc.headers,
                          reason="rate_limit")

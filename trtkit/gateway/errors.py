@@ -31,6 +31,11 @@ class RateLimitedError(ClientError):
         self.headers = headers
 
 
+class ConcurrencyLimitedError(RateLimitedError):
+    """The key has as many requests in flight as it may (gateway.limits.max_concurrent_per_key, or its own
+    max_concurrent): 429 with Retry-After, until one of them ends."""
+
+
 class NotFoundError(ClientError):
     """A stored response this key cannot reach (unknown, another key's, deleted, expired): 404 naming the field."""
 

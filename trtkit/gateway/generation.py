@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,15 +23,22 @@ from starlette.types import Receive, Scope, Send
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BudgetExceededError, InputTooLongError
 from trtkit.gateway.admission import StoreRuleBook, current_key
-from trtkit.gateway.errors import ModelNotFoundError, RateLimitedError, RequestValidationError
+from trtkit.gateway.errors import (
+    ConcurrencyLimitedError,
+    ModelNotFoundError,
+    RateLimitedError,
+    RequestValidationError,
+)
 from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.responses import LastEvent
+from trtkit.gateway.telemetry import Telemetry
 from trtkit.gateway.upstreams import GatewayClient
 from trtkit.governance.budgets import draw_on
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
 from trtkit.transport.openai_client import AsyncOpenAIUpstreamClient
 
+log = logging.getLogger(__name__)
 PARENT_HEADER = "x-trtkit-parent-request-id"
 _REFUSALS: tuple[type[Exception], ...] = (BudgetExceededError, RateLimitedError, InputTooLongError)
 
@@ -41,10 +49,15 @@ class ServingContext:
     client: GatewayClient
     rulebook: StoreRuleBook
     metrics: GatewayMetrics
+    telemetry: Telemetry | None = None  # OpenTelemetry GenAI metrics and spans (gateway.telemetry)
 
     @property
     def model(self) -> str:
         return self.config.name
+
+    @property
+    def send_timeout_s(self) -> float:
+        return self.config.gateway.limits.send_timeout_seconds
 
     @property
     def relays(self) -> bool:
@@ -71,6 +84,7 @@ class Generation:
     first: StreamChunk | asyncio.Future[StreamChunk]
     rest: AsyncIterator[StreamChunk]
     headers: dict[str, str] = field(default_factory=dict)
+    params: SamplingParams | None = None  # as admitted (the span's request attributes)
 
     async def chunks(self) -> AsyncIterator[StreamChunk]:
         # shielded: a client gone meanwhile must not cancel the request's first step (see aclose)
@@ -98,28 +112,45 @@ class Generation:
 
 
 def check_model(ctx: ServingContext, model: str, key: ApiKey | None) -> None:
-    if model != ctx.model or (key is not None and not key.allows_model(model)):
+    if model != ctx.model:
         raise ModelNotFoundError(f"model '{model}' is not served here; GET /v1/models lists what is "
                                  f"(this gateway serves '{ctx.model}')")
+    refused_by = None if key is None else key.refuses_model(model)
+    if refused_by is not None:
+        raise ModelNotFoundError(f"model '{model}' is not allowed for {refused_by} (its allowed models); ask for "
+                                 f"it to be added there")
+
+
+def caller_of(key: ApiKey | None, user: str | None, model: str, session: str = "", dialect: str = "openai") -> Caller:
+    """Who asks: the key (its name is the tenant), its user, the levels it hangs under and its organisation's
+    price for the model, if the organisation sets one; ``dialect``: the API asked (the ledger row's)."""
+    if key is None:
+        return Caller(user=user or "", session=session, dialect=dialect)
+    levels = key.level_names()
+    org = next((scope for scope in key.chain if scope.level == "org"), None)
+    return Caller(user=key.user or user or "", key_id=key.name, session=session, org=levels.get("org", ""),
+                  team=levels.get("team", ""), project=levels.get("project", ""),
+                  prices=None if org is None else org.prices.get(model), dialect=dialect)
 
 
 async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, params: SamplingParams,
-                           user: str | None, *, at_admission: bool = False, session: str = "") -> Generation:
+                           user: str | None, *, at_admission: bool = False, session: str = "",
+                           dialect: str = "openai") -> Generation:
     """Admit and send one request; raises the refusal (budget, rate, context) before anything is sent. With
     ``at_admission`` (a stream) it returns once admitted, its first chunk still coming; otherwise with the first
     chunk in hand (and an engine's refusal raised). ``session``: the conversation it belongs to (its ledger row
-    names it; ``client.budgets`` rules of scope session hold it)."""
+    names it; ``client.budgets`` rules of scope session hold it); ``dialect``: the API asked (the ledger row's)."""
     key = call.key
-    caller = Caller(user=(key.user if key and key.user else user or ""), key_id=key.name if key else "",
-                    session=session)
+    caller = caller_of(key, user, ctx.model, session, dialect)
     request_id = uuid.uuid4().hex
     governor = ctx.client.governor
     scope = None
     if call.parent_id:
-        scope = governor.budgets.scope_of(_bare_id(call.parent_id))
-        if scope is None:
-            raise RequestValidationError(f"{PARENT_HEADER} '{call.parent_id}' names no running request of this "
-                                         f"gateway; send it only while the parent runs", param=PARENT_HEADER)
+        scope = governor.budgets.scope_of(_bare_id(call.parent_id), caller.tenant)
+        if scope is None:  # another key's request reads as no request: its existence is not told
+            raise RequestValidationError(f"{PARENT_HEADER} '{call.parent_id[:100]}' names no running request of "
+                                         f"this API key; send it only while the parent runs, with the parent's key",
+                                         param=PARENT_HEADER)
     token = current_key.set(key)
     admitted = asyncio.Event()
     try:
@@ -144,7 +175,18 @@ async def start_generation(ctx: ServingContext, call: CallInfo, prompt: str, par
     finally:
         current_key.reset(token)
         headers = ctx.rulebook.rate_headers.pop(request_id, {})  # also when the backend failed: no leak
-    return Generation(request_id, first, chunks, headers)
+    return Generation(request_id, first, chunks, headers, params)
+
+
+async def refuse_at_cap(ctx: ServingContext, key: ApiKey | None, dialect: str = "openai") -> None:
+    """A key that holds its concurrency cap on this replica already is refused at the door, before its body is
+    parsed or its prompt counted, with its refusal row as at admission."""
+    try:
+        ctx.rulebook.refuse_at_cap(key)
+    except ConcurrencyLimitedError as exc:
+        caller = caller_of(key, None, ctx.model, dialect=dialect)  # its levels named in the row, as at admission
+        await ctx.client.governor.arecord_refusal(caller, uuid.uuid4().hex, _reason(exc))
+        raise
 
 
 async def _next(chunks: AsyncIterator[StreamChunk]) -> StreamChunk:
@@ -165,15 +207,68 @@ def _bare_id(response_id: str) -> str:
 
 
 def _reason(exc: Exception) -> str:
+    if isinstance(exc, ConcurrencyLimitedError):
+        return "concurrency"
     if isinstance(exc, RateLimitedError):
         return "rate_limit"
     return "budget" if isinstance(exc, BudgetExceededError) else "context_length"
 
 
-def observe(ctx: ServingContext, result: GenerationResult) -> None:
+async def stream_or_wait(ctx: ServingContext, generation: Generation, call: CallInfo, *, stream: bool,
+                         events: Callable[[], AsyncIterator[bytes]],
+                         answer: Callable[[GenerationResult], Awaitable[Response]],
+                         wait: Callable[[], Awaitable[GenerationResult]] | None = None,
+                         operation: str = "chat") -> Response:
+    """How a generating endpoint finishes: a stream of ``events()`` that a disconnect cancels (and a caller that reads
+    nothing for ``gateway.limits.send_timeout_seconds`` loses), or the result awaited (``wait()``, default the
+    generation's result; 499 if the client left first: the request is cancelled and billed for what the engine did)
+    and ``answer``-ed. ``operation``: gen_ai.operation.name of the metrics and span (``observe``)."""
+    if stream:
+        return CancellingStreamResponse(events(), generation.headers,
+                                        lambda: ctx.metrics.disconnects.labels("true").inc(), ctx.send_timeout_s)
+    finished, result = await run_or_cancel(wait() if wait is not None else generation.result(), call.receive)
+    if not finished:
+        ctx.metrics.disconnects.labels("false").inc()
+        return Response(status_code=499)
+    observe(ctx, result, operation=operation, streamed=False, params=generation.params)
+    return await answer(result)
+
+
+async def stream_chunks(ctx: ServingContext, generation: Generation, *, piece: Callable[[StreamChunk], bytes],
+                        last: Callable[[GenerationResult], Awaitable[bytes]], first: bytes = b"",
+                        failed: Callable[[Exception], bytes] | None = None,
+                        operation: str = "chat") -> AsyncIterator[bytes]:
+    """A stream's bytes: ``first``, ``piece(chunk)`` per chunk, ``last(result)`` with the body's end in one write; a
+    backend failure mid-stream is the stream's last event (``failed``, default OpenAI's error body), never a
+    traceback. Closed at any point, it stops the request (the client left)."""
+    chunks = generation.chunks()
+    try:
+        if first:
+            yield first
+        async for chunk in chunks:
+            out = piece(chunk)
+            if out:
+                yield out
+            if chunk.result is not None:
+                observe(ctx, chunk.result, operation=operation, streamed=True, params=generation.params)
+                yield LastEvent(await last(chunk.result))
+                return
+    except Exception as exc:
+        yield (failed or sse_error)(exc)
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+        await generation.aclose()
+
+
+def observe(ctx: ServingContext, result: GenerationResult, *, operation: str, streamed: bool,
+            params: SamplingParams | None = None) -> None:
+    """A finished generation's metrics: Prometheus always; OpenTelemetry's GenAI metrics and span when on.
+    ``operation``: ``chat`` or ``text_completion`` (gen_ai.operation.name)."""
     if result.ttft_s is not None:
         ctx.metrics.ttft.observe(result.ttft_s)
     ctx.metrics.latency.observe(result.latency_s)
+    if ctx.telemetry is not None:
+        ctx.telemetry.record(result, operation=operation, model=ctx.model, streamed=streamed, params=params)
 
 
 async def until_disconnect(receive: Receive) -> None:
@@ -206,8 +301,9 @@ class CancellingStreamResponse(Response):
     media_type = "text/event-stream"
 
     def __init__(self, events: AsyncIterator[bytes], headers: dict[str, str],
-                 on_disconnect: Callable[[], None]) -> None:
+                 on_disconnect: Callable[[], None], send_timeout_s: float | None = None) -> None:
         # No super().__init__: it would declare a Content-Length for an empty body.
+        self.send_timeout_s = send_timeout_s  # a caller that takes no byte this long loses its request
         self.status_code = 200
         self.background = None
         all_headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", **headers}
@@ -216,18 +312,28 @@ class CancellingStreamResponse(Response):
         self.on_disconnect = on_disconnect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def bounded_send(message: dict[str, Any]) -> None:
+            # uvicorn's send waits while the connection's write buffer is full: a caller that never reads would
+            # hold its request (and its key's concurrency slot, and the engine's work) for ever
+            async with asyncio.timeout(self.send_timeout_s):
+                await send(message)  # type: ignore[arg-type]
+
         async def pump() -> None:
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            await bounded_send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async for event in self.events:
                 if isinstance(event, LastEvent):  # with the end of the body, in one write
-                    await send({"type": "http.response.body", "body": bytes(event), "more_body": False})
+                    await bounded_send({"type": "http.response.body", "body": bytes(event), "more_body": False})
                     return
-                await send({"type": "http.response.body", "body": event, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                await bounded_send({"type": "http.response.body", "body": event, "more_body": True})
+            await bounded_send({"type": "http.response.body", "body": b"", "more_body": False})
 
         try:
             finished, _ = await run_or_cancel(pump(), receive)
         except OSError:  # the send itself found the connection gone
+            finished = False
+        except TimeoutError:  # the caller stopped reading (gateway.limits.send_timeout_seconds): as if gone
+            log.warning("a caller read nothing of its stream for %.0f s (gateway.limits.send_timeout_seconds); "
+                        "its request is stopped", self.send_timeout_s)
             finished = False
         if not finished:
             self.on_disconnect()

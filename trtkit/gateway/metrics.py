@@ -25,5 +25,10 @@ class GatewayMetrics:
         # stored conversations (Responses API): a turn reads its chain and writes its response
         self.conversation_store = Histogram("trtkit_gateway_conversation_store_seconds", "Stored-conversation calls",
                                             ["op"], buckets=_STORE_BUCKETS, registry=r)
+        # spend alerts (gateway.alerts): sent, failed attempts (each retried), and how many wait in the store
+        self.spend_alerts_sent = Counter("trtkit_gateway_spend_alerts_sent", "Spend alerts the webhook took",
+                                         registry=r)
+        self.spend_alert_failures = Counter("trtkit_gateway_spend_alert_failures", "Failed spend-alert webhook "
+                                            "attempts (each is retried with backoff)", registry=r)
         self.conversation_rows = Counter("trtkit_gateway_conversation_rows", "Stored-conversation rows read or "
                                          "written", ["op"], registry=r)

@@ -15,6 +15,9 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel, RootModel
 from pydantic.json_schema import models_json_schema
 
+from trtkit.gateway.openapi_agents import MODELS as AGENT_MODELS
+from trtkit.gateway.openapi_agents import SECURITY as AGENT_SECURITY
+from trtkit.gateway.openapi_agents import agent_paths
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.responses_protocol import ResponseRequest
 
@@ -73,7 +76,7 @@ class ResponseHeartbeat(BaseModel):
 
 class Health(BaseModel):
     status: str
-    backend: str | None = None
+    reason: str | None = None  # why not ready (never the upstream's address: the probe needs no key)
 
 
 def openapi_document(title: str, version: str) -> dict[str, Any]:
@@ -83,7 +86,7 @@ def openapi_document(title: str, version: str) -> dict[str, Any]:
          (Completion, "serialization"), (ChatCompletionChunk, "serialization"), (CompletionChunk, "serialization"),
          (ModelList, "serialization"), (ResponseRequest, "validation"), (ResponseObject, "serialization"),
          (ResponseEvent, "serialization"), (ResponseDeleted, "serialization"), (ResponseHeartbeat, "serialization"),
-         (ErrorResponse, "serialization"), (Health, "serialization")], ref_template=REF)
+         (ErrorResponse, "serialization"), (Health, "serialization"), *AGENT_MODELS], ref_template=REF)
     ref = {model: refs[(model, mode)] for (model, mode) in refs}
     errors = {"description": "an error in OpenAI's shape: 4xx names the field or the fix, 5xx a server fault",
               "content": {"application/json": {"schema": ref[ErrorResponse]}}}
@@ -129,6 +132,7 @@ def openapi_document(title: str, version: str) -> dict[str, Any]:
             "/v1/models": {"get": {"summary": "The served model", "security": [{"bearer": []}], "responses": {
                 "200": {"description": "the list", "content": {"application/json": {"schema": ref[ModelList]}}},
                 "default": errors}}},
+            **agent_paths(lambda model: ref[model], errors),
             "/health/live": {"get": {"summary": "Liveness", "responses": {"200": {
                 "description": "live", "content": {"application/json": {"schema": ref[Health]}}}}}},
             "/health/ready": {"get": {"summary": "Readiness of the gateway and its backend", "responses": {
@@ -137,7 +141,8 @@ def openapi_document(title: str, version: str) -> dict[str, Any]:
         },
         "components": {"schemas": defs.get("$defs", {}),
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
-                                                      "description": "an API key from `trtkit keys create`"}}},
+                                                      "description": "an API key from `trtkit keys create`"},
+                                           **AGENT_SECURITY}},
     }
 
 

@@ -6,8 +6,15 @@ What the gateway reads of a request, it checks, with a 400 naming the field: ``m
 ``stream_options``, ``max_tokens`` (and chat's ``max_completion_tokens``), ``n``, ``user``, ``temperature`` and
 ``seed`` (is the answer cacheable), and the messages or prompt it counts with the model's tokenizer and chat template
 before admission. Every other field (``response_format``, ``tools`` / ``tool_choice``, ``logprobs`` /
-``top_logprobs``, ``stop``, vendor extensions such as ``min_tokens`` or ``ignore_eos``) is the upstream's to judge:
-it goes up as given, and the upstream's refusal comes back as its own 4xx.
+``top_logprobs``, ``stop``, vendor extensions such as ``ignore_eos``) is the upstream's to judge: it goes up as
+given, and the upstream's refusal comes back as its own 4xx.
+
+Except the length fields engines are known to read instead of ``max_tokens`` (``VENDOR_LENGTH_FIELDS``: llama.cpp's
+``n_predict``, Hugging Face's ``max_new_tokens``, Ollama's ``num_predict``, ...): they are refused by name, at the top
+of the body or inside an ``options``-like object, and ``min_tokens`` is refused above ``max_tokens``. Refused, not
+stripped: a caller who asked for 2,000 tokens through ``n_predict`` learns that the answer is governed by
+``max_tokens``, rather than getting a shorter answer without a word. Whatever an upstream reads, the gateway cuts its
+output at the reservation itself (``governance/output_cap.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from trtkit.gateway.generation import (
     sse_error,
     start_generation,
 )
+from trtkit.gateway.guide_limits import check_relayed
 from trtkit.gateway.protocol import CompletionRequest
 from trtkit.gateway.relay_events import AnswerMerger, EventRelay
 from trtkit.gateway.responses import SSE_DONE, LastEvent
@@ -38,6 +46,13 @@ from trtkit.governance.tokens import RawPrompt
 from trtkit.governance.vocabulary import SamplingParams
 
 MAX_CHOICES = 128  # n: a bound, so that one request cannot reserve without limit
+# length fields engines read instead of (or beside) max_tokens: llama.cpp (n_predict), Hugging Face TGI and
+# transformers (max_new_tokens, max_length, min_new_tokens, min_length), Ollama (num_predict), Meta's Llama API
+# (max_gen_len), Anthropic's legacy completions (max_tokens_to_sample), the Responses API (max_output_tokens)
+VENDOR_LENGTH_FIELDS = frozenset({"n_predict", "max_new_tokens", "num_predict", "max_length", "max_gen_len",
+                                  "max_tokens_to_sample", "max_output_tokens", "min_new_tokens", "min_length"})
+# objects in which engines read sampling fields too (Ollama's options, TGI's parameters, SGLang's sampling_params)
+NESTED_OPTIONS = ("options", "parameters", "sampling_params", "generation_config", "extra_body")
 
 
 class _RelayFields(BaseModel):
@@ -76,6 +91,7 @@ class RelayEndpoint:
     def __init__(self, ctx: ServingContext, *, chat: bool) -> None:
         self.ctx, self.chat = ctx, chat
         self.id_prefix = "chatcmpl" if chat else "cmpl"
+        self.operation = "chat" if chat else "text_completion"  # gen_ai.operation.name
         self.completions = ServingCompletions(ctx)  # a completions prompt is read as the Triton path reads it
 
     async def create(self, request: RelayChatRequest | RelayCompletionRequest, call: CallInfo) -> Response:
@@ -87,13 +103,16 @@ class RelayEndpoint:
         body.pop("stream", None)
         if set(body.get("stream_options") or {}) <= {"include_usage"}:
             body.pop("stream_options", None)
+        check_relayed(body, self.ctx.config.gateway.limits)
+        params = relay_params(request, body)  # (refusals by field before the prompt is rendered and counted)
         prompt = self._prompt(request)
-        generation = await start_generation(self.ctx, call, prompt, relay_params(request, body), request.user)
+        generation = await start_generation(self.ctx, call, prompt, params, request.user)
         response_id = f"{self.id_prefix}-{generation.request_id}"
         if request.stream:
             relay = EventRelay(response_id, request.model, chat=self.chat, include_usage=include_usage)
             return CancellingStreamResponse(self._events(generation, relay), generation.headers,
-                                            lambda: self.ctx.metrics.disconnects.labels("true").inc())
+                                            lambda: self.ctx.metrics.disconnects.labels("true").inc(),
+                                            self.ctx.send_timeout_s)
         finished, answer = await run_or_cancel(self._answer(generation, response_id, request.model), call.receive)
         if not finished:
             self.ctx.metrics.disconnects.labels("false").inc()
@@ -119,7 +138,8 @@ class RelayEndpoint:
                 if out:
                     yield out
                 if chunk.result is not None:
-                    observe(self.ctx, chunk.result)
+                    observe(self.ctx, chunk.result, operation=self.operation, streamed=True,
+                            params=generation.params)
                     yield LastEvent(relay.finish(chunk.result) + SSE_DONE)
                     return
         except Exception as exc:  # the upstream failed mid-stream: OpenAI's error body as the last event
@@ -136,7 +156,8 @@ class RelayEndpoint:
             elif chunk.text:
                 merger.add_text(chunk.text)
             if chunk.result is not None:
-                observe(self.ctx, chunk.result)
+                observe(self.ctx, chunk.result, operation=self.operation, streamed=False,
+                        params=generation.params)
                 return merger.body(response_id, model, chunk.result)
         raise AssertionError("a stream always ends with a final chunk")
 
@@ -149,10 +170,27 @@ def relay_params(request: RelayChatRequest | RelayCompletionRequest, body: dict[
             raise RequestValidationError("max_tokens and max_completion_tokens differ; send only one",
                                          param="max_completion_tokens")
         max_tokens = request.max_completion_tokens
+    _refuse_vendor_lengths(body, max_tokens)
     structured = any(body.get(name) for name in ("tools", "functions", "logprobs", "top_logprobs"))
     return SamplingParams(max_tokens=max_tokens, temperature=1.0 if request.temperature is None else request.temperature,
                           seed=request.seed, n=request.n, cacheable=request.n == 1 and not structured,
                           upstream_body=body)
+
+
+def _refuse_vendor_lengths(body: dict[str, Any], max_tokens: int | None) -> None:
+    """A length field the gateway does not govern is refused by name (the module docstring says why)."""
+    places = [("", body)] + [(f"{name}.", body[name]) for name in NESTED_OPTIONS if isinstance(body.get(name), dict)]
+    for prefix, fields in places:
+        for name in sorted(VENDOR_LENGTH_FIELDS & set(fields)):
+            raise RequestValidationError(
+                f"{prefix}{name} sets the answer's length past the gateway's governance; send max_tokens (or "
+                f"max_completion_tokens) instead: it is what the key's budget reserves and what the gateway "
+                f"enforces", param=f"{prefix}{name}")
+    min_tokens = body.get("min_tokens")
+    if min_tokens is not None and (not isinstance(min_tokens, int) or isinstance(min_tokens, bool) or min_tokens < 0
+                                   or (max_tokens is not None and min_tokens > max_tokens)):
+        raise RequestValidationError(f"min_tokens must be a whole number from 0 to max_tokens ({max_tokens}), got "
+                                     f"{str(min_tokens)[:40]}", param="min_tokens")
 
 
 def _include_usage(options: dict[str, Any] | None) -> bool:

@@ -32,8 +32,6 @@ class EventRelay:
         self.object = "chat.completion.chunk" if chat else "text_completion"
         self.created = int(time.time())
         self.held: list[dict[str, Any]] = []  # events that end a choice
-        self.usage_event: dict[str, Any] | None = None
-        self.usage_reports = 0  # several (llama-server: one per choice) add up to the bill
         self.open: set[int] = set()  # choices seen and not ended
 
     def pass_on(self, event: dict[str, Any]) -> bytes:
@@ -41,16 +39,16 @@ class EventRelay:
         event["id"], event["model"] = self.response_id, self.model
         choices = event.get("choices")
         if not choices:
-            if event.get("usage") is not None:
-                self.usage_event = event
-                self.usage_reports += 1
+            if event.get("usage") is not None:  # the final usage: the bill goes instead (finish)
                 return b""
             return sse(event)
         if not self.include_usage and event.get("usage") is not None:  # a running or final count in a choice's
             event["usage"] = None  # chunk (vLLM's continuous stats, llama-server's completions): not asked for
         ended = False
-        for choice in choices:
-            index = choice.get("index", 0)
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict):
+                continue
+            index = _index(choice)
             if choice.get("finish_reason"):
                 self.open.discard(index)
                 ended = True
@@ -76,9 +74,9 @@ class EventRelay:
             events.append(self._event(ended or [self._choice(0, None, reason)]))
         events[-1]["trtkit"] = extension(result)
         out = b"".join(sse(e) for e in events)
-        if self.include_usage:  # the upstream's own usage chunk when it sent one, else the bill
-            usage = self.usage_event if self.usage_event is not None and self.usage_reports == 1 else self._event([])
-            usage["usage"] = usage.get("usage") or result.usage.to_openai()
+        if self.include_usage:  # the bill (the upstream's report, once checked and bounded: governance/billing.py)
+            usage = self._event([])
+            usage["usage"] = result.usage.to_openai()
             out += sse(usage)
         return out
 
@@ -99,19 +97,18 @@ class AnswerMerger:
     def __init__(self, *, chat: bool) -> None:
         self.chat = chat
         self.choices: dict[int, dict[str, Any]] = {}
-        self.usage: dict[str, Any] | None = None
-        self.usage_reports = 0
         self.extra: dict[str, Any] = {}  # top-level fields besides the ones we set (system_fingerprint, ...)
 
     def add(self, event: dict[str, Any]) -> None:
         for name, value in event.items():
             if name not in ("id", "object", "created", "model", "choices", "usage", "trtkit"):
                 self.extra[name] = value
-        if event.get("usage") is not None and not event.get("choices"):
-            self.usage = event["usage"]
-            self.usage_reports += 1
-        for choice in event.get("choices") or ():
-            merged = self.choices.setdefault(choice.get("index", 0), self._empty(choice.get("index", 0)))
+        choices = event.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict):
+                continue
+            index = _index(choice)
+            merged = self.choices.setdefault(index, self._empty(index))
             _merge_choice(merged, choice, self.chat)
 
     def add_text(self, text: str) -> None:
@@ -126,7 +123,7 @@ class AnswerMerger:
             choice["finish_reason"] = choice["finish_reason"] or reason
         return {"id": response_id, "object": "chat.completion" if self.chat else "text_completion",
                 "created": int(time.time()), "model": model, "choices": choices, **self.extra,
-                "usage": self.usage if self.usage_reports == 1 else result.usage.to_openai(),
+                "usage": result.usage.to_openai(),  # the bill: the upstream's report once checked and bounded
                 "trtkit": extension(result)}
 
     def _empty(self, index: int) -> dict[str, Any]:
@@ -136,17 +133,30 @@ class AnswerMerger:
         return {"index": index, "text": "", "logprobs": None, "finish_reason": None}
 
 
+MAX_INDEX = 128  # choices and tool calls: an index past this is read as 0 (relay.MAX_CHOICES bounds n)
+
+
+def _index(item: dict[str, Any], default: int = 0) -> int:
+    """An upstream's ``index``, trusted only as a small whole number: an index of 10**9 must not make a list
+    that long."""
+    index = item.get("index", default)
+    return index if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < MAX_INDEX else default
+
+
 def _merge_choice(merged: dict[str, Any], choice: dict[str, Any], chat: bool) -> None:
     if choice.get("finish_reason"):
         merged["finish_reason"] = choice["finish_reason"]
     if not chat:
-        merged["text"] += choice.get("text") or ""
+        text = choice.get("text")
+        merged["text"] += text if isinstance(text, str) else ""
         merged["logprobs"] = _merge_lists(merged["logprobs"], choice.get("logprobs"))
         return
-    message, delta = merged["message"], choice.get("delta") or {}
+    message, delta = merged["message"], choice.get("delta")
+    if not isinstance(delta, dict):
+        delta = {}
     for name, value in delta.items():
         if name == "tool_calls":
-            _merge_tool_calls(message.setdefault("tool_calls", []), value or [])
+            _merge_tool_calls(message.setdefault("tool_calls", []), value if isinstance(value, list) else [])
         elif isinstance(value, str) and name != "role":
             message[name] = (message.get(name) or "") + value
         elif name != "role" and value is not None:
@@ -169,12 +179,15 @@ def _merge_lists(merged: dict[str, Any] | None, piece: Any) -> dict[str, Any] | 
 
 def _merge_tool_calls(calls: list[dict[str, Any]], pieces: list[dict[str, Any]]) -> None:
     for piece in pieces:
-        index = piece.get("index", len(calls))
+        if not isinstance(piece, dict):
+            continue
+        index = _index(piece, min(len(calls), MAX_INDEX - 1))
         while len(calls) <= index:
             calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
         call = calls[index]
         call["id"] = piece.get("id") or call["id"]
         call["type"] = piece.get("type") or call["type"]
-        function = piece.get("function") or {}
-        call["function"]["name"] += function.get("name") or ""
-        call["function"]["arguments"] += function.get("arguments") or ""
+        function = piece.get("function")
+        for name in ("name", "arguments"):
+            part = function.get(name) if isinstance(function, dict) else None
+            call["function"][name] += part if isinstance(part, str) else ""

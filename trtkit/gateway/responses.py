@@ -29,7 +29,9 @@ from openai.types.completion_usage import PromptTokensDetails
 from trtkit.gateway.log_probs import TokenLogProb
 from trtkit.governance.vocabulary import GenerationResult, Usage
 
-_OPENAI_FINISH = {"end_id": "stop", "stop": "stop", "length": "length", "tool_calls": "tool_calls"}
+# an upstream cut at its reservation (governance/output_cap.py) ran out of length, as far as the caller can tell
+_OPENAI_FINISH = {"end_id": "stop", "stop": "stop", "length": "length", "tool_calls": "tool_calls",
+                  "upstream_overrun": "length", "content_filter": "content_filter"}
 
 
 def openai_finish_reason(reason: str) -> str:

@@ -20,6 +20,7 @@ from trtkit.context import (
     Selection,
     SummaryStrategy,
     Turn,
+    as_messages,
     fit_messages,
     history_room,
     make_strategy,
@@ -27,6 +28,9 @@ from trtkit.context import (
 from trtkit.context.base import BuiltPrompt
 from trtkit.errors import InputTooLongError
 from trtkit.gateway.errors import RequestValidationError
+from trtkit.gateway.responses_items import chat_messages
+from trtkit.gateway.tool_format import FunctionSpec
+from trtkit.gateway.tool_prompt import render
 from trtkit.governance.tokens import TokenCounter
 from trtkit.governance.vocabulary import GenerationResult
 
@@ -42,11 +46,13 @@ class TurnPrompt:
 
 
 async def turn_prompt(counter: TokenCounter, config: ModelConfig, max_input_tokens: int, *, truncation: str,
-                      instructions: str | None, chain: ChainHistory, new: list[dict[str, str]],
-                      summarize: Summarize) -> TurnPrompt:
+                      instructions: str | None, chain: ChainHistory, new: list[dict[str, Any]],
+                      summarize: Summarize, functions: tuple[FunctionSpec, ...] = ()) -> TurnPrompt:
+    """``new``: the turn's input as chat messages; ``functions``: the tools offered (rendered by the template, or
+    in the gateway's tool note: ``tool_prompt``)."""
     system = [{"role": "system", "content": instructions}] if instructions else []
     if truncation != "auto":
-        return TurnPrompt(_whole(counter, max_input_tokens, system, chain, new), chain,
+        return TurnPrompt(_whole(counter, max_input_tokens, system, chain, new, functions), chain,
                           _report("disabled", None, chain, None, 0))
     strategy = make_strategy(config.client.context.strategy, counter, config.client.context, max_input_tokens,
                              _never_blocking)
@@ -63,7 +69,8 @@ async def turn_prompt(counter: TokenCounter, config: ModelConfig, max_input_toke
                        "cached_tokens": result.usage.cached_tokens}
     selection = strategy.select(chain, question, room)
     try:
-        fitted = fit_messages(counter, system, selection, new, max_input_tokens)
+        fitted = fit_messages(counter, system, selection, new, max_input_tokens,
+                              render=lambda messages: render(counter, messages, functions))
     except InputTooLongError as exc:
         raise _too_long(str(exc)) from None
     report = _report("auto", strategy.name, chain, selection, fitted.dropped_messages)
@@ -71,14 +78,17 @@ async def turn_prompt(counter: TokenCounter, config: ModelConfig, max_input_toke
     return TurnPrompt(fitted, chain, report)
 
 
-def chain_history(messages: list[dict[str, str]], summary: str, summarized_turns: int) -> ChainHistory:
-    return ChainHistory([Turn(m["role"], m["content"]) for m in messages], summary, summarized_turns)
+def chain_history(items: list[dict[str, Any]], summary: str, summarized_turns: int) -> ChainHistory:
+    """A stored chain's items as the context strategies' turns (a call or an output rides in ``Turn.extra``)."""
+    turns = [Turn(m["role"], m["content"], {k: v for k, v in m.items() if k not in ("role", "content")} or None)
+             for m in chat_messages(items)]
+    return ChainHistory(turns, summary, summarized_turns)
 
 
 def _whole(counter: TokenCounter, max_input_tokens: int, system: list[dict[str, str]], chain: ChainHistory,
-           new: list[dict[str, str]]) -> BuiltPrompt:
-    messages = [*system, *({"role": t.role, "content": t.content} for t in chain.turns), *new]
-    text = counter.chat_prompt(messages)
+           new: list[dict[str, Any]], functions: tuple[FunctionSpec, ...]) -> BuiltPrompt:
+    messages = [*system, *as_messages(chain.turns), *new]
+    text = render(counter, messages, functions)
     num_tokens = counter.count_prompt(text)
     if num_tokens > max_input_tokens:
         raise _too_long(f"the conversation with the new input is {num_tokens} tokens (chat template included), over "

@@ -15,6 +15,7 @@ from trtkit.errors import InvalidInputError
 from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.response_format import guide_of
+from trtkit.gateway.tool_format import schema_grammar
 from trtkit.governance.vocabulary import SamplingParams
 from trtkit.wire.sampling_ranges import SAMPLING_RANGES, check_sampling_value
 
@@ -102,7 +103,7 @@ def _tool_guide(format_guide: str | None, tool_guide: str, log_probs: bool, enab
         raise RequestValidationError("tool calls need guided decoding, which this deployment has off; set "
                                      "serve.guided_decoding: xgrammar in the model config and deploy again",
                                      param="tool_choice")
-    return "json_schema", tool_guide
+    return "ebnf_grammar", schema_grammar(tool_guide, "tools")  # compact JSON: no blanks to pad with (tool_format)
 
 
 def _logit_bias(bias: dict[str, Any] | None, vocab_size: int | None) -> tuple[tuple[int, float], ...]:

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
+from trtkit.config.gateway_limits import GatewayLimitsSection
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import ConfigError
 from trtkit.gateway.admission import StoreRuleBook, waits_on_network
+from trtkit.gateway.alerts import AlertSender, alert_secret
 from trtkit.gateway.app import Door, create_app
 from trtkit.gateway.generation import ServingContext
 from trtkit.gateway.metrics import GatewayMetrics
+from trtkit.gateway.telemetry import Telemetry, open_telemetry
 from trtkit.gateway.upstreams import (
     GATEWAY_TRITON_MODEL as GATEWAY_TRITON_MODEL,  # the tests' and benches' name
 )
@@ -39,9 +42,15 @@ class Gateway:
     app: object  # the FastAPI app
     client: GatewayClient
     store: GatewayStore
+    alerts: AlertSender | None = None
+    telemetry: Telemetry | None = None
 
     async def aclose(self) -> None:
         await self.client.close()  # commits the ledger
+        if self.alerts is not None:
+            await asyncio.to_thread(self.alerts.stop)
+        if self.telemetry is not None:
+            self.telemetry.shutdown()
         self.store.close()
 
 
@@ -53,10 +62,12 @@ def is_loopback(bind: str) -> bool:
 
 
 def build_gateway(config: ModelConfig, backend: str | None, *, no_auth: bool = False, bind: str | None = None,
-                  store: GatewayStore | None = None, ledger: Ledger | None = None) -> Gateway:
+                  store: GatewayStore | None = None, ledger: Ledger | None = None,
+                  telemetry: Telemetry | None = None) -> Gateway:
     """The app and what it owns. ``backend``: a Triton repository or an OpenAI-compatible server
     (``gateway.upstreams``; None: ``gateway.upstream.url``). ``no_auth`` is refused unless the bind address is
-    loopback."""
+    loopback. ``telemetry``: OpenTelemetry's recorder to use (tests pass in-memory readers); None: one exporting over
+    OTLP when ``gateway.telemetry.enabled``, else none at all."""
     bind = bind or config.gateway.bind
     if no_auth and not is_loopback(bind):
         raise ConfigError(f"--no-auth on {bind} would open the model to the network; bind 127.0.0.1 or create "
@@ -69,16 +80,26 @@ def build_gateway(config: ModelConfig, backend: str | None, *, no_auth: bool = F
     if expired:
         log.warning("released %d budget holds whose lease ran out (a gateway stopped mid-request)", expired)
     registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry)
     in_threads = waits_on_network(store, config.gateway.store_calls)
-    rulebook = StoreRuleBook(store, list(config.client.budgets), waits_on_network=in_threads)
+    alerts_config = config.gateway.alerts
+    alerts = None if not alerts_config.webhook_url else AlertSender(
+        store.spend_alerts, alerts_config, metrics, secret=alert_secret(alerts_config))
+    rulebook = StoreRuleBook(store, list(config.client.budgets), waits_on_network=in_threads,
+                             on_settle=None if alerts is None else alerts.saw,
+                             alert_at=tuple(t / 100 for t in alerts_config.thresholds),
+                             max_concurrent_per_key=config.gateway.limits.max_concurrent_per_key)
     client = open_gateway_client(config, upstream, ledger=ledger or open_ledger(gateway_ledger_url(config)),
                                  metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
     client.governor.default_max_tokens = None  # no max_tokens: all the room the prompt leaves
     client.governor.max_tokens_overflow = config.gateway.max_tokens_overflow
-    ctx = ServingContext(config, client, rulebook, GatewayMetrics(registry))
+    if telemetry is None and config.gateway.telemetry.enabled:
+        telemetry = open_telemetry(config.gateway.telemetry, upstream)
+    ctx = ServingContext(config, client, rulebook, metrics, telemetry)
     app = create_app(ctx, Door(store, require_auth=not no_auth, max_body_bytes=config.gateway.max_body_bytes,
-                                   store_in_threads=in_threads))
-    return Gateway(app, client, store)
+                                   store_in_threads=in_threads, max_json_depth=config.gateway.limits.max_json_depth,
+                                   body_timeout_s=config.gateway.limits.body_timeout_seconds))
+    return Gateway(app, client, store, alerts, telemetry)
 
 
 def gateway_ledger_url(config: ModelConfig) -> StoreUrl:
@@ -115,15 +136,21 @@ def run_gateway(config: ModelConfig, backend: str | None, *, port: int | None = 
 
 
 def uvicorn_config(app: object, bind: str, port: int) -> uvicorn.Config:
-    """The one uvicorn setup (the CLI and the live tests share it)."""
+    """The one uvicorn setup (the CLI and the live tests share it). The gateway's app carries its
+    ``gateway.limits`` (``app.state.limits``): the head of every request is held to them (``http_limits.py``)."""
     import uvicorn
+
+    from trtkit.gateway.http_limits import guarded_protocol
 
     # keep-alive longer than clients' pools keep idle connections, so a reused connection is not closed
     # under a request in flight (uvicorn's 5 s default races with httpx/openai connection reuse).
-    # loop/http "auto": uvloop and httptools (dependencies) when importable; less CPU per request than
+    # loop "auto": uvloop when importable; httptools under the gateway's limits: less CPU per request than
     # asyncio + h11 (benchmarks/gateway_overhead.py prints the gateway's CPU per request).
+    state = getattr(app, "state", None)
+    limits = getattr(state, "limits", None) or GatewayLimitsSection()
+    http = guarded_protocol(limits, getattr(state, "on_refused", None))
     return uvicorn.Config(app, host=bind, port=port, log_level="warning", access_log=False,  # type: ignore[arg-type]
-                          lifespan="off", timeout_keep_alive=75, loop="auto", http="auto")
+                          lifespan="off", timeout_keep_alive=75, loop="auto", http=http)
 
 
 def run_in_loop(main: Coroutine[Any, Any, None], loop_factory: Callable[[], asyncio.AbstractEventLoop] | None) -> None:

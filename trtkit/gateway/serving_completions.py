@@ -19,6 +19,7 @@ from trtkit.governance.vocabulary import GenerationResult
 
 class ServingCompletions(ServingEndpoint[CompletionRequest]):
     id_prefix = "cmpl"
+    operation = "text_completion"
 
     @property
     def counter(self) -> TokenCounter:

@@ -7,6 +7,8 @@ or wait, disconnect handling, metrics) is written once here.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -26,6 +28,7 @@ from trtkit.gateway.generation import (
     sse_error,
     start_generation,
 )
+from trtkit.gateway.guide_limits import check_guide
 from trtkit.gateway.log_probs import LogProbReader, TokenLogProb
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.sampling import sampling_params
@@ -37,6 +40,7 @@ RequestT = TypeVar("RequestT", ChatCompletionRequest, CompletionRequest)
 
 class ServingEndpoint(Generic[RequestT]):
     id_prefix = ""  # "chatcmpl" / "cmpl", as OpenAI names its response ids
+    operation = "chat"  # gen_ai.operation.name: "chat" or "text_completion"
 
     def __init__(self, ctx: ServingContext) -> None:
         self.ctx = ctx
@@ -78,9 +82,17 @@ class ServingEndpoint(Generic[RequestT]):
     async def create(self, request: RequestT, call: CallInfo) -> Response:
         check_model(self.ctx, request.model, call.key)
         plan = self.tool_plan(request)
-        params = sampling_params(request, guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar",
+        make = functools.partial(sampling_params, request,
+                                 guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar",
                                  vocab_size=self.ctx.client.governor.counter.model_vocab_size,
                                  tool_guide=None if plan is None else plan.guide)
+        limits = self.ctx.config.gateway.limits
+        if plan is not None:  # the tools' schema as the caller sent it, checked before it becomes a grammar
+            check_guide("json_schema", plan.guide, limits, "tools")
+        # a tool call's grammar is converted from its schema (tool_format): off the event loop
+        params = await asyncio.to_thread(make) if plan is not None else make()
+        if plan is None:
+            check_guide(params.guided_decoding_guide_type, params.guided_decoding_guide, limits, "response_format")
         prompt = self.prompt_of(request)
         # A stream's headers go out at admission, but a guided one's wait for the engine's first answer: only the
         # engine compiles a schema or grammar, and its refusal is then a 400, not the stream's error event
@@ -91,12 +103,13 @@ class ServingEndpoint(Generic[RequestT]):
         if request.stream:
             include_usage = bool(request.stream_options and request.stream_options.include_usage)
             return CancellingStreamResponse(self._events(generation, response_id, include_usage, log_probs, plan),
-                                            generation.headers, lambda: self.ctx.metrics.disconnects.labels("true").inc())
+                                            generation.headers, lambda: self.ctx.metrics.disconnects.labels("true").inc(),
+                                            self.ctx.send_timeout_s)
         finished, result = await run_or_cancel(generation.result(), call.receive)
         if not finished:
             self.ctx.metrics.disconnects.labels("false").inc()
             return Response(status_code=499)
-        observe(self.ctx, result)
+        observe(self.ctx, result, operation=self.operation, streamed=False, params=generation.params)
         entries = None if log_probs is None else log_probs.read(result.log_probs or ())
         return JSONResponse(self.body(response_id, result, entries, plan).model_dump(exclude_none=False),
                             headers=generation.headers)
@@ -124,7 +137,8 @@ class ServingEndpoint(Generic[RequestT]):
                     yield texts.sse(chunk.text)
                 if chunk.result is not None:  # the last chunk: its events go out with [DONE] in one write
                     result = chunk.result
-                    observe(self.ctx, result)
+                    observe(self.ctx, result, operation=self.operation, streamed=True,
+                            params=generation.params)
                     # log-probs of tokens whose text never came (a character the length limit cut) go here
                     rest = None if log_probs is None else log_probs.read(chunk.log_probs) or None
                     tail = tools.finish(result) if tools is not None else responses.sse(self.chunk(

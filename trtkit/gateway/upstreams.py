@@ -11,6 +11,7 @@ from dataclasses import replace
 from trtkit.config.schema import ModelConfig
 from trtkit.config.upstream_url import Scheme, UpstreamUrl, parse_upstream_url
 from trtkit.errors import ConfigError
+from trtkit.gateway.upstream_model import checked_upstream_model
 from trtkit.governance.budgets import BudgetGuard
 from trtkit.governance.metrics import ClientMetrics
 from trtkit.store.ledger import Ledger
@@ -51,7 +52,7 @@ def upstream_settings(config: ModelConfig, url: str, environ: dict[str, str] | N
             raise ConfigError(f"gateway.upstream.api_key_env names ${u.api_key_env}, which is not set; export the "
                               f"upstream's API key in it (or remove api_key_env for an upstream without keys)")
     return UpstreamSettings(url, u.model or config.name, api_key, u.connect_timeout_seconds, u.read_timeout_seconds,
-                            u.pool_size, config.client.max_retries)
+                            u.pool_size, config.client.max_retries, u.max_event_bytes)
 
 
 def open_gateway_client(config: ModelConfig, backend: UpstreamUrl, *, ledger: Ledger, metrics: ClientMetrics,
@@ -60,7 +61,8 @@ def open_gateway_client(config: ModelConfig, backend: UpstreamUrl, *, ledger: Le
         if config.client.input_overflow != "reject":
             raise ConfigError(f"client.input_overflow: {config.client.input_overflow} cuts the prompt, but the gateway "
                               f"passes an OpenAI upstream the messages as given; set it to reject")
-        settings = upstream_settings(config, backend.address)
+        settings = checked_upstream_model(upstream_settings(config, backend.address),
+                                          configured=config.gateway.upstream.model is not None)
         log.info("upstream %s, model %s, key %s", settings.url, settings.model,
                  "from $" + str(config.gateway.upstream.api_key_env) if settings.api_key else "none")
         return AsyncOpenAIUpstreamClient(settings, config=config, ledger=ledger, metrics=metrics, budgets=budgets)

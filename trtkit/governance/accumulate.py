@@ -6,6 +6,7 @@ import time
 
 from trtkit.governance.governor import Outcome
 from trtkit.governance.guard import RunawayGuard
+from trtkit.governance.output_cap import FINISH_OVERRUN, OutputMeter
 from trtkit.governance.tokens import TokenCounter
 from trtkit.governance.upstream import Delta
 from trtkit.governance.vocabulary import SamplingParams, Usage
@@ -13,11 +14,13 @@ from trtkit.governance.vocabulary import SamplingParams, Usage
 
 class StreamAccumulator:
     """``params``: the request's sampling parameters, to name the finish reason when the server sends none
-    (the C++ backend through the GPU ensemble): length at max_tokens, else stop or end_id."""
+    (the C++ backend through the GPU ensemble): length at max_tokens, else stop or end_id. ``meter``: counts the
+    output of an upstream that may not honour max_tokens, and stops it past the reservation (``output_cap``)."""
 
     def __init__(self, prompt_tokens: int, counter: TokenCounter, guard: RunawayGuard | None,
-                 params: SamplingParams | None = None) -> None:
+                 params: SamplingParams | None = None, meter: OutputMeter | None = None) -> None:
         self.params = params
+        self.meter = meter
         self.prompt_tokens = prompt_tokens
         self.counter = counter
         self.guard = guard
@@ -47,6 +50,10 @@ class StreamAccumulator:
         self.finished = self.finished or delta.is_final
         if not delta.text:
             return None
+        if self.meter is not None and self.meter.passed(delta.text):
+            self.pieces.pop()  # past the reservation: not part of the answer (its count stays in the meter)
+            self.server.overrun_tokens = self.meter.overrun
+            return FINISH_OVERRUN
         return None if self.guard is None else self.guard.feed([delta.text])
 
     def add_counts(self, delta: Delta) -> None:
@@ -63,6 +70,8 @@ class StreamAccumulator:
                 setattr(self.server, name, value)
         if delta.usage_reported:  # an upstream's own usage: its counts are the bill
             self.server.usage_reported = True
+        if delta.usage_doubtful:
+            self.server.usage_doubtful = True
 
     def running_usage(self) -> Usage:
         completion = self.server.num_output_tokens
@@ -80,6 +89,7 @@ class StreamAccumulator:
                        num_output_tokens=o.num_output_tokens,  # None: the governor counts the text received
                        num_cached_tokens=o.num_cached_tokens, first_token_at=o.first_token_at,
                        usage_reported=o.usage_reported, pieces=self.local_completion_tokens,
+                       usage_doubtful=o.usage_doubtful, overrun_tokens=o.overrun_tokens,
                        log_probs=None if self.log_probs is None else tuple(self.log_probs))
 
     def _derived_reason(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import calendar
 import contextvars
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from trtkit.errors import BudgetExceededError
 from trtkit.governance.vocabulary import Caller
 from trtkit.store.ledger import Ledger
 
+log = logging.getLogger(__name__)
 _LOCK = threading.Lock()  # budget arithmetic is tiny; one lock keeps check-and-reserve atomic
 
 
@@ -36,6 +38,7 @@ class BudgetScope:
     max_tokens: int | None
     max_cost: float | None
     parent: BudgetScope | None = None
+    owner: str = ""  # a request's scope: the tenant (Caller.tenant) whose request it is
     used_tokens: int = 0
     used_cost: float = 0.0
     reserved_tokens: int = 0
@@ -186,13 +189,17 @@ class BudgetGuard:
                 s.reserved_tokens += tokens
                 s.reserved_cost += cost
             if request_id:
-                self._request_scopes[request_id] = BudgetScope(f"request {request_id}", tokens, cost)
+                self._request_scopes[request_id] = BudgetScope(f"request {request_id}", tokens, cost,
+                                                               owner=caller.tenant)
         return Reservation(tokens, cost, scopes, handle, request_id)
 
-    def scope_of(self, request_id: str) -> BudgetScope | None:
-        """The budget a running request's reservation offers to calls it makes (None once it ended)."""
+    def scope_of(self, request_id: str, tenant: str | None = None) -> BudgetScope | None:
+        """The budget a running request's reservation offers to calls it makes (None once it ended). With a
+        ``tenant``, only that tenant's request: another tenant's is as good as absent (it may neither draw on it
+        nor learn that it runs)."""
         with _LOCK:
-            return self._request_scopes.get(request_id)
+            scope = self._request_scopes.get(request_id)
+        return None if scope is None or (tenant is not None and scope.owner != tenant) else scope
 
     def settle(self, reservation: Reservation, used_tokens: int, used_cost: float, *,
                release_rules: bool = True) -> None:
@@ -217,7 +224,11 @@ class BudgetGuard:
         with _LOCK:
             handle, reservation.rules_handle = reservation.rules_handle, None
             if handle is not None:
-                self.rulebook.settle(handle, reservation.used_tokens, reservation.used_cost)
+                try:
+                    self.rulebook.settle(handle, reservation.used_tokens, reservation.used_cost)
+                except Exception:  # a hold left behind would be renewed for ever: give it back whole
+                    log.exception("settling a hold of %d tokens failed; releasing it", reservation.tokens)
+                    self.rulebook.settle(handle, 0, 0.0)
 
 
 def _check(name: str, max_tokens: int | None, max_cost: float | None, spent_tokens: int, spent_cost: float,

@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, Callable, Generator
 
 from trtkit.governance.accumulate import StreamAccumulator
 from trtkit.governance.governor import Governor, Outcome, PreparedRequest
+from trtkit.governance.output_cap import FINISH_OVERRUN
 from trtkit.governance.upstream import FINISH_CANCELLED, AsyncUpstream, Delta, Upstream
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
 
@@ -24,11 +25,12 @@ class RequestFlow:
     """``server_stream``: None lets the runaway guard decide (it needs the deltas); ``deadline_s``: from now."""
 
     def __init__(self, governor: Governor, prepared: PreparedRequest, *, server_stream: bool | None,
-                 deadline_s: float) -> None:
+                 deadline_s: float, honours_max_tokens: bool = True) -> None:
         guard = governor.new_guard()
         self.prepared = prepared
         self.use_stream = server_stream if server_stream is not None else guard is not None
-        self.acc = StreamAccumulator(prepared.prompt_tokens, governor.counter, guard, prepared.params)
+        meter = None if honours_max_tokens else governor.output_meter(prepared)
+        self.acc = StreamAccumulator(prepared.prompt_tokens, governor.counter, guard, prepared.params, meter)
         self.deadline = time.monotonic() + deadline_s
         self.stop_reason: str | None = None
         self.client_stopped = False  # a client-side stop came: later deltas are only counted
@@ -45,6 +47,8 @@ class RequestFlow:
             self.acc.add_counts(delta)
             return None, False
         self.stop_reason = self.acc.add(delta)
+        if self.stop_reason == FINISH_OVERRUN:  # past the reservation: nothing of it reaches the caller
+            return None, True
         self.unsent_log_probs.extend(delta.log_probs or ())
         chunk = None
         if self.use_stream and (delta.text or delta.event is not None):
@@ -74,6 +78,12 @@ class RequestFlow:
         return self.acc.outcome(FINISH_CANCELLED if left else "error")
 
 
+def honours_max_tokens(upstream: object) -> bool:
+    """An upstream declares ``honours_max_tokens = True`` when its engine stops at max_tokens and counts every
+    token it sends (trtkit's Triton contract); any other is metered and cut at its reservation (``output_cap``)."""
+    return bool(getattr(upstream, "honours_max_tokens", False))
+
+
 def run_governed(governor: Governor, upstream: Upstream, prompt: str, params: SamplingParams, caller: Caller,
                  deadline_s: float, *, server_stream: bool | None) -> Generator[StreamChunk, None, None]:
     """The chunks of one request over a blocking upstream; the last carries the result. The ledger row's commit
@@ -82,7 +92,8 @@ def run_governed(governor: Governor, upstream: Upstream, prompt: str, params: Sa
     if isinstance(prepared, GenerationResult):
         yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
         return
-    flow = RequestFlow(governor, prepared, server_stream=server_stream, deadline_s=deadline_s)
+    flow = RequestFlow(governor, prepared, server_stream=server_stream, deadline_s=deadline_s,
+                       honours_max_tokens=honours_max_tokens(upstream))
     settled = False
     try:
         deltas = upstream.deltas(prepared, stream=flow.use_stream, deadline=flow.deadline,
@@ -123,7 +134,8 @@ async def arun_governed(governor: Governor, upstream: AsyncUpstream, prompt: str
         await governor.arecord_hit(prepared, caller)
         yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
         return
-    flow = RequestFlow(governor, prepared, server_stream=server_stream, deadline_s=deadline_s)
+    flow = RequestFlow(governor, prepared, server_stream=server_stream, deadline_s=deadline_s,
+                       honours_max_tokens=honours_max_tokens(upstream))
     if on_admitted is not None:
         on_admitted()
     try:

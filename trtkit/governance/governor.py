@@ -9,6 +9,7 @@ the cache and the metrics. The transports (grpc_client, aio_client) only move by
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from concurrent.futures import Future
@@ -16,15 +17,19 @@ from dataclasses import dataclass, field, replace
 
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BudgetExceededError, InputTooLongError
-from trtkit.governance.billing import Billing, Outcome, bill
+from trtkit.governance.billing import DOUBTFUL, Billing, Outcome, Reserved, bill
 from trtkit.governance.budgets import BudgetGuard, Reservation
 from trtkit.governance.cache import ResponseCache, cache_key
 from trtkit.governance.guard import RunawayGuard
 from trtkit.governance.limits import clamp_max_tokens, enforce_input_limit
 from trtkit.governance.metrics import ClientMetrics
+from trtkit.governance.output_cap import OutputMeter
+from trtkit.governance.prices import PriceBook
 from trtkit.governance.tokens import TokenCounter
-from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, Usage, usage_cost
+from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, Usage
 from trtkit.store.ledger import Ledger, LedgerRow, open_ledger
+
+log = logging.getLogger(__name__)
 
 LedgerChoice = Ledger | bool | None  # a ledger; True: the one at client.store; False or None: record nothing
 
@@ -58,6 +63,7 @@ class Governor:
         self.cache = ResponseCache(c.cache.ttl_seconds, c.cache.max_entries) if c.cache.enabled else None
         self.max_input_tokens = c.max_input_tokens or config.build.max_input_len
         self.model = config.name
+        self.prices = PriceBook(config.name, c.pricing)
 
     def prepare(self, prompt: str, params: SamplingParams, caller: Caller, *, record_hit: bool = True,
                 request_id: str | None = None) -> PreparedRequest | GenerationResult:
@@ -72,6 +78,8 @@ class Governor:
             key = cache_key(caller.tenant, self.model, ids, params.identity())  # the engine's input: every form
             hit = self.cache.get(key)
             if hit is not None:
+                request_id = request_id or uuid.uuid4().hex
+                self._admit_hit(caller, request_id)
                 result = self._cache_hit(hit.text, hit.finish_reason, started, truncated, request_id)
                 if record_hit and self.ledger is not None:
                     self.ledger.record(self._hit_row(result, caller))
@@ -81,12 +89,23 @@ class Governor:
         request_id = request_id or uuid.uuid4().hex
         try:
             reservation = self.budgets.reserve(caller, reserve_tokens,
-                                               self._cost(Usage.of(len(ids), max_tokens)) * params.n, request_id)
+                                               self._cost(Usage.of(len(ids), max_tokens), caller) * params.n,
+                                               request_id)
         except BudgetExceededError:
             self.metrics.budget_rejections.labels(self.model).inc()
             raise
         return PreparedRequest(request_id, prompt, len(ids), params, caller, key, reservation, started, truncated,
                                list(ids))
+
+    def _admit_hit(self, caller: Caller, request_id: str) -> None:
+        """A cache hit is a request like any other to the limits that count requests (a key's RPM): admitted
+        through the one admission path with nothing to hold, and settled at once."""
+        try:
+            reservation = self.budgets.reserve(caller, 0, 0.0, request_id)
+        except BudgetExceededError:
+            self.metrics.budget_rejections.labels(self.model).inc()
+            raise
+        self.budgets.settle(reservation, 0, 0.0)
 
     def _max_tokens(self, requested: int | None, prompt_tokens: int) -> int:
         max_seq_len = self.config.build.max_seq_len
@@ -97,6 +116,10 @@ class Governor:
                 f"max_tokens {requested} plus the prompt's {prompt_tokens} tokens exceeds the context of "
                 f"{max_seq_len} tokens (build.max_seq_len); ask for at most {max(0, max_seq_len - prompt_tokens)}")
         return clamp_max_tokens(requested, prompt_tokens, max_seq_len)
+
+    def output_meter(self, request: PreparedRequest) -> OutputMeter:
+        """The meter that cuts an upstream's output at the request's reservation (``output_cap``)."""
+        return OutputMeter(reserved_of(request).completion, self.counter)
 
     def new_guard(self) -> RunawayGuard | None:
         g = self.config.client.guard
@@ -152,11 +175,11 @@ class Governor:
 
     def finish(self, request: PreparedRequest, outcome: Outcome) -> tuple[GenerationResult, LedgerRow | None]:
         """Everything but the ledger write (and releasing config-rule reservations, which waits for it)."""
-        billing = bill(request.prompt_tokens, outcome, self.counter, self.metrics, self.model)
+        billing = self._bill(request, outcome)
         usage = billing.usage
         latency = time.perf_counter() - request.started
         ttft = None if outcome.first_token_at is None else outcome.first_token_at - request.started
-        cost = self._cost(usage)
+        cost = self._cost(usage, request.caller)
         if request.reservation is not None:  # config rules stay held until the row is committed
             self.budgets.settle(request.reservation, usage.total_tokens, cost, release_rules=False)
         row = self._row(request.caller, request.request_id, billing, ttft, latency, outcome.finish_reason, cost)
@@ -171,6 +194,15 @@ class Governor:
             m.guard_stops.labels(self.model, outcome.finish_reason).inc()
         return GenerationResult(request.request_id, outcome.text, usage, outcome.finish_reason, False, ttft, latency,
                                 cost, request.truncated_tokens, outcome.log_probs), row
+
+    def _bill(self, request: PreparedRequest, outcome: Outcome) -> Billing:
+        """The bill; should billing itself fail, the prompt as counted, flagged, so that the request still gets
+        its row and its hold is still settled."""
+        try:
+            return bill(request.prompt_tokens, outcome, self.counter, self.metrics, self.model, reserved_of(request))
+        except Exception:
+            log.exception("billing request %s failed; billing the prompt as counted", request.request_id)
+            return Billing(Usage.of(request.prompt_tokens, 0), None, True, (DOUBTFUL,))
 
     def _release_rules(self, request: PreparedRequest) -> None:
         if request.reservation is not None:
@@ -207,7 +239,9 @@ class Governor:
         """A request refused before it was sent (budget, rate limit, too long): a 0-token row naming why."""
         if self.ledger is not None:
             await self.ledger.arecord([LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session,
-                                                 request_id, 0, 0, 0, None, 0.0, f"refused:{reason}", 0.0)])
+                                                 request_id, 0, 0, 0, None, 0.0, f"refused:{reason}", 0.0,
+                                                 org=caller.org, team=caller.team, project=caller.project,
+                                                 dialect=caller.dialect)])
 
     async def arecord_hit(self, result: GenerationResult, caller: Caller) -> None:
         if self.ledger is not None:
@@ -222,11 +256,11 @@ class Governor:
 
     def _hit_row(self, result: GenerationResult, caller: Caller) -> LedgerRow:
         return LedgerRow(time.time(), self.model, caller.user, caller.key_id, caller.session, result.request_id,
-                         0, 0, 0, result.latency_s * 1e3, result.latency_s * 1e3, result.finish_reason, 0.0, True)
+                         0, 0, 0, result.latency_s * 1e3, result.latency_s * 1e3, result.finish_reason, 0.0, True,
+                         org=caller.org, team=caller.team, project=caller.project, dialect=caller.dialect)
 
-    def _cost(self, usage: Usage) -> float:
-        p = self.config.client.pricing
-        return usage_cost(usage, p.input_per_million, p.output_per_million, p.cached_input_per_million)
+    def _cost(self, usage: Usage, caller: Caller | None = None) -> float:
+        return self.prices.cost(usage, caller)
 
     def _row(self, caller: Caller, request_id: str, billing: Billing, ttft: float | None, latency: float,
              finish_reason: str, cost: float) -> LedgerRow | None:
@@ -237,7 +271,15 @@ class Governor:
                          usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
                          None if ttft is None else ttft * 1e3, latency * 1e3, finish_reason, cost, False,
                          None if local is None else local[0], None if local is None else local[1],
-                         billing.counted_locally)
+                         billing.counted_locally, caller.org, caller.team, caller.project, ",".join(billing.flags),
+                         caller.dialect)
+
+
+def reserved_of(request: PreparedRequest) -> Reserved:
+    """What the request reserved at admission (``prepare``): nothing is billed beyond it."""
+    p = request.params
+    max_tokens = p.max_tokens or 0
+    return Reserved(max_tokens * p.n, (request.prompt_tokens + max_tokens) * p.n, p.n)
 
 
 def open_governor(config: ModelConfig, *, ledger: LedgerChoice = True, counter: TokenCounter | None = None,

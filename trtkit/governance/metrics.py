@@ -41,6 +41,12 @@ class ClientMetrics:
                                              registry=r)
         self.counted_locally = Counter("trtkit_client_counted_locally", "Requests billed on the text received, "
                                        "counted locally: the upstream sent no count", ["model"], registry=r)
+        # bills the governor corrected (governance/billing.py): flag overrun (more output than the reservation),
+        # usage_doubtful (the upstream's report not believed), usage_clamped (cut down to the reservation)
+        self.usage_flags = Counter("trtkit_client_usage_flags", "Requests whose bill the governor corrected, by how",
+                                   ["model", "flag"], registry=r)
+        self.overrun_tokens = Counter("trtkit_client_overrun_tokens", "Output tokens an upstream sent past the "
+                                      "reservation (cut, never billed)", ["model"], registry=r)
         self.retries = Counter("trtkit_client_retries", "Retries after UNAVAILABLE before the first token", ["model"],
                                registry=r)
 

@@ -48,6 +48,9 @@ class Delta:
     # the counts are the upstream's own usage report (an OpenAI ``usage``): the bill, which the governor checks
     # against its own count of the prompt and of the text received
     usage_reported: bool = False
+    # the upstream's usage report is not to be believed (more final reports than choices, a count no server makes):
+    # the governor bills its own count instead, and flags the row (``billing.py``)
+    usage_doubtful: bool = False
     # the upstream's own event (an OpenAI HTTP upstream's parsed chunk), which a relaying caller passes on as it
     # came; None where the upstream speaks no such protocol
     event: Any = None
@@ -55,7 +58,9 @@ class Delta:
 
 class Upstream(Protocol):
     """A blocking upstream. ``has_output`` says whether anything has arrived (an upstream may retry a request
-    that failed before its first token, never after: that would generate and bill it twice)."""
+    that failed before its first token, never after: that would generate and bill it twice). An upstream whose
+    engine stops at max_tokens and counts what it sends says so with a class attribute ``honours_max_tokens =
+    True``; any other is metered and cut at its reservation (``output_cap.py``)."""
 
     def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float,
                has_output: Callable[[], bool]) -> Generator[Delta | str, None, None]: ...

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from trtkit.store.records import ModelPrice
+
 
 # -- who asks: the keys that budgets, cache scoping and the ledger use
 @dataclass(slots=True, frozen=True)
@@ -17,6 +19,12 @@ class Caller:
     user: str = ""
     key_id: str = ""  # a name or hash for the API key; never the secret itself
     session: str = ""
+    # the levels the key hangs under (the gateway's hierarchy): the ledger row names them
+    org: str = ""
+    team: str = ""
+    project: str = ""
+    prices: ModelPrice | None = None  # the organisation's price for the model, over the config's
+    dialect: str = "openai"  # the API asked: openai or anthropic (the ledger row records it)
 
     @property
     def tenant(self) -> str:
@@ -112,6 +120,13 @@ class Usage:
 
 
 ZERO_USAGE = Usage()
+
+
+def price_cost(usage: Usage, price: ModelPrice | None) -> float:
+    """Price of one request at ``price`` (None: the model has no price, billed 0)."""
+    if price is None:
+        return 0.0
+    return usage_cost(usage, price.input_per_million, price.output_per_million, price.cached_input_per_million)
 
 
 def usage_cost(usage: Usage, input_per_million: float, output_per_million: float,

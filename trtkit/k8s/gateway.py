@@ -29,7 +29,7 @@ def config_map(plan: K8sPlan) -> Manifest:
 
 
 def gateway_command(plan: K8sPlan) -> list[str]:
-    backend = f"{plan.triton_name}.{plan.namespace}.svc:{GRPC_PORT}"
+    backend = plan.gateway_backend or f"{plan.triton_name}.{plan.namespace}.svc:{GRPC_PORT}"
     return ["trtkit", "gateway", f"{CONFIG_MOUNT}/{CONFIG_FILE}", "--backend", backend,
             "--port", str(plan.gateway_port), "--host", "0.0.0.0"]
 

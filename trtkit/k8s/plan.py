@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from trtkit import __version__
+from trtkit.config.build_backend import TENSORRT, BuildBackend, backend_of
 from trtkit.config.k8s_schema import is_dns_label
 from trtkit.config.schema import ModelConfig
 from trtkit.config.store_url import GATEWAY_STORE_ENV
@@ -68,13 +69,14 @@ class K8sPlan:
     gateway_memory: str
     shm_size: str
     config_text: str         # the model config YAML as the gateway pods read it
-    backend: str = "tensorrt"  # pytorch: one tritonserver; the LLM API starts its own worker per GPU
+    backend: BuildBackend = TENSORRT  # pytorch: one tritonserver; the LLM API starts its own worker per GPU
+    gateway_backend: str | None = None  # what the gateway pods govern; None: the Triton Service (gRPC)
 
     @property
     def launch_ranks(self) -> int:
         """tritonserver processes the pod starts: one per rank for TensorRT engines (mpirun), one in all for the
         LLM API, which spawns its own MPI workers over the pod's GPUs (upstream's Triton LLM-API model)."""
-        return 1 if self.backend == "pytorch" else self.world_size
+        return self.backend.launch_ranks(self.world_size)
 
     @property
     def triton_name(self) -> str:
@@ -116,7 +118,8 @@ def make_plan(config: ModelConfig, config_text: str, overrides: Overrides | None
                           f"fit on one node of k8s.gpus_per_node = {k.gpus_per_node} GPUs; drop --single-node (a "
                           f"LeaderWorkerSet spreads it over nodes) or raise k8s.gpus_per_node if the nodes have more")
     multi_node = _pick(o.multi_node, k.multi_node) or world_size > k.gpus_per_node
-    if multi_node and config.build.backend == "pytorch":
+    backend = backend_of(config)
+    if multi_node and not backend.spans_nodes:
         raise ConfigError(f"build.backend: pytorch runs the LLM API in one pod (its workers spawned on that pod's "
                           f"GPUs), and the world size (convert.tp_size x convert.pp_size = {world_size}) or "
                           f"--multi-node asks for several nodes; fit tp x pp on one node of k8s.gpus_per_node = "
@@ -139,7 +142,7 @@ def make_plan(config: ModelConfig, config_text: str, overrides: Overrides | None
         hpa_queue_compute_ratio=k.hpa_queue_compute_ratio, pod_monitor=_pick(o.pod_monitor, k.pod_monitor),
         adapter_namespace=k.adapter_namespace, triton_cpu=k.triton_cpu, triton_memory=k.triton_memory,
         gateway_cpu=k.gateway_cpu, gateway_memory=k.gateway_memory, shm_size=k.shm_size, config_text=config_text,
-        backend=config.build.backend)
+        backend=backend)
     if plan.gateway_replicas < 1:
         raise ConfigError(f"--gateway-replicas ({plan.gateway_replicas}) must be at least 1")
     if not 1 <= plan.hpa_min_replicas <= plan.hpa_max_replicas:

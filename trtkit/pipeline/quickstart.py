@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from trtkit.config import load_config
+from trtkit.config.build_backend import backend_of
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import RepositoryError
 from trtkit.serve import TritonServer
@@ -81,8 +82,9 @@ def prepare_engine(config: ModelConfig, report: Reporter) -> tuple[Path, bool]:
     from trtkit.checkpoint import convert_checkpoint
     from trtkit.sources import resolve_model_dir
 
-    kind = "Hugging Face" if config.build.backend == "pytorch" else "TensorRT-LLM"
-    line = f"[1/{STAGES}] converting {config.model.source} to a {kind} checkpoint ({config.convert.dtype})"
+    backend = backend_of(config)
+    line = (f"[1/{STAGES}] converting {config.model.source} to a {backend.checkpoint_kind} checkpoint "
+            f"({config.convert.dtype})")
     with report.stage(line, steps=2) as advance:
         resolve_model_dir(config.model.source)  # a GGUF file is converted once, here, and cached
         advance("model ready")
@@ -91,17 +93,22 @@ def prepare_engine(config: ModelConfig, report: Reporter) -> tuple[Path, bool]:
     if not can_build_engines():
         report.note(f"[2/{STAGES}] no GPU with TensorRT-LLM here: the CPU reference engine serves the checkpoint")
         return checkpoint_dir, False
-    if config.build.backend == "pytorch":  # no engine: the LLM-API options after their preflight
-        from trtkit.trtllm_build.llm_api_build import build_llm_api
+    build = backend.pick(tensorrt=_build_engines, pytorch=_write_llm_api_options)
+    with report.stage(f"[2/{STAGES}] {backend.build_stage}"):
+        return build(config, checkpoint_dir), True
 
-        with report.stage(f"[2/{STAGES}] writing the LLM-API options (PyTorch backend: no engine to build)"):
-            built = build_llm_api(config, checkpoint_dir=checkpoint_dir)
-        return built.output_dir, True
+
+def _build_engines(config: ModelConfig, checkpoint_dir: Path) -> Path:
     from trtkit.trtllm_build import build_engines
 
-    with report.stage(f"[2/{STAGES}] building TensorRT engines with trtllm-build"):
-        result = build_engines(config, checkpoint_dir=checkpoint_dir)
-    return result.plan.output_dir, True
+    return build_engines(config, checkpoint_dir=checkpoint_dir).plan.output_dir
+
+
+def _write_llm_api_options(config: ModelConfig, checkpoint_dir: Path) -> Path:
+    """No engine: the LLM-API options after their preflight."""
+    from trtkit.trtllm_build.llm_api_build import build_llm_api
+
+    return build_llm_api(config, checkpoint_dir=checkpoint_dir).output_dir
 
 
 def deploy_and_check(config: ModelConfig, engine_dir: Path, out_root: Path, report: Reporter) -> Path:
@@ -120,7 +127,7 @@ def server_for(config: ModelConfig, repo_dir: Path, world_size: int) -> TritonSe
     serve = config.serve
     return TritonServer(repo_dir, http_port=serve.http_port, grpc_port=serve.grpc_port,
                         metrics_port=serve.metrics_port, bind_address=serve.bind_address,
-                        start_timeout_s=serve.server_start_timeout_s, world_size=world_size)
+                        start_timeout_s=backend_of(config).start_timeout(serve), world_size=world_size)
 
 
 def stream_answer(config: ModelConfig, grpc_url: str, prompt: str, max_tokens: int,

@@ -4,14 +4,25 @@ Full blocks are registered under a chained hash of their tokens (hash of the pre
 and this block's token ids), so a block matches only when the whole prefix before it matches too.
 Freed blocks keep their contents and hash; they are handed out again least-recently-freed first,
 after blocks that hold nothing reusable.
+
+A ``BlockListener`` hears every registration and every eviction of a cached block (its hash, its parent's, its
+tokens): what Dynamo's KV router needs to route requests to the worker that holds their prefix
+(``trtkit.dynamo.kv_events``). It runs on the engine's thread, under its lock: it must only queue.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 from trtkit.refengine.sequence import Sequence
+
+
+class BlockListener(Protocol):
+    def stored(self, block_hash: int, parent_hash: int | None, token_ids: tuple[int, ...]) -> None: ...
+
+    def removed(self, block_hash: int) -> None: ...
 
 
 @dataclass(slots=True)
@@ -37,6 +48,7 @@ class BlockManager:
         self.free_block_ids: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.num_reused_blocks = 0  # cumulative prefix-cache hits, in blocks
         self.num_evicted_blocks = 0
+        self.listener: BlockListener | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -112,6 +124,8 @@ class BlockManager:
                 continue  # an identical block is already registered; this one stays private
             block.block_hash, block.token_ids = block_hash, tokens
             self.hash_to_block_id[block_hash] = block.block_id
+            if self.listener is not None:
+                self.listener.stored(block_hash, parent, tokens)
 
     def free(self, seq: Sequence) -> None:
         """Drop seq's references; tail blocks are freed first so they are also evicted first."""
@@ -138,5 +152,7 @@ class BlockManager:
     def _evict(self, block: Block) -> None:
         if block.block_hash is not None and self.hash_to_block_id.get(block.block_hash) == block.block_id:
             del self.hash_to_block_id[block.block_hash]
+            if self.listener is not None:
+                self.listener.removed(block.block_hash)
         block.block_hash, block.token_ids = None, ()
         self.num_evicted_blocks += 1

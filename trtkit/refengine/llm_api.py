@@ -8,9 +8,11 @@
 
 Names, fields and semantics follow ``trtkit/contracts/llm_api_1.2.json`` (read from the TensorRT-LLM 1.2 sources):
 greedy means top_k in (None, 1) and top_p in (None, 0); stop and bad token ids are single tokens; a stop token
-leaves the output unless ``include_stop_str_in_output``; finish reasons are stop (end id: ``stop_reason`` None;
-stop token: ``stop_reason`` the id), length and cancelled; cached prompt tokens are ``RequestOutput.cached_tokens``.
-So ``trtkit.triton_models.llmapi_port`` drives this class on CPU and ``tensorrt_llm.LLM`` on a GPU unchanged.
+leaves the output unless ``include_stop_str_in_output``; finish reasons are stop (end id: ``stop_reason`` None,
+and the end id is the last of ``token_ids``, as the 1.2 PyTorch sampler leaves it; stop token: ``stop_reason``
+the id), length and cancelled; cached prompt tokens are ``RequestOutput.cached_tokens``; iteration statistics
+come as upstream hands them out (``llm_api_stats``: create on the first request, the sync/async queue traps).
+So ``trtkit.triton_models.llm_api_port`` drives this class on CPU and ``tensorrt_llm.LLM`` on a GPU unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from trtkit.errors import EngineError
 from trtkit.refengine.llm_api_options import CpuOptions, engine_config, guided_backend
+from trtkit.refengine.llm_api_stats import IterationStats
 from trtkit.refengine.llm_engine import LLMEngine
 from trtkit.refengine.loop import EngineLoop
 from trtkit.refengine.outputs import RequestOutput as EngineOutput
@@ -43,10 +46,13 @@ class GuidedDecodingParams:
 
 @dataclass(slots=True, kw_only=True)
 class SamplingParams:
+    """The fields trtkit's port sends (contract: sampling_params.fields_used). Bad words and the repetition,
+    presence and frequency penalties are not among them: the 1.2 PyTorch sampler ignores them, so the port
+    refuses them by name (contract: sampling_params.ignored_by_the_1_2_sampler)."""
+
     end_id: int | None = None
     pad_id: int | None = None
     max_tokens: int = 32
-    bad_token_ids: list[int] | None = None
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
     embedding_bias: Any = None  # a float32 tensor of vocab_size values
@@ -55,9 +61,6 @@ class SamplingParams:
     seed: int | None = None
     temperature: float | None = None
     min_tokens: int | None = None
-    repetition_penalty: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
     logprobs: int | None = None
     exclude_input_from_output: bool = True
     guided_decoding: GuidedDecodingParams | None = None
@@ -98,13 +101,14 @@ class CompletionOutput:
 class RequestOutput:
     """One request: async-iterable, updated in place per response (every step when streaming, else once)."""
 
-    def __init__(self, prompt_token_ids: list[int], params: SamplingParams, streaming: bool) -> None:
+    def __init__(self, prompt_token_ids: list[int], params: SamplingParams, streaming: bool,
+                 end_id: int | None = None) -> None:
         self.request_id = ""
         self.prompt_token_ids = prompt_token_ids
         self.outputs = [CompletionOutput(0)]
         self.finished = False
         self.cached_tokens = 0
-        self._params, self._streaming = params, streaming
+        self._params, self._streaming, self._end_id = params, streaming, end_id
         self._events: asyncio.Queue[EngineOutput] = asyncio.Queue()
         self._cancel: Callable[[], object] = lambda: None
         self._done = False
@@ -145,6 +149,8 @@ class RequestOutput:
         if event.finished and event.finish_reason != "error":
             self.finished = True
             out.finish_reason, out.stop_reason = _finish(event.finish_reason, out.token_ids)
+            if event.finish_reason == "end_id" and self._end_id is not None:
+                out.token_ids.append(self._end_id)  # the 1.2 TorchSampler keeps the end id it sampled (contract)
             if out.stop_reason is not None and not self._params.include_stop_str_in_output:
                 del out.token_ids[-1:]
 
@@ -170,8 +176,9 @@ class LLM:
         if not guided_backend(options):
             config.xgrammar_tokenizer_info = None
         self._engine = LLMEngine.from_pretrained(model, config)
-        self._loop = EngineLoop(self._engine, name="trtkit-llm-api-loop")
+        self._loop = EngineLoop(self._engine, name="trtkit-llm-api-loop", min_step_s=cpu.min_step_ms / 1000)
         self.vocab_size = int(self._engine.spec.vocab_size)
+        self._stats = IterationStats(self._iteration_record)
 
     def _grammar_vocab(self, tokenizer_dir: Path, cpu: CpuOptions) -> CpuOptions:
         from dataclasses import replace
@@ -188,28 +195,40 @@ class LLM:
         prompt = _prompt_ids(inputs)
         params = sampling_params or SamplingParams()
         loop = asyncio.get_running_loop()
-        result = RequestOutput(prompt, params, streaming)
+        end_id = params.end_id if params.end_id is not None else self._engine.spec.eos_token_id
+        result = RequestOutput(prompt, params, streaming, end_id=end_id)
         def on_output(event: EngineOutput) -> None:  # on the engine's thread: hand it to the caller's loop
+            self._stats.record()  # one iteration record per engine step, as the executor keeps them
             loop.call_soon_threadsafe(result._events.put_nowait, event)
 
+        self._stats.on_request()  # upstream creates (then re-arms) its iteration statistics here
         rid = self._loop.submit(prompt, engine_params(params, self.vocab_size), on_output)
         result.request_id, result._cancel = rid, lambda: self._loop.cancel(rid)
         return result
 
     def get_stats(self, timeout: float = 2) -> list[dict[str, Any]]:
-        """One iteration-stats record under the LLM API's key names (contract: llm.get_stats)."""
+        """Iteration-stats records (contract: llm.get_stats), with upstream's traps: see llm_api_stats."""
+        return self._stats.get(timeout)
+
+    def get_stats_async(self, timeout: float = 2) -> Any:
+        """An async iterable of iteration-stats records (contract: llm.get_stats_async)."""
+        return self._stats.aget(timeout)
+
+    def _iteration_record(self) -> dict[str, Any]:
+        """The engine's figures under the LLM API's key names (contract: llm.get_stats)."""
         s = self._loop.stats()
         hit = s.reused_tokens / s.prompt_tokens if s.prompt_tokens else 0.0
-        return [{"iter": s.iteration, "numActiveRequests": s.active_requests, "numQueuedRequests": s.waiting_requests,
-                 "maxNumActiveRequests": self._engine.config.max_batch_size,
-                 "kvCacheStats": {"maxNumBlocks": s.max_kv_blocks, "freeNumBlocks": s.free_kv_blocks,
-                                  "usedNumBlocks": s.used_kv_blocks, "tokensPerBlock": s.tokens_per_block,
-                                  "reusedBlocks": s.reused_kv_blocks, "cacheHitRate": hit},
-                 "inflightBatchingStats": {"numScheduledRequests": s.scheduled_requests,
-                                           "numContextRequests": s.context_requests,
-                                           "numGenRequests": s.generation_requests, "numPausedRequests": 0}}]
+        return {"iter": s.iteration, "numActiveRequests": s.active_requests, "numQueuedRequests": s.waiting_requests,
+                "maxNumActiveRequests": self._engine.config.max_batch_size,
+                "kvCacheStats": {"maxNumBlocks": s.max_kv_blocks, "freeNumBlocks": s.free_kv_blocks,
+                                 "usedNumBlocks": s.used_kv_blocks, "tokensPerBlock": s.tokens_per_block,
+                                 "reusedBlocks": s.reused_kv_blocks, "cacheHitRate": hit},
+                "inflightBatchingStats": {"numScheduledRequests": s.scheduled_requests,
+                                          "numContextRequests": s.context_requests,
+                                          "numGenRequests": s.generation_requests, "numPausedRequests": 0}}
 
     def shutdown(self) -> None:
+        self._stats.close()
         self._loop.shutdown()
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -231,13 +250,11 @@ def engine_params(p: SamplingParams, vocab_size: int) -> EngineParams:
     bias = p.embedding_bias
     return EngineParams(
         max_tokens=p.max_tokens, end_id=p.end_id, pad_id=p.pad_id,
-        stop_token_ids=[[t] for t in p.stop_token_ids or []], bad_token_ids=[[t] for t in p.bad_token_ids or []],
+        stop_token_ids=[[t] for t in p.stop_token_ids or []],
         temperature=0.0 if greedy else (1.0 if p.temperature is None else p.temperature),
         top_k=0 if greedy or p.top_k is None else p.top_k, top_p=1.0 if greedy or not p.top_p else p.top_p,
-        seed=p.seed, repetition_penalty=1.0 if p.repetition_penalty is None else p.repetition_penalty,
-        presence_penalty=p.presence_penalty or 0.0, frequency_penalty=p.frequency_penalty or 0.0,
-        min_tokens=p.min_tokens or 0, return_log_probs=bool(p.logprobs), guided_decoding_guide_type=guide_type,
-        guided_decoding_guide=guide, embedding_bias=_sparse_bias(bias, vocab_size) if bias is not None else {})
+        seed=p.seed, min_tokens=p.min_tokens or 0, return_log_probs=bool(p.logprobs),
+        guided_decoding_guide_type=guide_type, guided_decoding_guide=guide, embedding_bias=_sparse_bias(bias, vocab_size) if bias is not None else {})
 
 
 def _guide(params: GuidedDecodingParams | None) -> tuple[str | None, str | None]:

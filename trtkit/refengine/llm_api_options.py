@@ -22,7 +22,8 @@ CPU_DEFAULT_BATCH = 8  # the LLM API's own default (2048) is far past what a CPU
 
 @dataclass(slots=True, frozen=True)
 class CpuOptions:
-    """What only the CPU engine has: its KV budget, compute dtype, threads, attention path, queue bound."""
+    """What only the CPU engine has: its KV budget, compute dtype, threads, attention path, queue bound, and the
+    tests' step floor."""
 
     kv_cache_bytes: int = 256 << 20
     dtype: str = "float32"
@@ -30,6 +31,7 @@ class CpuOptions:
     attention: str = "auto"
     max_queue_size: int = 1024
     xgrammar_tokenizer_info: str | None = None  # the repository's file; None: built from the model's tokenizer
+    min_step_ms: float = 0.0  # a test switch (EngineLoop's min_step_s): every step lasts at least this long
 
 
 def engine_config(options: dict[str, Any], cpu: CpuOptions) -> EngineConfig:

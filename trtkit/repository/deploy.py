@@ -33,6 +33,7 @@ from importlib import resources
 from pathlib import Path
 
 from trtkit.config import ImpliedSetting, ModelConfig
+from trtkit.config.build_backend import BuildBackend, backend_of
 from trtkit.errors import RepositoryError
 from trtkit.repository import ensemble, models, pbtxt
 from trtkit.repository.llm_api_settings import resolve_llm_api_settings
@@ -63,15 +64,15 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, t
     ``emulate_cpp_backend`` (tests): the CPU engine answers exactly as the C++ backend does. ``min_step_ms``
     (tests): every CPU engine step lasts at least this long, so a long generation outlasts what a test does to it.
     Under build.backend: pytorch, ``engine_dir`` is the (unified) Hugging Face checkpoint or a trtkit build output."""
-    resolve = resolve_llm_api_settings if config.build.backend == "pytorch" else resolve_settings
+    resolve = backend_of(config).pick(tensorrt=resolve_settings, pytorch=resolve_llm_api_settings)
     settings, implied = resolve(config, Path(engine_dir), target=target, tokenizer_dir=tokenizer_dir)
-    if emulate_cpp_backend and (settings.target != "cpu" or settings.backend == "pytorch"):
+    if emulate_cpp_backend and not settings.slot.can_emulate_cpp:
         raise RepositoryError("emulate_cpp_backend is a CPU test switch; the GPU target runs the C++ backend itself")
-    if min_step_ms and (settings.target != "cpu" or settings.backend == "pytorch"):
-        raise RepositoryError("min_step_ms is a test switch of the CPU engine model (build.backend: tensorrt, "
-                              "target cpu)")
+    if min_step_ms and settings.target != "cpu":
+        raise RepositoryError("min_step_ms is a test switch of the CPU engines (target cpu: the CPU engine model, or "
+                              "the LLM-API engine model over the reference engine's facade)")
     settings = replace(settings, emulate_cpp_backend=emulate_cpp_backend, min_step_ms=float(min_step_ms))
-    if settings.target == "gpu" and settings.backend != "pytorch":
+    if settings.slot.runs_built_engines:
         _guard_engines(settings.engine_dir, host)
     out_dir = Path(out_dir).resolve()
     _prepare(out_dir)
@@ -89,14 +90,13 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, t
     for name, model_config in configs.items():
         pbtxt.write(model_config, out_dir / name)
         (out_dir / name / "1").mkdir(exist_ok=True)
-    python_engine = settings.target == "cpu" or settings.backend == "pytorch"
-    for name in PYTHON_MODELS + (("tensorrt_llm",) if python_engine else ()) + (
+    for name in PYTHON_MODELS + (("tensorrt_llm",) if settings.slot.python_model else ()) + (
             (models.STREAM_GATE,) if settings.gated_stream else ()):
         _install_adapter(name, out_dir / name / "1" / "model.py")
     if settings.xgrammar_tokenizer_info_path is not None:
         grammar_vocab.write_tokenizer_info(settings.tokenizer_dir, settings.xgrammar_tokenizer_info_path)
     manifest = {"config_name": config.name, "target": settings.target, "profile": implied_profile(implied, config),
-                "settings": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(settings).items()},
+                "settings": {k: _plain(v) for k, v in asdict(settings).items()},
                 "implied": [{"field": i.field, "value": i.value, "reason": i.reason} for i in implied]}
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     log.info("wrote %s repository for %s to %s", settings.target, config.name, out_dir)
@@ -104,13 +104,20 @@ def deploy_repository(config: ModelConfig, engine_dir: Path, out_dir: Path, *, t
 
 
 def _engine_model(config: ModelConfig, settings: RepoSettings, out_dir: Path):  # type: ignore[no-untyped-def]
-    if settings.backend == "pytorch":  # the options file the LLM API (or the reference engine's facade) reads
-        from trtkit.trtllm_build.llm_api_options import OPTIONS_FILE, options_for, write_options
+    if settings.slot.llm_api_engine:  # the options file the LLM API (or the reference engine's facade) reads
+        from trtkit.config.llm_api_options import OPTIONS_FILE, options_for, write_options
 
         path = write_options(out_dir / "tensorrt_llm" / OPTIONS_FILE, options_for(
             config, settings.engine_dir, tokenizer_dir=settings.tokenizer_dir, max_batch_size=settings.max_batch_size))
-        return models.engine_llmapi(settings, path)
-    return models.engine_gpu(settings) if settings.target == "gpu" else models.engine_cpu(settings)
+        return models.engine_llm_api(settings, path)
+    return models.engine_cpu(settings) if settings.slot.python_model else models.engine_gpu(settings)
+
+
+def _plain(value: object) -> object:
+    """A setting as trtkit_deploy.json records it: paths as text, the backend by its name."""
+    if isinstance(value, Path):
+        return str(value)
+    return value.name if isinstance(value, BuildBackend) else value
 
 
 def deploy_trtllm_serve(config: ModelConfig, engine_dir: Path, out_dir: Path,

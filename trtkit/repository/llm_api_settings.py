@@ -11,16 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from trtkit.config import ImpliedSetting, ModelConfig
-from trtkit.config.profiles import serve_provenance
+from trtkit.config.build_backend import PYTORCH
+from trtkit.config.llm_api_options import model_dir_of, served_batch_size
+from trtkit.config.profiles import in_flight_queue_delay, serve_provenance
 from trtkit.errors import BuildError, RepositoryError
 from trtkit.repository.settings import (
     CPU_DEFAULT_QUEUE,
     RepoSettings,
     Target,
-    _gpu_queue_delay,
-    _tokenizer_dir,
+    tokenizer_dir_for,
 )
-from trtkit.trtllm_build.llm_api_options import model_dir_of, served_batch_size
 
 
 def pick_llm_api_target(target: str) -> Target:
@@ -46,11 +46,11 @@ def resolve_llm_api_settings(config: ModelConfig, engine_dir: Path, *, target: s
     queue_delay = int(s.max_queue_delay_microseconds or 0)
     queue = s.max_queue_size or (CPU_DEFAULT_QUEUE if chosen == "cpu" else 0)
     if chosen == "gpu":  # the LLM API batches in flight as the C++ backend does: no Triton gathering window
-        queue_delay = _gpu_queue_delay(config, queue_delay, implied)
+        queue_delay = in_flight_queue_delay(config, queue_delay, implied)
     else:
         implied.append(ImpliedSetting("serve.max_queue_size", queue, "CPU engine: 0 means 1024"))
     settings = RepoSettings(
-        target=chosen, engine_dir=model_dir, tokenizer_dir=tokenizer_dir or _tokenizer_dir(config, model_dir),
+        target=chosen, engine_dir=model_dir, tokenizer_dir=tokenizer_dir or tokenizer_dir_for(config, model_dir),
         max_batch_size=served_batch_size(config), max_input_len=b.max_input_len, max_seq_len=b.max_seq_len,
         max_num_tokens=b.max_num_tokens, max_beam_width=b.max_beam_width, tokens_per_block=b.tokens_per_block,
         batch_scheduler_policy=str(s.batch_scheduler_policy), max_queue_delay_us=queue_delay, max_queue_size=queue,
@@ -61,7 +61,7 @@ def resolve_llm_api_settings(config: ModelConfig, engine_dir: Path, *, target: s
         exclude_input_in_output=s.exclude_input_in_output, decoupled=s.streaming,
         chat_template=config.model.chat_template, instances_pre=s.instances.preprocessing,
         instances_post=s.instances.postprocessing, instances_bls=s.instances.bls,
-        guided_decoding=s.guided_decoding == "xgrammar", backend="pytorch")
+        guided_decoding=s.guided_decoding == "xgrammar", backend=PYTORCH)
     implied.append(ImpliedSetting("tensorrt_llm", "tensorrt_llm.LLM (PyTorch backend)" if chosen == "gpu" else
                                   "the CPU reference engine's LLM API", f"build.backend: pytorch, target {chosen}"))
     return settings, implied

@@ -131,7 +131,7 @@ def engine_cpu(s: RepoSettings) -> mc.ModelConfig:
     return config
 
 
-def engine_llmapi(s: RepoSettings, options_path: object) -> mc.ModelConfig:
+def engine_llm_api(s: RepoSettings, options_path: object) -> mc.ModelConfig:
     """The LLM-API engine model (build.backend: pytorch): the CPU engine model's tensors and extras, answered by
     ``tensorrt_llm.LLM`` (gpu) or the reference engine's LLM facade (cpu) over the options file deploy writes."""
     config = _base(ENGINE, s.max_batch_size, backend="python")
@@ -143,7 +143,8 @@ def engine_llmapi(s: RepoSettings, options_path: object) -> mc.ModelConfig:
                    "tokens_per_block": s.tokens_per_block, "cancellation_check_period_ms": 100})
     if s.llm_api_engine == "reference":  # the CPU engine's own knobs; its limits come from the options file
         params.update({"cpu_kv_cache_bytes": s.cpu_kv_cache_bytes, "cpu_max_queue_size": s.max_queue_size,
-                       "cpu_dtype": s.cpu_dtype, "cpu_threads": s.cpu_threads, "cpu_attention": s.cpu_attention})
+                       "cpu_dtype": s.cpu_dtype, "cpu_threads": s.cpu_threads, "cpu_attention": s.cpu_attention,
+                       "cpu_min_step_ms": s.min_step_ms})
     pbtxt.set_parameters(config, params)
     return config
 

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Literal
 
 from trtkit.config import ImpliedSetting, ModelConfig
-from trtkit.config.profiles import from_profile, serve_provenance
+from trtkit.config.build_backend import TENSORRT, BuildBackend, EngineSlot
+from trtkit.config.profiles import in_flight_queue_delay, serve_provenance
 from trtkit.errors import RepositoryError
 from trtkit.trtllm_build.upstream_rules import engine_logits_dtype
 
 log = logging.getLogger(__name__)
 Target = Literal["cpu", "gpu"]
-LLM_API_ENGINES = {"gpu": "tensorrt_llm", "cpu": "reference"}  # build.backend: pytorch, by target
 CPU_DEFAULT_QUEUE = 1024
 
 
@@ -56,18 +56,23 @@ class RepoSettings:
     emulate_cpp_backend: bool = False
     # test switch: every CPU engine step lasts at least this long (a floor under a generation's length)
     min_step_ms: float = 0.0
-    backend: str = "tensorrt"  # pytorch: the engine slot is the LLM-API engine model
+    backend: BuildBackend = TENSORRT  # pytorch: the engine slot is the LLM-API engine model
+
+    @property
+    def slot(self) -> EngineSlot:
+        """What the engine slot holds for this backend and target (config/build_backend.py)."""
+        return self.backend.engine_slot(self.target)
 
     @property
     def llm_api_engine(self) -> str | None:
         """pytorch: tensorrt_llm.LLM (gpu) or the reference engine's LLM facade (cpu), behind the same adapter."""
-        return LLM_API_ENGINES[self.target] if self.backend == "pytorch" else None
+        return self.slot.llm_api_engine
 
     @property
     def engine_extras(self) -> bool:
         """The engine answers trtkit's num_cached_tokens / finish_reason: the Python engine models (the CPU
         engine, unless emulating the C++ backend; the LLM-API engine model on either target)."""
-        return (self.target == "cpu" and not self.emulate_cpp_backend) or self.backend == "pytorch"
+        return self.slot.python_model and not self.emulate_cpp_backend
 
     @property
     def gated_stream(self) -> bool:
@@ -149,10 +154,10 @@ def resolve_settings(config: ModelConfig, engine_dir: Path, *, target: str,
         implied.append(ImpliedSetting("serve.max_queue_size", queue, "CPU engine: 0 means 1024"))
     else:
         reuse, chunked = _paged_fmha_users(built, reuse, chunked, implied)
-        queue_delay = _gpu_queue_delay(config, queue_delay, implied)
+        queue_delay = in_flight_queue_delay(config, queue_delay, implied)
         _check_gpu_engine(_engine_config(engine_dir), built, s, b, chunked, config.serve.profile)
     settings = RepoSettings(
-        target=chosen, engine_dir=engine_dir, tokenizer_dir=(tokenizer_dir or _tokenizer_dir(config, engine_dir)),
+        target=chosen, engine_dir=engine_dir, tokenizer_dir=(tokenizer_dir or tokenizer_dir_for(config, engine_dir)),
         max_batch_size=max_batch, max_input_len=int(built.get("max_input_len", b.max_input_len)),
         max_seq_len=int(built.get("max_seq_len", b.max_seq_len)),
         max_num_tokens=int(built.get("max_num_tokens", b.max_num_tokens)),
@@ -204,19 +209,6 @@ def _check_gpu_engine(engine_config: dict, built: dict, s, b, chunked: bool, pro
         log.warning("%s", warning)
 
 
-def _gpu_queue_delay(config: ModelConfig, delay_us: int, implied: list[ImpliedSetting]) -> int:
-    """The throughput profile's queue delay helps the CPU engine gather batches; the C++ backend batches
-    in flight, so on GPU a queue delay would only add up to that much to every time-to-first-token. A delay
-    set in the YAML stays."""
-    field = "serve.max_queue_delay_microseconds"
-    if not delay_us or not from_profile(config, field):
-        return delay_us
-    reason = f"gpu: the C++ backend batches in flight; a Triton queue delay ({delay_us} us) would only add to " \
-             "time-to-first-token"
-    implied[:] = [ImpliedSetting(field, 0, reason) if i.field == field else i for i in implied]
-    return 0
-
-
 def _engine_config(engine_dir: Path) -> dict:
     path = engine_dir / "config.json"
     try:
@@ -226,7 +218,8 @@ def _engine_config(engine_dir: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _tokenizer_dir(config: ModelConfig, engine_dir: Path) -> Path:
+def tokenizer_dir_for(config: ModelConfig, engine_dir: Path) -> Path:
+    """model.tokenizer, else the served folder when it holds a tokenizer, else the model source's folder."""
     if config.model.tokenizer:
         return Path(config.model.tokenizer).resolve()
     if (engine_dir / "tokenizer.json").is_file() or (engine_dir / "tokenizer_config.json").is_file():

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtkit.config import ModelConfig
+from trtkit.config.build_backend import PYTORCH, backend_of
+from trtkit.config.llm_api_options import model_dir_of, options_for, write_options
 from trtkit.errors import BuildError, RepositoryError
-from trtkit.trtllm_build.llm_api_options import model_dir_of, options_for, write_options
 
 SERVE_CONFIG = "trtllm_serve.yaml"
 SERVE_SCRIPT = "trtllm_serve.sh"
@@ -33,7 +34,7 @@ class ServeFiles:
 
 def serve_command(model_dir: Path, config_path: Path, *, host: str, port: int,
                   tokenizer_dir: Path | None = None) -> list[str]:
-    command = ["trtllm-serve", "serve", str(model_dir), "--backend", "pytorch", "--host", host, "--port", str(port),
+    command = ["trtllm-serve", "serve", str(model_dir), "--backend", PYTORCH.name, "--host", host, "--port", str(port),
                "--extra_llm_api_options", str(config_path)]
     if tokenizer_dir is not None and Path(tokenizer_dir).resolve() != Path(model_dir).resolve():
         command += ["--tokenizer", str(tokenizer_dir)]
@@ -43,7 +44,7 @@ def serve_command(model_dir: Path, config_path: Path, *, host: str, port: int,
 def write_serve_files(config: ModelConfig, engine_dir: Path, out_dir: Path, tokenizer_dir: Path | None = None,
                       ) -> ServeFiles:
     """The YAML and the script into ``out_dir`` (prepared by the caller)."""
-    if config.build.backend != "pytorch":
+    if not backend_of(config).serves_llm_api:
         raise RepositoryError("--target trtllm-serve writes the PyTorch backend's options; set build.backend: pytorch "
                               "(TensorRT engines are served by the Triton repository: --target gpu)")
     try:

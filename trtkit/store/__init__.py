@@ -26,14 +26,16 @@ from trtkit.store.usage_reports import format_report, usage_report
 
 def open_gateway_store(url: str | os.PathLike[str] | StoreUrl | None = None, *,
                        lease_seconds: float = DEFAULT_LEASE_SECONDS, keep_leases: bool = True,
-                       create: bool = True) -> GatewayStore:
+                       create: bool = True, read_only: bool = False) -> GatewayStore:
     """The gateway store at ``url`` (None: $TRTKIT_GATEWAY_STORE, else $TRTKIT_HOME/gateway.db), migrated.
     ``keep_leases`` starts the background renewal/sweeping (a gateway wants it; `trtkit keys` does not).
-    ``create=False``: a store that does not exist raises ``StoreNotFound`` (commands that only read)."""
+    ``create=False``: a store that does not exist raises ``StoreNotFound`` (`keys revoke`). ``read_only``
+    (`keys list`): opened so that nothing in it or around it changes, not even a migration."""
     target = url if isinstance(url, StoreUrl) else (gateway_store_url(None) if url is None
                                                     else parse_store_url(url, "gateway.store"))
-    db = open_database(target, fast_commit=True, create=create)
-    return SqlGatewayStore(db, lease_seconds=lease_seconds, keep_leases=keep_leases, create=create)
+    db = open_database(target, fast_commit=not read_only, create=create and not read_only, read_only=read_only)
+    return SqlGatewayStore(db, lease_seconds=lease_seconds, keep_leases=keep_leases and not read_only,
+                           create=create, read_only=read_only)
 
 
 __all__ = ["open_gateway_store", "GatewayStore", "SqlGatewayStore", "DEFAULT_LEASE_SECONDS", "Database",

@@ -20,7 +20,7 @@ from typing import Protocol, TypeVar
 from trtkit.errors import StoreNotFound, StoreUnavailable
 from trtkit.store.dialect import SQLITE, Dialect
 from trtkit.store.session import LimitReached, Result, Rows, Session, Statement
-from trtkit.store.sqlite_file import open_private_file
+from trtkit.store.sqlite_file import connect_read_only, open_private_file
 from trtkit.store.url import StoreUrl
 
 log = logging.getLogger(__name__)
@@ -39,20 +39,23 @@ class Database(Protocol):
     def close(self) -> None: ...
 
 
-def open_database(url: StoreUrl, *, fast_commit: bool = False, create: bool = True) -> Database:
+def open_database(url: StoreUrl, *, fast_commit: bool = False, create: bool = True,
+                  read_only: bool = False) -> Database:
     """``fast_commit``: commits need not wait for the disk (PostgreSQL ``synchronous_commit = off``,
     SQLite ``synchronous=NORMAL``), for transient state such as budget holds. ``durable=True``
     transactions still wait on PostgreSQL; the ledger never opens with ``fast_commit``. ``create=False``:
-    a SQLite file that does not exist is refused (``StoreNotFound``) instead of made, folders and all."""
+    a SQLite file that does not exist is refused (``StoreNotFound``) instead of made, folders and all.
+    ``read_only`` (commands that only read: ``keys list``, ``usage``): the database is opened so that nothing in it
+    or around it can change (``sqlite_file.connect_read_only``; PostgreSQL read-only transactions)."""
     if url.backend == "sqlite":
         assert url.path is not None
-        if not create and not Path(url.path).is_file():
+        if (read_only or not create) and not Path(url.path).is_file():
             raise StoreNotFound(f"{url.path}: no such store; check the path (a command that only reads a store "
                                 f"never creates one)")
-        return SqliteDatabase(url, fast_commit=fast_commit)
+        return SqliteDatabase(url, fast_commit=fast_commit, read_only=read_only)
     from trtkit.store.postgres_db import PostgresDatabase  # psycopg loads only for a PostgreSQL URL
 
-    return PostgresDatabase(url, fast_commit=fast_commit)
+    return PostgresDatabase(url, fast_commit=fast_commit, read_only=read_only)
 
 
 class _SqliteSession:
@@ -74,17 +77,24 @@ class SqliteDatabase:
     (which sleeps up to 100 ms a try); other processes share the file through SQLite's own locking.
     WAL journal; 0600 file; ``synchronous=FULL`` (every commit fsynced) unless ``fast_commit``."""
 
-    def __init__(self, url: StoreUrl, *, fast_commit: bool = False) -> None:
+    def __init__(self, url: StoreUrl, *, fast_commit: bool = False, read_only: bool = False) -> None:
         assert url.path is not None
         self.url, self.dialect, self.path = url, SQLITE, Path(url.path)
         try:
-            open_private_file(self.path)
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
-            _switch_to_wal(self._db)
-            self._db.execute(f"PRAGMA synchronous={'NORMAL' if fast_commit else 'FULL'}")
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreUnavailable(f"cannot open the SQLite store {self.path} ({exc}); check the folder exists "
-                                   f"and is writable by this user") from exc
+            if read_only:  # no file made, no mode changed, no journal switched
+                self._db = connect_read_only(self.path)
+            else:
+                open_private_file(self.path)
+                self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+                _switch_to_wal(self._db)
+                self._db.execute(f"PRAGMA synchronous={'NORMAL' if fast_commit else 'FULL'}")
+        except sqlite3.DatabaseError as exc:
+            if read_only and "not a database" in str(exc):
+                raise StoreNotFound(f"{self.path} is not a trtkit store (not an SQLite database); check the path "
+                                    f"(a command that only reads a store changes nothing in it)") from None
+            raise self._cannot_open(exc) from exc
+        except OSError as exc:
+            raise self._cannot_open(exc) from exc
         self._lock = threading.Lock()
         self._session = _SqliteSession(self._db)
 
@@ -130,6 +140,10 @@ class SqliteDatabase:
                 if _is_unavailable(exc):
                     raise self._unavailable(exc) from exc
                 raise
+
+    def _cannot_open(self, exc: Exception) -> StoreUnavailable:
+        return StoreUnavailable(f"cannot open the SQLite store {self.path} ({exc}); check the folder exists and is "
+                                f"writable by this user")
 
     def _unavailable(self, exc: Exception) -> StoreUnavailable:
         return StoreUnavailable(f"the SQLite store {self.path} is unusable ({exc}); another process may hold "

@@ -11,17 +11,22 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from trtkit.config.store_url import StoreUrl
 from trtkit.errors import ClientError, StoreUnavailable
 from trtkit.store import holds, leases
+from trtkit.store.conversation_items import ConversationItems
 from trtkit.store.conversations import ConversationStore
 from trtkit.store.db import Database, Session
+from trtkit.store.hierarchy import SCOPE_COLUMNS, Hierarchy, scope_of
 from trtkit.store.leases import LeaseKeeper
-from trtkit.store.migrations import migrate
-from trtkit.store.records import ApiKey, BudgetLimit, Hold, RateLimit
+from trtkit.store.migrations import check_readable, migrate
+from trtkit.store.records import ApiKey, BudgetLimit, Hold, RateLimit, SlotLimit
 from trtkit.store.session import LimitReached
+from trtkit.store.spend_alerts import SpendAlerts
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +43,16 @@ class GatewayStore(Protocol):
     lease_seconds: float
     url: StoreUrl
     conversations: ConversationStore  # the Responses API's stored chains, leased like holds
+    hierarchy: Hierarchy  # organisations, teams, projects; keys attached to projects
+    spend_alerts: SpendAlerts  # the outbox of spend alerts
+    conversation_items: ConversationItems  # the Conversations API's conversations and their items, leased alike
 
     def add_key(self, key: ApiKey, secret_hash: str) -> None: ...
     def find_key(self, key_id: str) -> tuple[ApiKey, str] | None: ...
     def list_keys(self) -> list[ApiKey]: ...
     def revoke_key(self, name_or_id: str) -> bool: ...
-    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None) -> Hold: ...
+    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit],
+                rate: RateLimit | Sequence[RateLimit] | None, slot: SlotLimit | None = None) -> Hold: ...
     def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None: ...
     def renew(self) -> int: ...
     def retry_settles(self) -> int: ...
@@ -59,7 +68,7 @@ class SqlGatewayStore:
     same keeper frees any replica's holds whose lease ran out (a replica killed with kill -9)."""
 
     def __init__(self, db: Database, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, keep_leases: bool = True,
-                 create: bool = True) -> None:
+                 create: bool = True, read_only: bool = False) -> None:
         if lease_seconds <= 0:
             raise ClientError(f"lease_seconds must be > 0, got {lease_seconds}; set gateway.lease_seconds")
         self.db = db
@@ -67,7 +76,10 @@ class SqlGatewayStore:
         self.lease_seconds = float(lease_seconds)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         try:
-            migrate(db, create=create)
+            if read_only:
+                check_readable(db)
+            else:
+                migrate(db, create=create)
         except BaseException:
             db.close()
             raise
@@ -75,6 +87,9 @@ class SqlGatewayStore:
         self._unsettled: dict[str, tuple[int, float]] = {}  # hold id -> use, settles deferred by an outage
         self._live_lock = threading.Lock()
         self.conversations = ConversationStore(db)
+        self.hierarchy = Hierarchy(db)
+        self.spend_alerts = SpendAlerts(db)
+        self.conversation_items = ConversationItems(self.conversations)
         self._keeper = LeaseKeeper(self, self.lease_seconds) if keep_leases else None
 
     # -- keys -------------------------------------------------------------------------------------------
@@ -84,17 +99,28 @@ class SqlGatewayStore:
                          (key.name,)).fetchone() is not None:
                 raise ClientError(f"an active key named '{key.name}' exists; pick another --name, or "
                                   f"`trtkit keys revoke {key.name}` first to give the name a new secret")
+            if key.project is not None and s.execute("SELECT 1 FROM scopes WHERE level = 'project' AND name = ?",
+                                                     (key.project,)).fetchone() is None:
+                raise ClientError(f"no project '{key.project}'; create it with `trtkit project create {key.project} "
+                                  f"--team TEAM` first")
             s.execute('INSERT INTO api_keys (key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, '
-                      "rpm, tpm, models, created_at, revoked_at, can_budget_conversations) "
-                      "VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL,?)",
+                      "rpm, tpm, models, created_at, revoked_at, can_budget_conversations, project, alert_at, "
+                      "max_concurrent) VALUES (?,?,?,?,?,?,?,?,?,?,?,NULL,?,?,?,?)",
                       (key.key_id, key.name, secret_hash, key.user, key.budget_tokens, key.budget_cost, key.period,
                        key.rpm, key.tpm, json.dumps(list(key.models)), key.created_at,
-                       int(key.can_budget_conversations)))
+                       int(key.can_budget_conversations), key.project, json.dumps(list(key.alert_at)),
+                       key.max_concurrent))
         self.db.transact(work)
 
     def find_key(self, key_id: str) -> tuple[ApiKey, str] | None:
-        row = self.db.read(lambda s: s.execute(_KEY_SELECT + " WHERE key_id = ?", (key_id,)).fetchone())
-        return None if row is None else (_key_of(row), row[2])
+        """The key and its secret's hash, with its chain (project, team, organisation) read in the same query."""
+        row = self.db.read(lambda s: s.execute(_KEY_WITH_CHAIN, (key_id,)).fetchone())
+        if row is None:
+            return None
+        width = len(SCOPE_COLUMNS)
+        chain = tuple(scope_of(row[at:at + width]) for at in range(_KEY_WIDTH, len(row), width)
+                      if row[at] is not None)
+        return replace(_key_of(row), chain=chain), row[2]
 
     def list_keys(self) -> list[ApiKey]:
         rows = self.db.read(lambda s: s.execute(_KEY_SELECT + " ORDER BY created_at").fetchall())
@@ -106,13 +132,17 @@ class SqlGatewayStore:
             (time.time(), name_or_id, name_or_id)).rowcount))
 
     # -- admission --------------------------------------------------------------------------------------
-    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit], rate: RateLimit | None) -> Hold:
+    def reserve(self, tokens: int, cost: float, budgets: list[BudgetLimit],
+                rate: RateLimit | Sequence[RateLimit] | None, slot: SlotLimit | None = None) -> Hold:
         """All holds or none, in one transaction sent in one flight; raises Refused naming the limit that
-        said no. Holds are transient (the ledger is the record), so their commits need not wait for the disk."""
-        hold = Hold(os.urandom(16).hex(), tokens, cost, holds.merged_budgets(budgets), rate)
-        impossible = holds.never_fits(tokens, cost, hold.budgets, rate)
+        said no. ``rate``: one rate window, or several (a key's and each level's above it). ``slot``: one of the
+        key's concurrent slots (``slots.py``), taken in the same transaction. Holds are transient (the ledger is
+        the record), so their commits need not wait for the disk."""
+        rates = holds.merged_rates([rate] if isinstance(rate, RateLimit) else (rate or ()))
+        hold = Hold(os.urandom(16).hex(), tokens, cost, holds.merged_budgets(budgets), rates, slot=slot)
+        impossible = holds.never_fits(tokens, cost, hold.budgets, rates)
         if impossible is not None:
-            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate))
+            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rates, slot))
         # Live before its row exists: a renewal that runs while the admission waits for the database covers it.
         with self._live_lock:
             self._live[hold.id] = hold
@@ -122,13 +152,12 @@ class SqlGatewayStore:
                                                              self.db.dialect.name))
         except LimitReached:
             self._forget(hold)
-            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rate)) from None
+            raise self.db.read(lambda s: holds.refusal(s, tokens, cost, hold.budgets, rates, slot)) from None
         except BaseException:
             self._forget(hold)
             raise
-        if rate is not None:
-            requests, used = results[0].rows[0]
-            hold.rate_state = {"requests": int(requests), "tokens": int(used)}
+        if rates:
+            hold.rate_states = holds.rate_states(results, hold, self.db.dialect.name)
         return hold
 
     def settle(self, hold: Hold, used_tokens: int, used_cost: float) -> None:
@@ -212,8 +241,17 @@ class SqlGatewayStore:
         self.db.close()
 
 
-_KEY_SELECT = ('SELECT key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, rpm, tpm, models, '
-               "created_at, revoked_at, can_budget_conversations FROM api_keys")
+_KEY_COLUMNS = ('key_id, name, secret_hash, "user", budget_tokens, budget_cost, period, rpm, tpm, models, created_at, '
+                'revoked_at, can_budget_conversations, project, alert_at, max_concurrent')
+_KEY_WIDTH = 16
+_KEY_SELECT = f"SELECT {_KEY_COLUMNS} FROM api_keys"
+# One round trip per request: the key and the three levels above it (absent levels come back as NULLs).
+_KEY_WITH_CHAIN = (
+    "SELECT " + ", ".join([f"k.{c.strip()}" for c in _KEY_COLUMNS.split(",")]
+                          + [f"{t}.{c}" for t in ("p", "t", "o") for c in SCOPE_COLUMNS])
+    + " FROM api_keys k LEFT JOIN scopes p ON p.level = 'project' AND p.name = k.project"
+    " LEFT JOIN scopes t ON t.level = 'team' AND t.name = p.parent"
+    " LEFT JOIN scopes o ON o.level = 'org' AND o.name = t.parent WHERE k.key_id = ?")
 
 
 def _key_of(row: tuple) -> ApiKey:
@@ -222,4 +260,6 @@ def _key_of(row: tuple) -> ApiKey:
                   budget_cost=None if row[5] is None else float(row[5]), period=row[6],
                   rpm=None if row[7] is None else int(row[7]), tpm=None if row[8] is None else int(row[8]),
                   models=tuple(json.loads(row[9])), created_at=float(row[10]),
-                  revoked_at=None if row[11] is None else float(row[11]), can_budget_conversations=bool(row[12]))
+                  revoked_at=None if row[11] is None else float(row[11]), can_budget_conversations=bool(row[12]),
+                  project=row[13], alert_at=tuple(float(a) for a in json.loads(row[14] or "[]")),
+                  max_concurrent=None if row[15] is None else int(row[15]))

@@ -24,7 +24,7 @@ from pathlib import Path
 from trtkit.errors import ClientError, StoreUnavailable, TrtkitError
 from trtkit.store.db import Database, open_database
 from trtkit.store.dialect import Dialect
-from trtkit.store.migrations import migrate
+from trtkit.store.migrations import check_readable, migrate
 from trtkit.store.url import LEDGER_DB_FILENAME, StoreUrl, ledger_url
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,14 @@ class LedgerRow:
     local_prompt_tokens: int | None = None
     local_completion_tokens: int | None = None
     counted_locally: bool = False  # the bill is the text received, counted locally: the upstream sent no count
+    # the levels of the gateway's hierarchy the request was admitted under ('' for none)
+    org: str = ""
+    team: str = ""
+    project: str = ""
+    # how the governor corrected the bill, comma-separated (governance/billing.py: overrun, usage_doubtful,
+    # usage_clamped); empty when nothing was
+    usage_flags: str = ""
+    dialect: str = "openai"  # the API the request was asked in: openai (chat, completions, responses) or anthropic
 
 
 ROW_COLUMNS = tuple(f.name for f in fields(LedgerRow))
@@ -86,10 +94,12 @@ def default_ledger_path() -> Path:
     return path
 
 
-def open_ledger(url: str | os.PathLike[str] | StoreUrl | None = None, *, create: bool = True) -> Ledger:
+def open_ledger(url: str | os.PathLike[str] | StoreUrl | None = None, *, create: bool = True,
+                read_only: bool = False) -> Ledger:
     """The ledger at ``url``: sqlite:///PATH, a file path or postgresql://...; None: $TRTKIT_HOME/usage.db.
-    ``create=False`` (reports): a ledger that does not exist raises ``StoreNotFound`` instead of being made."""
-    return Ledger(url=url if isinstance(url, StoreUrl) else ledger_url(url), create=create)
+    ``create=False``: a ledger that does not exist raises ``StoreNotFound`` instead of being made; ``read_only``
+    (reports): nothing in it or around it changes (no migration, no writer)."""
+    return Ledger(url=url if isinstance(url, StoreUrl) else ledger_url(url), create=create, read_only=read_only)
 
 
 def _settle_waiters(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:
@@ -107,21 +117,24 @@ class Ledger:
     commit and commits them in one transaction (group commit); each caller waits for its own.
     ``Ledger(path)`` is a SQLite file; ``Ledger(url=...)`` (or ``open_ledger``) any store URL."""
 
-    def __init__(self, path: Path | None = None, *, url: StoreUrl | None = None, create: bool = True) -> None:
+    def __init__(self, path: Path | None = None, *, url: StoreUrl | None = None, create: bool = True,
+                 read_only: bool = False) -> None:
         self.url = url or (StoreUrl("sqlite", Path(path), None) if path else ledger_url(None))
         self.path = self.url.path  # the SQLite file; None on PostgreSQL
         self.where = self.url.redacted()
-        # reads (and migrations); a SQLite file is made 0600 unless ``create`` is off (reports)
-        self._db: Database = open_database(self.url, create=create)
+        # reads (and migrations); a SQLite file is made 0600 unless ``create`` is off; ``read_only``: reports
+        self._db: Database = open_database(self.url, create=create and not read_only, read_only=read_only)
         try:
-            migrate(self._db, create=create)
+            check_readable(self._db) if read_only else migrate(self._db, create=create)
         except BaseException:
             self._db.close()
             raise
         self._queue: queue.SimpleQueue[_Ticket | None] = queue.SimpleQueue()
-        self._writer = threading.Thread(target=self._write_loop, args=(open_database(self.url),),
-                                        name="trtkit-ledger", daemon=True)
-        self._writer.start()
+        self._writer: threading.Thread | None = None
+        if not read_only:  # a report writes nothing, so it has no writer
+            self._writer = threading.Thread(target=self._write_loop, args=(open_database(self.url),),
+                                            name="trtkit-ledger", daemon=True)
+            self._writer.start()
         self._closed = False
 
     @property
@@ -157,6 +170,8 @@ class Ledger:
     def _enqueue(self, ticket: _Ticket) -> None:
         if self._closed:
             raise ClientError(f"ledger {self.where} is closed; open a new Ledger")
+        if self._writer is None:
+            raise ClientError(f"ledger {self.where} was opened read-only; open it without read_only to record")
         self._queue.put(ticket)
 
     def _write_loop(self, db: Database) -> None:
@@ -217,8 +232,9 @@ class Ledger:
         if self._closed:
             return
         self._closed = True
-        self._queue.put(None)
-        self._writer.join()
+        if self._writer is not None:
+            self._queue.put(None)
+            self._writer.join()
         self._db.close()
 
     def __enter__(self) -> Ledger:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from trtkit.errors import StoreNotFound
+from trtkit.store import pg_admission
 from trtkit.store.db import Database, Session
 
 log = logging.getLogger(__name__)
@@ -196,6 +197,53 @@ MIGRATIONS: tuple[Migration, ...] = (
         "ALTER TABLE requests ADD COLUMN local_prompt_tokens BIGINT",
         "ALTER TABLE requests ADD COLUMN local_completion_tokens BIGINT",
         "ALTER TABLE requests ADD COLUMN counted_locally INTEGER NOT NULL DEFAULT 0")),
+    # Hardening (docs/hardening.md): a bill the governor corrected names how (``usage_flags``: overrun,
+    # usage_doubtful, usage_clamped); a key may cap its requests in flight (``max_concurrent``), counted per key in
+    # ``key_slots`` by the same admission transaction as its budgets, so the cap is exact across replicas.
+    Migration(10, "m010_hardening", (
+        "ALTER TABLE requests ADD COLUMN usage_flags TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE api_keys ADD COLUMN max_concurrent BIGINT",
+        """CREATE TABLE IF NOT EXISTS key_slots (
+            key_id TEXT PRIMARY KEY, in_flight BIGINT NOT NULL DEFAULT 0)""")),
+    # The organisation -> team -> project -> key hierarchy (``hierarchy.py``): one table for the three levels above
+    # the keys, each with its limits; a key names its project. The ledger names every level a request was admitted
+    # under (what it was then: a project moved later keeps its history where it was spent). Spend alerts are an
+    # outbox: one row per (account, period, threshold), inserted by whichever replica sees the threshold passed first
+    # (the unique key decides: exactly one alert), drained by any replica's sender (``spend_alerts.py``).
+    Migration(11, "m011_governance_hierarchy", (
+        """CREATE TABLE IF NOT EXISTS scopes (
+            level TEXT NOT NULL, name TEXT NOT NULL, parent TEXT, budget_tokens BIGINT, budget_cost DOUBLE PRECISION,
+            period TEXT NOT NULL, rpm BIGINT, tpm BIGINT, models TEXT NOT NULL, alert_at TEXT NOT NULL,
+            prices TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (level, name))""",
+        "CREATE INDEX scopes_parent ON scopes (level, parent)",
+        "ALTER TABLE api_keys ADD COLUMN project TEXT",
+        "ALTER TABLE api_keys ADD COLUMN alert_at TEXT NOT NULL DEFAULT '[]'",
+        "ALTER TABLE requests ADD COLUMN org TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE requests ADD COLUMN team TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE requests ADD COLUMN project TEXT NOT NULL DEFAULT ''",
+        """CREATE TABLE IF NOT EXISTS spend_alerts (
+            id TEXT PRIMARY KEY, account TEXT NOT NULL, period_start DOUBLE PRECISION NOT NULL,
+            threshold DOUBLE PRECISION NOT NULL, body TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+            attempts BIGINT NOT NULL DEFAULT 0, next_attempt_at DOUBLE PRECISION NOT NULL,
+            claimed_until DOUBLE PRECISION NOT NULL DEFAULT 0, sent_at DOUBLE PRECISION, last_error TEXT,
+            UNIQUE (account, period_start, threshold))""",
+        "CREATE INDEX spend_alerts_due ON spend_alerts (sent_at, next_attempt_at)")),
+    # PostgreSQL's admission and settle (``pg_admission.py``), one call each whatever a hold holds: the key's slot
+    # (migration 10), the rate windows of the key and of each level above it, one (requests, tokens) row answered per
+    # window (migration 11), the budgets. Holds made before read as one window (``rate``) and no slot.
+    Migration(12, "m012_pg_admission_levels_and_slots", pg_admission.MIGRATION_STATEMENTS, dialects=("postgresql",)),
+    # The Conversations API: a conversation made by POST /v1/conversations has ``metadata`` (a chain's has none) and
+    # its items in order (``conversation_items``: the position comes from the row's ``next_position``, taken by an
+    # UPDATE so that concurrent appends queue on the row); a ledger row names the API dialect it was asked in.
+    Migration(13, "m013_conversation_items_and_dialect", (
+        "ALTER TABLE conversations ADD COLUMN metadata TEXT",
+        "ALTER TABLE conversations ADD COLUMN next_position BIGINT NOT NULL DEFAULT 0",
+        """CREATE TABLE IF NOT EXISTS conversation_items (
+            conversation_id TEXT NOT NULL, position BIGINT NOT NULL, id TEXT NOT NULL, key_id TEXT NOT NULL,
+            response_id TEXT, item TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (conversation_id, position))""",
+        "CREATE INDEX conversation_items_id ON conversation_items (conversation_id, id)",
+        "ALTER TABLE requests ADD COLUMN dialect TEXT NOT NULL DEFAULT 'openai'")),
 )
 
 _LEGACY_LEDGER_NAMES = {m.name: m.version for m in MIGRATIONS[:3]}
@@ -208,6 +256,20 @@ def migrate(db: Database, *, create: bool = True) -> list[str]:
         raise StoreNotFound(f"{db.url.redacted()} holds no trtkit store (no schema_version table); check the URL "
                             f"(a command that only reads a store never creates one)")
     return db.transact(_migrate)
+
+
+def check_readable(db: Database) -> int:
+    """For a command that only reads: the store holds trtkit's schema at this version, and nothing is written
+    (no table made, no migration run: an older store is refused, naming how to upgrade it). Returns the version."""
+    if not db.read(lambda s: _table_exists(s, "schema_version")):
+        raise StoreNotFound(f"{db.url.redacted()} holds no trtkit store (no schema_version table); check the URL "
+                            f"(a command that only reads a store never creates one)")
+    version = schema_version(db)
+    if version < MIGRATIONS[-1].version:
+        raise StoreNotFound(f"{db.url.redacted()} holds a trtkit store of schema version {version}, older than this "
+                            f"trtkit's {MIGRATIONS[-1].version}; a command that only reads it never upgrades it: run "
+                            f"`trtkit gateway` or `trtkit keys create` on it once (they migrate it), then read it")
+    return version
 
 
 def schema_version(db: Database) -> int:

@@ -1,6 +1,6 @@
 """One statement through libpq's prepared-statement call, below psycopg's cursor layer: the store's hot path.
 
-Admission and settle are one function call each (migration 6), run a few thousand times a second by a
+Admission and settle are one function call each (``pg_admission.py``), run a few thousand times a second by a
 fleet. Through a psycopg cursor each call costs the client about 0.1 ms of Python (adapters, cursor,
 result objects); through ``PGconn.exec_prepared`` with text parameters it costs a third of that, and
 libpq releases the GIL while it waits (``benchmarks/store_throughput.py`` measures both sides' CPU).
@@ -28,6 +28,8 @@ _FLOAT_TYPES = frozenset({700, 701})  # float4, float8
 _BOOL_TYPE = 16
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _DIVISION_BY_ZERO = b"22012"  # a limit guard fired (session.LimitReached)
+_NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: the server no longer holds the statement
+_ALREADY_PREPARED = b"42P05"  # duplicate_prepared_statement
 
 _prepared_on: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]] = weakref.WeakKeyDictionary()
 
@@ -42,15 +44,28 @@ def run_prepared(conn: psycopg.Connection[Any], sql: str, params: Sequence[objec
     if prepared is None:
         prepared = _prepared_on[conn] = set()
     if name not in prepared:
-        _check(pgconn, pgconn.prepare(name, numbered, None))
-        prepared.add(name)
-    result = pgconn.exec_prepared(name, [_as_text(p) for p in params])  # type: ignore[misc]  # None is NULL
+        _prepare(pgconn, name, numbered, prepared)
+    values = [_as_text(p) for p in params]
+    result = pgconn.exec_prepared(name, values)  # type: ignore[misc,arg-type]  # None is NULL
+    if result.error_field(pq.DiagnosticField.SQLSTATE) == _NO_SUCH_STATEMENT:
+        # the server forgot it: psycopg sends DEALLOCATE ALL after a ROLLBACK on a connection where it prepared
+        # statements of its own (a transaction that raised, such as a store call answering "not found")
+        prepared.discard(name)
+        _prepare(pgconn, name, numbered, prepared)
+        result = pgconn.exec_prepared(name, values)  # type: ignore[misc,arg-type]
     if result.status != _TUPLES_OK:
         return Result([], _rowcount(_check(pgconn, result)))
     decoders = [_decoder(result.ftype(col)) for col in range(result.nfields)]
     rows = [tuple(None if (raw := result.get_value(row, col)) is None else decoders[col](raw)
                   for col in range(result.nfields)) for row in range(result.ntuples)]
     return Result(rows, result.ntuples)
+
+
+def _prepare(pgconn: pq.abc.PGconn, name: bytes, numbered: bytes, prepared: set[bytes]) -> None:
+    result = pgconn.prepare(name, numbered, None)
+    if result.error_field(pq.DiagnosticField.SQLSTATE) != _ALREADY_PREPARED:  # prepared before our bookkeeping knew
+        _check(pgconn, result)
+    prepared.add(name)
 
 
 def _statement(sql: str) -> tuple[bytes, bytes]:

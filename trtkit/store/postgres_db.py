@@ -49,9 +49,10 @@ class PgSession:
 
 
 class PostgresDatabase:
-    def __init__(self, url: StoreUrl, *, fast_commit: bool = False) -> None:
+    def __init__(self, url: StoreUrl, *, fast_commit: bool = False, read_only: bool = False) -> None:
         assert url.dsn is not None
         self.url, self.dialect, self.fast_commit = url, POSTGRESQL, fast_commit
+        self.read_only = read_only  # every transaction read-only (commands that only read)
         self._idle: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -155,6 +156,8 @@ class PostgresDatabase:
             conn.prepare_threshold = PREPARE_AFTER_USES
             if self.fast_commit:
                 conn.execute("SET synchronous_commit = off")
+            if self.read_only:
+                conn.execute("SET default_transaction_read_only = on")
         except psycopg.Error as exc:
             error = self._unavailable(exc)
             if time.monotonic() - started > SLOW_CONNECT_S:  # a refused connection fails fast: try it each time

@@ -1,9 +1,11 @@
-"""The SQLite file itself: created private (0600) before SQLite opens it."""
+"""The SQLite file itself: created private (0600) before SQLite opens it, or read without a trace."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
 
 def open_private_file(path: Path) -> None:
@@ -20,3 +22,16 @@ def open_private_file(path: Path) -> None:
     except FileExistsError:
         pass
     os.chmod(path, 0o600)
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that changes nothing, in the file or beside it: ``mode=ro`` (no file created, no write, no
+    journal switched) and ``query_only``; a file whose journal is not open (no ``-wal`` or ``-shm`` beside it: no
+    writer has it, every commit is in the file) is read ``immutable``, because even a read-only connection would
+    otherwise create those two files next to it. The mode and owner of the file are never touched."""
+    sidecars = any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm"))
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro" + ("" if sidecars else "&immutable=1")
+    db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0)
+    db.execute("PRAGMA query_only=1")
+    db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # "file is not a database" now, not later
+    return db

@@ -1,4 +1,5 @@
-"""Usage reports from the ledger, grouped by day, model, user or session; as a table, CSV or JSON."""
+"""Usage reports from the ledger, grouped by day, model, user, key, session, or the organisation, team or project a
+request was admitted under; as a table, CSV or JSON."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Literal
 
 from trtkit.store.ledger import Ledger
 
-GroupBy = Literal["day", "model", "user", "key", "session"]
+GroupBy = Literal["day", "model", "user", "key", "session", "org", "team", "project"]
 ReportFormat = Literal["table", "csv", "json"]
 
 _GROUP_SQL: dict[str, str] = {
@@ -19,7 +20,13 @@ _GROUP_SQL: dict[str, str] = {
     "user": '"user"',
     "key": "key_id",
     "session": "session",
+    "org": "org",
+    "team": "team",
+    "project": "project",
 }
+
+
+_LEVELS = ("org", "team", "project")
 
 
 @dataclass(slots=True, frozen=True)
@@ -46,7 +53,7 @@ def usage_report(ledger: Ledger, by: GroupBy = "day", since: float | None = None
            f"SUM(CASE WHEN finish_reason LIKE 'refused:%' THEN 1 ELSE 0 END), SUM(cost), AVG(ttft_ms), "
            f"AVG(latency_ms) FROM requests WHERE ts >= ? GROUP BY {key} ORDER BY {key}")
     rows = ledger.query(sql, [since or 0.0])
-    return [ReportRow(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
+    return [ReportRow(str(r[0]) if r[0] != "" or by not in _LEVELS else "-", int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]),
                       float(r[8]), None if r[9] is None else round(float(r[9]), 3), round(float(r[10]), 3))
             for r in rows]
 

@@ -54,6 +54,10 @@ class CallReader(ResponseQueue):
 
 
 class AsyncTritonLLMClient:
+    # an upstream of the governed flow whose engine stops at max_tokens and counts every token it sends (the
+    # Triton contract): governance reads its counts instead of metering the output (governance/output_cap.py)
+    honours_max_tokens = True
+
     def __init__(self, grpc_url: str, *, config: ModelConfig, caller: Caller | None = None,
                  ledger: LedgerChoice = True, counter: TokenCounter | None = None,
                  metrics: ClientMetrics | None = None, model_name: str | None = None,

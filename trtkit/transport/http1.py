@@ -26,6 +26,11 @@ class ConnectionBroken(ConnectionError):
     """The connection failed after the request was sent (closed, reset, or not HTTP)."""
 
 
+# Body bytes read from the socket and not yet taken by the reader: past this the socket is not read until the reader
+# catches up, so an upstream that streams faster than the caller reads waits in its own buffers, not in ours
+MAX_BUFFERED_BYTES = 1 << 20
+
+
 class _Connection(asyncio.Protocol):
     """One connection and the response being read on it."""
 
@@ -34,6 +39,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.reused = False
+        self.paused = False
         self._reset()
 
     def _reset(self) -> None:
@@ -41,6 +47,10 @@ class _Connection(asyncio.Protocol):
         self.status = 0
         self.headers: dict[bytes, bytes] = {}
         self.pieces: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        if self.paused and self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+        self.paused = False
         self.head_done = False
         self.keep_alive = False
         self.complete = False
@@ -82,6 +92,19 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self.pieces.append(body)
+        self.buffered += len(body)
+        if self.buffered > MAX_BUFFERED_BYTES and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def take_piece(self) -> bytes:
+        piece = self.pieces.popleft()
+        self.buffered -= len(piece)
+        if self.paused and self.buffered <= MAX_BUFFERED_BYTES // 2 and not self.closed:
+            self.paused = False
+            if self.transport is not None:
+                self.transport.resume_reading()
+        return piece
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -148,7 +171,7 @@ class Exchange:
         c = self.connection
         while True:
             if c.pieces:
-                return c.pieces.popleft()
+                return c.take_piece()
             if c.complete:
                 return None
             c.raise_failure()

@@ -29,6 +29,7 @@ from trtkit.transport.setup import backoff_s
 from trtkit.transport.upstream_errors import UpstreamBrokenError, UpstreamUnavailableError, status_error
 
 MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
+MAX_ERROR_BODY_BYTES = 1 << 20  # an error answer's body read at most (a larger one is a 502)
 
 
 @dataclass(slots=True, frozen=True)
@@ -39,7 +40,8 @@ class UpstreamSettings:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 60.0  # for the answer's head, and between two of its events
     pool_size: int = 64
-    max_retries: int = 3  # connection attempts refused before the request is a 503
+    max_retries: int = 3  # connection attempts refused, or 503s answered before any output, before the request fails
+    max_event_bytes: int = 1 << 18  # one SSE event at most; a larger one breaks the stream (a 502)
 
 
 def request_body(request: PreparedRequest, model: str, *, chat_wrapped: bool = False) -> tuple[str, bytes]:
@@ -77,6 +79,10 @@ def _body_of(request: PreparedRequest, chat_wrapped: bool) -> dict[str, Any]:
 class OpenAIUpstream:
     """The AsyncUpstream of an OpenAI-compatible server (one pool of kept connections)."""
 
+    # another program: it may read a vendor length field, ignore max_tokens or stream without end, so governance
+    # counts its output and cuts it at the reservation (governance/output_cap.py)
+    honours_max_tokens = False
+
     def __init__(self, settings: UpstreamSettings, *, chat_wrapped: bool = False,
                  on_retry: Callable[[], None] | None = None) -> None:
         parts = urlsplit(settings.url)
@@ -107,7 +113,7 @@ class OpenAIUpstream:
         exchange = await self._send(route, payload, deadline)
         done = False
         try:
-            splitter, reports = SseSplitter(), UsageReports()
+            splitter, reports = SseSplitter(self.settings.max_event_bytes), UsageReports(request.params.n)
             reader = _Reader(exchange, deadline, self.settings.read_timeout_s)
             while (piece := await reader.next()) is not None:
                 for data in splitter.feed(piece):
@@ -151,7 +157,16 @@ class OpenAIUpstream:
             try:
                 async with asyncio.timeout(wait):
                     exchange = await self.pool.send(head, payload, connect_timeout=s.connect_timeout_s)
-                break
+                if exchange.status != 503 or attempt >= s.max_retries or time.monotonic() >= deadline:
+                    break
+                # nothing generated yet (Dynamo: a worker that died, still listed): again. Its body is not read (a
+                # hostile upstream's could trickle for ever); the connection is kept only if it already came whole
+                exchange.release()
+                if self.on_retry is not None:
+                    self.on_retry()
+                await asyncio.sleep(backoff_s(attempt))
+                attempt += 1
+                continue
             except ConnectFailed as exc:
                 if attempt >= s.max_retries or time.monotonic() >= deadline:
                     raise UpstreamUnavailableError(f"the upstream {s.url} is unavailable after {attempt + 1} "
@@ -168,7 +183,10 @@ class OpenAIUpstream:
                                                f"({exc})") from None
         if exchange.status != 200:
             try:
-                body = await exchange.read_all()
+                body = await exchange.read_all(MAX_ERROR_BODY_BYTES)
+            except ConnectionBroken as exc:  # an error body past the limit, or a broken one: the upstream failed
+                raise UpstreamBrokenError(f"the upstream answered {exchange.status} with an unreadable body ({exc})") \
+                    from None
             finally:
                 exchange.release()
             raise status_error(exchange.status, body, exchange.header("retry-after"))

@@ -18,7 +18,9 @@ from trtkit.governance.tokens import prompt_form
 from trtkit.governance.upstream import Delta
 from trtkit.governance.vocabulary import SamplingParams
 from trtkit.tokenizer.prompt_forms import PLAIN
+from trtkit.wire import names as n
 from trtkit.wire.names import GUIDE_INPUTS, ID_INPUTS, SAMPLING_INPUTS
+from trtkit.wire.responses import cached_tokens_from_reused_blocks
 from trtkit.wire.stop_request import STOP_DATATYPES, STOP_TENSORS, is_not_running
 from trtkit.wire.tensors import NUMPY_OF
 
@@ -33,24 +35,24 @@ def request_inputs(prompt: str, params: SamplingParams, *, stream: bool,
     if params.logit_bias:
         raise ClientError("logit_bias needs the token path: open the client with model_name='tensorrt_llm' (the "
                           "gateway's route); the ensemble and the BLS take embedding_bias_words instead")
-    values: dict[str, object] = {"text_input": prompt.encode("utf-8"), "max_tokens": params.max_tokens,
-                                 "stream": stream}
+    values: dict[str, object] = {n.TEXT_INPUT: prompt.encode("utf-8"), n.MAX_TOKENS: params.max_tokens,
+                                 n.STREAM: stream}
     form = prompt_form(prompt)
     if form != PLAIN:  # a RawPrompt: the server must not wrap it (plain is the default, left out for old servers)
-        values["prompt_form"] = form.encode("utf-8")
-    if "exclude_input_in_output" in declared:
-        values["exclude_input_in_output"] = True
+        values[n.PROMPT_FORM] = form.encode("utf-8")
+    if n.EXCLUDE_INPUT_IN_OUTPUT in declared:
+        values[n.EXCLUDE_INPUT_IN_OUTPUT] = True
     for name in _OPTIONAL_INPUTS:
         value = getattr(params, name)
         if value is not None:
             values[name] = value
     if params.return_log_probs:
-        values["return_log_probs"] = True
-    for name in ("return_num_input_tokens", "return_num_output_tokens", "return_perf_metrics"):
+        values[n.RETURN_LOG_PROBS] = True
+    for name in (n.RETURN_NUM_INPUT_TOKENS, n.RETURN_NUM_OUTPUT_TOKENS, n.RETURN_PERF_METRICS):
         if name in declared:  # the C++ backend sends the engine's counts and reused KV blocks only when asked
             values[name] = True
     inputs = [_tensor(name, value, declared) for name, value in values.items()]
-    for name, words in (("stop_words", params.stop_words), ("bad_words", params.bad_words)):
+    for name, words in ((n.STOP_WORDS, params.stop_words), (n.BAD_WORDS, params.bad_words)):
         if words:
             _require(name, declared)
             array = np.array([[w.encode("utf-8") for w in words]], dtype=np.object_)
@@ -94,17 +96,17 @@ def parse_response(as_numpy: Callable[[str], np.ndarray | None], is_final: bool,
     for Triton's empty final response flag, so the finish reason is what ends a request).
 
     A model that answers no ``num_cached_tokens`` (a GPU ensemble that does not stream: the C++ backend's own
-    outputs) has ``kv_cache_reused_blocks``: whole blocks, the last perhaps partly matched, and never the
-    prompt's last token, so blocks x ``tokens_per_block`` is clamped to the prompt minus one."""
-    reason_tensor = as_numpy("finish_reason")
+    outputs) has ``kv_cache_reused_blocks``, the last of them perhaps partly matched: only the blocks known whole
+    are billed as cached (``cached_tokens_from_reused_blocks``)."""
+    reason_tensor = as_numpy(n.FINISH_REASON)
     finish_reason = _text(reason_tensor)
-    num_input = _int(as_numpy("num_input_tokens"))
-    cached = _int(as_numpy("num_cached_tokens"))
-    blocks = _int(as_numpy("kv_cache_reused_blocks"))
+    num_input = _int(as_numpy(n.NUM_INPUT_TOKENS))
+    cached = _int(as_numpy(n.NUM_CACHED_TOKENS))
+    blocks = _int(as_numpy(n.KV_CACHE_REUSED_BLOCKS))
     if cached is None and blocks is not None and num_input is not None and tokens_per_block:
-        cached = min(blocks * tokens_per_block, max(num_input - 1, 0))
-    return Delta(text=_text(as_numpy("text_output")), num_input_tokens=num_input,
-                 num_output_tokens=_int(as_numpy("num_output_tokens")), num_cached_tokens=cached,
+        cached = cached_tokens_from_reused_blocks(blocks, tokens_per_block, num_input)
+    return Delta(text=_text(as_numpy(n.TEXT_OUTPUT)), num_input_tokens=num_input,
+                 num_output_tokens=_int(as_numpy(n.NUM_OUTPUT_TOKENS)), num_cached_tokens=cached,
                  finish_reason=finish_reason, is_final=is_final or bool(finish_reason),
                  counts_per_response=reason_tensor is None)
 

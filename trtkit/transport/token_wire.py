@@ -25,20 +25,20 @@ from trtkit.tokenizer.detokenizer import IncrementalDetokenizer
 from trtkit.tokenizer.stopping import StopFilter
 from trtkit.transport.protocol import is_final_response, make_input, response_arrays
 from trtkit.transport.setup import declared_inputs
+from trtkit.wire import names as n
+from trtkit.wire.engine_request import EngineRequest, SamplingInputs
 from trtkit.wire.engine_run import EngineRun
-from trtkit.wire.names import COUNT_FLAGS, ENGINE_NAMES, ENGINE_OUTPUTS_READ, GUIDE_INPUTS, SAMPLING_INPUTS
+from trtkit.wire.names import ENGINE_OUTPUTS_READ, SAMPLING_INPUTS
 from trtkit.wire.responses import EngineResponse
-from trtkit.wire.tensors import NUMPY_OF, words_to_list
+from trtkit.wire.tensors import NUMPY_OF
 
-# SamplingParams field -> the engine model's input (TensorRT-LLM 1.2 tensorrt_llm template names)
-_ENGINE_INPUTS = {field: ENGINE_NAMES.get(field, field) for field in SAMPLING_INPUTS}
 _MAX_CACHED_SCALARS = 4096
 
 
 def is_engine_model(metadata: dict) -> bool:
     """The engine model takes token ids (``input_ids``), not text (``text_input``)."""
     names = {i["name"] for i in metadata.get("inputs", [])}
-    return "input_ids" in names and "text_input" not in names
+    return n.INPUT_IDS in names and n.TEXT_INPUT not in names
 
 
 class TokenWire:
@@ -51,8 +51,8 @@ class TokenWire:
         self.outputs = [name for name in ENGINE_OUTPUTS_READ if name in declared_outputs]
         self._requested = [grpcclient.InferRequestedOutput(name) for name in self.outputs]
         # with return_log_probs: the engine's output_log_probs too (one value per token of each response)
-        self.outputs_with_log_probs = self.outputs + [n for n in ("output_log_probs",) if n in declared_outputs]
-        self._requested_with_log_probs = [grpcclient.InferRequestedOutput(n) for n in self.outputs_with_log_probs]
+        self.outputs_with_log_probs = self.outputs + [n.OUTPUT_LOG_PROBS] * (n.OUTPUT_LOG_PROBS in declared_outputs)
+        self._requested_with_log_probs = [grpcclient.InferRequestedOutput(name) for name in self.outputs_with_log_probs]
         # tritonclient only reads an InferInput when it builds a request, so one scalar tensor serves every
         # request that sends that value (flags, ids, common max_tokens): a tenth of the gateway's CPU otherwise
         self._scalars: dict[tuple[str, object], grpcclient.InferInput] = {}
@@ -66,35 +66,31 @@ class TokenWire:
 
     def request(self, prompt_ids: list[int], params: SamplingParams, *,
                 stream: bool) -> tuple[list[grpcclient.InferInput], list[grpcclient.InferRequestedOutput]]:
+        engine_request = self.engine_request(prompt_ids, params, stream=stream)
+        inputs = [self._scalar(name, value) for name, value in engine_request.scalars().items()]
+        # the prompt, words, bias and guide are sent as they are, never kept among the shared scalars (per request)
+        vocab = self.counter.model_vocab_size if engine_request.embedding_bias else None  # read from a file
+        inputs += [make_input(name, array, self._datatype(name))
+                   for name, array in engine_request.arrays(vocab).items()]
+        return inputs, self._requested_with_log_probs if params.return_log_probs else self._requested
+
+    def engine_request(self, prompt_ids: list[int], params: SamplingParams, *, stream: bool) -> EngineRequest:
+        """The governed request as the engine model's request: the flags that make the C++ backend count only where
+        the served model declares them."""
         assert params.max_tokens is not None, "max_tokens is resolved before building a request"
         assert prompt_ids, "a blank prompt is refused (wire.EngineWire) before any request is built"
-        values: dict[str, object] = {
-            "input_lengths": len(prompt_ids), "request_output_len": params.max_tokens, "streaming": stream,
-            "end_id": self.end_id if params.end_id is None else params.end_id,
-            "pad_id": self.pad_id if params.pad_id is None else params.pad_id}
-        for name in ("exclude_input_in_output", *COUNT_FLAGS):
-            if name in self.inputs:
-                values[name] = True
-        for field, name in _ENGINE_INPUTS.items():
-            value = getattr(params, field)
-            if value is not None:
-                values[name] = value
-        if params.return_log_probs:
-            values["return_log_probs"] = True
-        inputs = [self._scalar(name, value) for name, value in values.items()]
-        inputs.append(make_input("input_ids", np.array([prompt_ids], dtype=np.int32), self._datatype("input_ids")))
-        if params.logit_bias:
-            inputs.append(self._embedding_bias(params.logit_bias))
-        for name in GUIDE_INPUTS:  # sent as they are, never kept among the shared scalars (large, per request)
-            guide = getattr(params, name)
-            if guide is not None:
-                inputs.append(make_input(name, np.array([[guide.encode("utf-8")]], dtype=np.object_),
-                                         self._datatype(name)))
-        for name, words in (("stop_words_list", params.stop_words), ("bad_words_list", params.bad_words)):
-            if words:
-                inputs.append(make_input(name, words_to_list([self._word_ids(w) for w in words])[None],
-                                         self._datatype(name)))
-        return inputs, self._requested_with_log_probs if params.return_log_probs else self._requested
+        return EngineRequest(
+            prompt_ids=prompt_ids, max_tokens=params.max_tokens, stream=stream,
+            end_id=self.end_id if params.end_id is None else params.end_id,
+            pad_id=self.pad_id if params.pad_id is None else params.pad_id,
+            stop_ids=[self._word_ids(w) for w in params.stop_words], bad_ids=[self._word_ids(w) for w in params.bad_words],
+            sampling=SamplingInputs(**{field: getattr(params, field) for field in SAMPLING_INPUTS},
+                                    return_log_probs=params.return_log_probs),
+            exclude_input=True if n.EXCLUDE_INPUT_IN_OUTPUT in self.inputs else None,
+            guide=(params.guided_decoding_guide_type, params.guided_decoding_guide),
+            embedding_bias=self._embedding_bias(params.logit_bias),
+            return_counts=(n.RETURN_NUM_INPUT_TOKENS in self.inputs, n.RETURN_NUM_OUTPUT_TOKENS in self.inputs),
+            return_perf_metrics=n.RETURN_PERF_METRICS in self.inputs)
 
     def reader(self, prompt_ids: list[int], params: SamplingParams) -> TokenReader:
         assert params.max_tokens is not None
@@ -115,15 +111,19 @@ class TokenWire:
                               f"model generated by `trtkit deploy`")
         return self.inputs[name]
 
-    def _embedding_bias(self, logit_bias: tuple[tuple[int, float], ...]) -> grpcclient.InferInput:
-        """One float per vocabulary entry of the model, as the C++ backend requires (its vocab size exactly)."""
-        bias = np.zeros((1, self.counter.model_vocab_size), dtype=np.float32)
+    def _embedding_bias(self, logit_bias: tuple[tuple[int, float], ...]) -> dict[int, float]:
+        """logit_bias as the engine's embedding bias (written with one float per vocabulary entry of the model, as
+        the C++ backend requires: its vocab size exactly)."""
+        bias: dict[int, float] = {}
+        if not logit_bias:
+            return bias
+        vocab = self.counter.model_vocab_size
         for token, value in logit_bias:
-            if not 0 <= token < bias.shape[1]:
+            if not 0 <= token < vocab:
                 raise ClientError(f"logit_bias names token id {token}, outside the model's vocabulary "
-                                  f"(0 to {bias.shape[1] - 1})")
-            bias[0, token] += value
-        return make_input("embedding_bias", bias, self._datatype("embedding_bias"))
+                                  f"(0 to {vocab - 1})")
+            bias[token] = float(np.float32(bias.get(token, 0.0) + value))
+        return bias
 
     def _scalar(self, name: str, value: object) -> grpcclient.InferInput:
         key = (name, value)

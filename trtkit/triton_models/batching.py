@@ -2,64 +2,21 @@
 
 The C++ backend splits a request whose tensors have a batch dimension B > 1 into B executor requests and
 answers each with its own responses, tagged with ``batch_index`` [1, 1]; the Triton request ends when all B
-are final (model_instance_state.cc, see trtkit/contracts/tensorrtllm_backend_1.2.json "batching"). This
-module is the pure part: splitting a request into its elements, naming a bad element, and counting finals.
-An input with one row applies to every element (broadcast), as the BLS sends its constant flags.
+are final (model_instance_state.cc, see trtkit/contracts/tensorrtllm_backend_1.2.json "batching"). Splitting a
+request into its elements and naming a bad one is the contract's (``trtkit.wire.request_tensors``: ``batch_size``,
+``per_element``; an input with one row applies to every element); this module is the answering side: rows padded
+into one tensor, each response tagged with its ``batch_index``, and the finals counted.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 import numpy as np
 
-from trtkit.errors import InvalidInputError
-from trtkit.triton_models.requests import InvalidRequest
-from trtkit.wire.tensors import Tensors
-
-T = TypeVar("T")
-
-
-def batch_size(inputs: Tensors, name_of: Callable[[str], str] = lambda name: name) -> int:
-    """B: the rows of the request's inputs. Every input has 1 row (broadcast) or B; others are refused.
-    ``name_of`` maps a tensor name to the one the client sent (for the message)."""
-    rows = {name: int(array.shape[0]) for name, array in inputs.items() if array.ndim >= 1 and array.size > 0}
-    size = max(rows.values(), default=1)
-    for name, count in rows.items():
-        if count not in (1, size):
-            raise InvalidRequest(f"{name_of(name)}: {count} rows in a batch of {size}; send one row per element "
-                                 f"([{size}, ...]) or one row for all ([1, ...])")
-    return size
-
-
-def element(inputs: Tensors, index: int, size: int) -> dict[str, np.ndarray]:
-    """Element ``index``'s tensors, each with a batch dimension of 1 (a one-row input is shared)."""
-    out = {}
-    for name, array in inputs.items():
-        many = array.ndim >= 1 and array.shape[0] == size and size > 1
-        out[name] = array[index:index + 1] if many else array
-    return out
-
-
-def per_element(inputs: Tensors, size: int, check: Callable[[dict[str, np.ndarray]], T]) -> list[T]:
-    """``check`` on every element; the first bad one refuses the whole request, naming its index."""
-    results = []
-    for index in range(size):
-        try:
-            results.append(check(element(inputs, index, size)))
-        except InvalidInputError as exc:
-            raise InvalidRequest(f"batch element {index}: {exc}") from exc
-    return results
-
-
-def same_for_all(values: list[T], name: str) -> T:
-    """A value every element must share (``stream``: one request is either streamed or not)."""
-    if any(v != values[0] for v in values):
-        raise InvalidRequest(f"{name}: the elements of one batched request disagree ({values}); send one value")
-    return values[0]
+from trtkit.wire.names import BATCH_INDEX
 
 
 def pad_rows(rows: list[np.ndarray], fill: int) -> np.ndarray:
@@ -72,7 +29,7 @@ def pad_rows(rows: list[np.ndarray], fill: int) -> np.ndarray:
 
 
 def with_batch_index(outputs: dict[str, np.ndarray], index: int) -> dict[str, np.ndarray]:
-    return {**outputs, "batch_index": np.array([[index]], dtype=np.int32)}
+    return {**outputs, BATCH_INDEX: np.array([[index]], dtype=np.int32)}
 
 
 @dataclass(slots=True)

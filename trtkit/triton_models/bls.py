@@ -26,22 +26,27 @@ import numpy as np
 
 from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions, IncrementalDetokenizer, Tokenizer
 from trtkit.tokenizer.stopping import StopFilter
-from trtkit.triton_models.batching import batch_size, element, per_element, same_for_all, with_batch_index
+from trtkit.triton_models.batching import with_batch_index
 from trtkit.triton_models.outputs import text_outputs
-from trtkit.triton_models.requests import (
+from trtkit.wire import names as n
+from trtkit.wire.engine_request import EngineRequest, batch_tensors
+from trtkit.wire.engine_run import EngineRun
+from trtkit.wire.request_tensors import (
     InvalidRequest,
+    batch_size,
+    element,
+    guide_of,
     max_tokens_of,
-    min_tokens_of,
+    per_element,
+    read_sampling,
     refuse_many_sequences,
-    sampling_from,
+    same_for_all,
     scalar,
     text,
     word_list,
 )
-from trtkit.wire.engine_run import EngineRun
-from trtkit.wire.names import COUNT_FLAGS, ENGINE_NAMES, PASS_THROUGH, PREPROCESSING_NAMES
 from trtkit.wire.responses import EngineResponse, PreprocResponse
-from trtkit.wire.tensors import Outputs, Tensors
+from trtkit.wire.tensors import Outputs, Tensors, list_to_words
 
 
 @dataclass(slots=True)
@@ -65,45 +70,29 @@ class Bls:
         self.decoupled = decoupled
         self.options = options
 
-    def engine_inputs(self, inputs: Tensors, pre: PreprocResponse, stream: bool) -> Outputs:
-        sampling_from(inputs)  # refuse bad values before any work
-        refuse_many_sequences(inputs)  # beams and n > 1 are never passed to the engine
-        request = self.engine_request(inputs, pre, stream)
-        if (m := min_tokens_of(inputs)) > 0:
-            request["min_tokens"] = np.array([[m]], dtype=np.int32)
-        return request
-
     def engine_request(self, inputs: Tensors, pre: PreprocResponse, stream: bool) -> Outputs:
-        """The engine's inputs from preprocessing's outputs and the client's pass-through inputs (any batch)."""
-        request: Outputs = {
-            "input_ids": pre.input_ids, "input_lengths": pre.input_lengths,
-            "request_output_len": pre.request_output_len, "end_id": pre.end_id, "pad_id": pre.pad_id,
-            "stop_words_list": pre.stop_words_list, "bad_words_list": pre.bad_words_list,
-            "exclude_input_in_output": np.array([[True]]), "streaming": np.array([[stream]]),
-            # the engine's counts; the C++ backend answers kv_cache_reused_blocks only with perf metrics on
-            **{flag: np.array([[True]]) for flag in COUNT_FLAGS},
-        }
-        for name in PASS_THROUGH:
-            if name in inputs and inputs[name].size:
-                request[ENGINE_NAMES.get(name, name)] = inputs[name]
-        request["streaming"] = np.array([[stream]])
-        return request
+        """The engine's request (any batch): one EngineRequest per element from preprocessing's answer and the
+        client's inputs, its sampling values read and checked under the ensemble's names, what trtkit does not read
+        (the C++ backend's LoRA, prompt tables, logits flags) handed on as sent; the elements stacked."""
+        size = len(pre.prompt_lengths())
+        elements = [element(inputs, index, size) for index in range(size)] if size > 1 else [inputs]
+        return batch_tensors([_engine_element(pre, index, one, stream) for index, one in enumerate(elements)])
 
     def run(self, inputs: Tensors, calls: BlsCalls) -> None:
         size = batch_size(inputs)
         if size > 1:
             run_batch(self, inputs, calls, size)
             return
-        prompt = text(inputs, "text_input")
+        prompt = text(inputs, n.TEXT_INPUT)
         if prompt is None:
             raise InvalidRequest("text_input is required")
-        stream = bool(scalar(inputs, "stream", False))
+        stream = bool(scalar(inputs, n.STREAM, False))
         if stream and not self.decoupled:
             raise InvalidRequest("stream=true needs a decoupled model; deploy with serve.streaming: true")
-        max_tokens = max_tokens_of(inputs, "max_tokens")
+        max_tokens = max_tokens_of(inputs, n.MAX_TOKENS)
         pre = PreprocResponse.from_tensors(calls.preprocess(preprocessing_inputs(inputs)))
-        request = self.engine_inputs(inputs, pre, stream)
-        echo = "" if bool(scalar(inputs, "exclude_input_in_output", True)) else prompt
+        request = self.engine_request(inputs, pre, stream)
+        echo = "" if bool(scalar(inputs, n.EXCLUDE_INPUT_IN_OUTPUT, True)) else prompt
         run = self.new_run(inputs, pre.prompt_lengths()[0], max_tokens, echo, stream)
         for response in calls.engine(request, stream):
             if calls.is_cancelled():
@@ -126,15 +115,34 @@ class Bls:
 
     def new_run(self, inputs: Tensors, num_input: int, max_tokens: int, echo: str, stream: bool) -> _Run:
         return _Run(IncrementalDetokenizer(self.tokenizer, self.anchor, self.options),
-                    StopFilter(word_list(inputs, "stop_words")), num_input, max_tokens, self.tokens_per_block, echo,
+                    StopFilter(word_list(inputs, n.STOP_WORDS)), num_input, max_tokens, self.tokens_per_block, echo,
                     keep_text=not stream, per_response_counts=self.per_response_counts)
+
+
+def _engine_element(pre: PreprocResponse, index: int, inputs: Tensors, stream: bool) -> EngineRequest:
+    """Element ``index`` of the engine's request: preprocessing's row ``index`` and the client's inputs for it."""
+    refuse_many_sequences(inputs)  # beams and n > 1 are never passed to the engine
+    length = pre.prompt_lengths()[index]
+    return EngineRequest(
+        prompt_ids=[int(i) for i in np.asarray(pre.input_ids[index]).reshape(-1)[:length]],
+        max_tokens=_row_int(pre.request_output_len, index), stream=stream,
+        end_id=_row_int(pre.end_id, index), pad_id=_row_int(pre.pad_id, index),
+        stop_ids=list_to_words(pre.stop_words_list[index]), bad_ids=list_to_words(pre.bad_words_list[index]),
+        sampling=read_sampling(inputs), exclude_input=True, guide=guide_of(inputs),
+        # the engine's counts; the C++ backend answers kv_cache_reused_blocks only with perf metrics on
+        return_counts=(True, True), return_perf_metrics=bool(scalar(inputs, n.RETURN_PERF_METRICS, True)),
+        extras={name: inputs[name] for name in n.PASSED_UNREAD if name in inputs and inputs[name].size})
+
+
+def _row_int(array: np.ndarray, index: int) -> int:
+    return int(np.asarray(array[index]).reshape(-1)[0])
 
 
 def preprocessing_inputs(inputs: Tensors) -> Outputs:
     """The preprocessing model's inputs under its names (any batch: it answers one row per element)."""
-    pre_inputs = {"QUERY": inputs["text_input"], "REQUEST_OUTPUT_LEN": inputs["max_tokens"]}
+    pre_inputs = {n.QUERY: inputs[n.TEXT_INPUT], n.PRE_REQUEST_OUTPUT_LEN: inputs[n.MAX_TOKENS]}
     for dst in ("STOP_WORDS_DICT", "BAD_WORDS_DICT", "END_ID", "PAD_ID", "PROMPT_FORM"):
-        src = PREPROCESSING_NAMES[dst]
+        src = n.PREPROCESSING_NAMES[dst]
         if src in inputs and inputs[src].size:
             pre_inputs[dst] = inputs[src]
     return pre_inputs
@@ -160,12 +168,12 @@ class _Element:
 
 
 def _check(inputs: Tensors) -> _Element:
-    prompt = text(inputs, "text_input")
+    prompt = text(inputs, n.TEXT_INPUT)
     if prompt is None:
         raise InvalidRequest("text_input is required")
-    sampling_from(inputs)
-    echo = "" if bool(scalar(inputs, "exclude_input_in_output", True)) else prompt
-    return _Element(prompt, bool(scalar(inputs, "stream", False)), max_tokens_of(inputs, "max_tokens"), echo)
+    read_sampling(inputs)
+    echo = "" if bool(scalar(inputs, n.EXCLUDE_INPUT_IN_OUTPUT, True)) else prompt
+    return _Element(prompt, bool(scalar(inputs, n.STREAM, False)), max_tokens_of(inputs, n.MAX_TOKENS), echo)
 
 
 def run_batch(bls: Bls, inputs: Tensors, calls: BlsCalls, size: int) -> None:
@@ -173,15 +181,9 @@ def run_batch(bls: Bls, inputs: Tensors, calls: BlsCalls, size: int) -> None:
         raise InvalidRequest(f"a batch of {size} is answered with one response per element, which needs a "
                              f"decoupled model; deploy with serve.streaming: true or send one prompt per request")
     elements = per_element(inputs, size, _check)  # a bad element refuses the request before any work
-    stream = same_for_all([e.stream for e in elements], "stream")
+    stream = same_for_all([e.stream for e in elements], n.STREAM)
     pre = PreprocResponse.from_tensors(calls.preprocess(preprocessing_inputs(inputs)))
-    request = bls.engine_request(inputs, pre, stream)
-    for name in ("min_tokens", "min_length"):  # per element; the engine checks and names them
-        if name in inputs and inputs[name].size:
-            request[name] = inputs[name]
-    # Triton wants every input of a BLS call to have the same batch size: shared values get B rows
-    request = {name: np.repeat(value, size, axis=0) if value.shape[0] == 1 else value
-               for name, value in request.items()}
+    request = bls.engine_request(inputs, pre, stream)  # B rows in every input, as Triton wants of a BLS call
     lengths = pre.prompt_lengths()
     runs = [bls.new_run(element(inputs, i, size), lengths[i], e.max_tokens, e.echo, stream)
             for i, e in enumerate(elements)]

@@ -2,7 +2,8 @@
 
 One :class:`EngineModel` per model instance owns an engine port (engine_ports.py): the CPU reference engine's
 ``EngineLoop``, or an LLM-API engine (``tensorrt_llm.LLM`` on a GPU, the reference engine's LLM facade on CPU).
-Each request is checked (engine_request.py) and started; the port calls back once per engine output and the
+Each request is read once into ``trtkit.wire.engine_request.EngineRequest`` s (one per batch element), checked
+against what this model serves, and started; the port calls back once per engine output and the
 request's :class:`RequestStream` decides what to send (see ``token_gate``). Streaming requests get one response
 per released chunk, the last one flagged final; other requests get exactly one response. Whatever the engine,
 the responses carry the same tensors: running counts, cached tokens, the finish reason, the engine request key.
@@ -11,7 +12,8 @@ the responses carry the same tensors: running counts, cached tokens, the finish 
 the C++ tensorrtllm backend's: raw new tokens per response (nothing held back), ``num_output_tokens``
 counting that response's tokens only, ``num_input_tokens`` / ``num_output_tokens`` only when the request
 sets ``return_num_input_tokens`` / ``return_num_output_tokens``, and no ``finish_reason`` or
-``num_cached_tokens``. The GPU token accounting in the BLS and the client then runs for real on CPU.
+``num_cached_tokens``, and ``kv_cache_reused_blocks`` counting a partly matched block as the 1.2 backend does
+(cpp_reuse.py). The GPU token accounting in the BLS and the client then runs for real on CPU.
 """
 
 from __future__ import annotations
@@ -26,16 +28,18 @@ from typing import Any, Protocol
 import numpy as np
 
 from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions
-from trtkit.triton_models.batching import ElementSink, FinalCounter, batch_size, per_element, same_for_all
+from trtkit.triton_models.batching import ElementSink, FinalCounter
+from trtkit.triton_models.cpp_reuse import PartialReuse
 from trtkit.triton_models.engine_ports import EnginePort, LoopPort
-from trtkit.triton_models.engine_request import ParsedRequest, parse_request
 from trtkit.triton_models.outputs import engine_outputs
-from trtkit.triton_models.requests import InvalidRequest, Tensors, scalar
 from trtkit.triton_models.token_gate import TokenGate
+from trtkit.wire import names as n
+from trtkit.wire.engine_request import EngineRequest
+from trtkit.wire.request_tensors import InvalidRequest, Tensors, reject_unsupported, same_for_all, scalar
 from trtkit.wire.stop_request import NOT_RUNNING
 
 log = logging.getLogger(__name__)
-__all__ = ["EngineModel", "ParsedRequest", "RequestStream", "ResponseSink", "as_cpp_backend"]
+__all__ = ["EngineModel", "EngineRequest", "RequestStream", "ResponseSink", "as_cpp_backend"]
 
 
 class ResponseSink(Protocol):
@@ -53,7 +57,7 @@ class ResponseSink(Protocol):
 class RequestStream:
     """One request's progress: what was generated, what was sent, and whether it is over."""
 
-    parsed: ParsedRequest
+    parsed: EngineRequest
     gate: TokenGate
     sink: ResponseSink
     tokens_per_block: int
@@ -64,6 +68,7 @@ class RequestStream:
     answered: bool = False  # the final response went out
     triton_id: str = ""
     engine_id: str = ""
+    reported_blocks: int | None = None  # cpp_responses: kv_cache_reused_blocks as the 1.2 backend counts them
 
 
 class EngineModel:
@@ -85,29 +90,40 @@ class EngineModel:
         self.engine_ids: set[str] = set()  # live engine request ids: `stop` also takes one as the request id
         self.streams: dict[str, RequestStream] = {}  # engine request id -> its stream, for sweep_cancelled
         self.live_lock = threading.Lock()
+        engine_config = getattr(getattr(self.loop, "engine", None), "config", None)
+        reuse = bool(engine_config is not None and engine_config.enable_kv_cache_reuse)
+        self.partial_reuse = PartialReuse(tokens_per_block, enabled=cpp_responses and reuse)
 
-    def parse(self, inputs: Tensors) -> ParsedRequest:
-        return parse_request(inputs, vocab_size=self.vocab_size, decoupled=self.decoupled,
-                             exclude_input_default=self.exclude_input_default)
+    def parse(self, inputs: Tensors) -> list[EngineRequest]:
+        """The request's elements, each read once and checked against what this model serves."""
+        requests = EngineRequest.from_batch(inputs, vocab_size=self.vocab_size,
+                                            exclude_input_default=self.exclude_input_default)
+        for index, request in enumerate(requests):
+            try:
+                reject_unsupported(request.extras)  # the C++ backend's inputs: refused, never ignored
+            except InvalidRequest as exc:
+                raise InvalidRequest(f"batch element {index}: {exc}" if len(requests) > 1 else str(exc)) from exc
+        if len(requests) > 1 and not self.decoupled:
+            raise InvalidRequest(f"a batch of {len(requests)} is answered with one response per element, which needs "
+                                 f"a decoupled model; deploy with serve.streaming: true or send one prompt per request")
+        if any(request.stream for request in requests) and not self.decoupled:
+            raise InvalidRequest("streaming needs a decoupled model; deploy with serve.streaming: true")
+        return requests
 
     def submit(self, inputs: Tensors, sink: ResponseSink, request_id: str | None = None, triton_id: str = "") -> str:
         """Check and enqueue one request; bad requests raise :class:`InvalidRequest` before anything is sent.
 
         As in the C++ backend, a request with ``stop`` = true cancels the live request that carries the
         same Triton request id (how the BLS cancels its engine call when its own client goes away)."""
-        if bool(scalar(inputs, "stop", False)):
+        if bool(scalar(inputs, n.STOP, False)):
             self.stop(triton_id)
             sink.close()
             return ""
-        size = batch_size(inputs)
-        if size == 1:
-            return self._start(self.parse(inputs), sink, request_id, triton_id)
-        if not self.decoupled:
-            raise InvalidRequest(f"a batch of {size} is answered with one response per element, which needs a "
-                                 f"decoupled model; deploy with serve.streaming: true or send one prompt per request")
-        parsed = per_element(inputs, size, self.parse)  # a bad element refuses the request before any starts
-        same_for_all([p.stream for p in parsed], "streaming")
-        counter, rids = FinalCounter(size), []
+        parsed = self.parse(inputs)  # a bad element refuses the request before any starts
+        if len(parsed) == 1:
+            return self._start(parsed[0], sink, request_id, triton_id)
+        same_for_all([p.stream for p in parsed], n.STREAMING)
+        counter, rids = FinalCounter(len(parsed)), []
         try:
             for index, element in enumerate(parsed):
                 rids.append(self._start(element, ElementSink(sink, index, counter), None, triton_id))
@@ -118,7 +134,7 @@ class EngineModel:
             raise
         return ",".join(rids)
 
-    def _start(self, parsed: ParsedRequest, sink: ResponseSink, request_id: str | None, triton_id: str) -> str:
+    def _start(self, parsed: EngineRequest, sink: ResponseSink, request_id: str | None, triton_id: str) -> str:
         stops = [self.tokenizer.decode(w, skip_special_tokens=False, clean_up_tokenization_spaces=False)
                  for w in parsed.stop_ids]
         stream = RequestStream(parsed, TokenGate(self.tokenizer, self.anchor, stops, self.options), sink,
@@ -221,12 +237,23 @@ class EngineModel:
             self._forget(stream)
         outputs = engine_outputs(out, chunk, lp, stream.generated, reason if final else None,
                                  self.tokens_per_block, _now_ns)
-        outputs["cpu_request_key"] = np.array([[stream.engine_id.encode()]], dtype=np.object_)
+        outputs[n.CPU_REQUEST_KEY] = np.array([[stream.engine_id.encode()]], dtype=np.object_)
+        if self.cpp_responses:
+            self._as_cpp_reuse(stream, outputs, final)
         generated_here = len(ids) if stream.parsed.stream else len(stream.sent_ids)
         stream.sink.send(as_cpp_backend(outputs, generated_here, stream.parsed.return_counts,
                                         stream.parsed.return_perf_metrics)
                          if self.cpp_responses else outputs, final)
         stream.answered = final
+
+    def _as_cpp_reuse(self, stream: RequestStream, outputs: dict[str, np.ndarray], final: bool) -> None:
+        """The reused blocks as the 1.2 C++ backend counts them (a partly matched block too: cpp_reuse.py)."""
+        if stream.reported_blocks is None:
+            whole = int(outputs[n.KV_CACHE_REUSED_BLOCKS].item())
+            stream.reported_blocks = self.partial_reuse.reused_blocks(stream.parsed.prompt_ids, whole)
+        outputs[n.KV_CACHE_REUSED_BLOCKS] = np.array([[stream.reported_blocks]], dtype=np.int32)
+        if final:
+            self.partial_reuse.remember(stream.parsed.prompt_ids + stream.sent_ids)
 
     def _fail(self, stream: RequestStream, reason: str) -> None:
         """An engine-side failure of this request: its client gets an error, whatever was sent before."""
@@ -239,24 +266,24 @@ class EngineModel:
 
 
 # fillTritonResponse sends these only with return_perf_metrics (model_instance_state.cc, 1.2.0rc8 0c8de69)
-PERF_METRICS_OUTPUTS = ("kv_cache_alloc_new_blocks", "kv_cache_reused_blocks", "kv_cache_alloc_total_blocks",
-                        "arrival_time_ns", "first_scheduled_time_ns", "first_token_time_ns", "last_token_time_ns",
-                        "acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
+PERF_METRICS_OUTPUTS = (n.KV_CACHE_ALLOC_NEW_BLOCKS, n.KV_CACHE_REUSED_BLOCKS, n.KV_CACHE_ALLOC_TOTAL_BLOCKS,
+                        n.ARRIVAL_TIME_NS, n.FIRST_SCHEDULED_TIME_NS, n.FIRST_TOKEN_TIME_NS, n.LAST_TOKEN_TIME_NS,
+                        n.ACCEPTANCE_RATE, n.TOTAL_ACCEPTED_DRAFT_TOKENS, n.TOTAL_DRAFT_TOKENS)
 # ... and these only for a batched request (B > 1) and with num_return_sequences > 1 (one sequence here)
-NOT_FOR_ONE = ("batch_index", "sequence_index")
+NOT_FOR_ONE = (n.BATCH_INDEX, n.SEQUENCE_INDEX)
 
 
 def as_cpp_backend(outputs: dict[str, np.ndarray], num_tokens: int, return_counts: tuple[bool, bool],
                    return_perf_metrics: bool = False) -> dict[str, np.ndarray]:
     """A response as the C++ backend's fillTritonResponse shapes it (TensorRT-LLM 1.2, model_instance_state.cc):
     no trtkit extras, counts and perf metrics only when asked, this response's own token count."""
-    dropped = ("finish_reason", "num_cached_tokens", "num_input_tokens", "num_output_tokens", "cpu_request_key",
+    dropped = (n.FINISH_REASON, n.NUM_CACHED_TOKENS, n.NUM_INPUT_TOKENS, n.NUM_OUTPUT_TOKENS, n.CPU_REQUEST_KEY,
                *NOT_FOR_ONE, *(() if return_perf_metrics else PERF_METRICS_OUTPUTS))
     shaped = {k: v for k, v in outputs.items() if k not in dropped}
     if return_counts[0]:
-        shaped["num_input_tokens"] = outputs["num_input_tokens"]
+        shaped[n.NUM_INPUT_TOKENS] = outputs[n.NUM_INPUT_TOKENS]
     if return_counts[1]:
-        shaped["num_output_tokens"] = np.array([[num_tokens]], dtype=np.int32)
+        shaped[n.NUM_OUTPUT_TOKENS] = np.array([[num_tokens]], dtype=np.int32)
     return shaped
 
 

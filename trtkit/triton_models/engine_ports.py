@@ -1,10 +1,10 @@
 """What sits behind the engine slot's tensor contract: an engine port.
 
-``EngineModel`` (engine_model.py) turns Triton tensors into a ``ParsedRequest`` and engine outputs back into the
+``EngineModel`` (engine_model.py) reads Triton tensors into ``EngineRequest`` s (``trtkit.wire.engine_request``) and engine outputs back into the
 template's responses; a port starts and cancels requests on one engine and calls back with its outputs. Two ports:
 
 - ``LoopPort``: the CPU reference engine's ``EngineLoop`` (its own sampling parameters);
-- ``llmapi_port.LlmApiPort``: anything with TensorRT-LLM's LLM API, ``tensorrt_llm.LLM`` on a GPU or the reference
+- ``llm_api_port.LlmApiPort``: anything with TensorRT-LLM's LLM API, ``tensorrt_llm.LLM`` on a GPU or the reference
   engine's LLM facade (``trtkit.refengine.llm_api``) on CPU.
 
 Outputs are deltas shaped like ``trtkit.refengine.RequestOutput`` (new token ids, a finish reason of end_id, stop,
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from trtkit.triton_models.engine_request import ParsedRequest
+from trtkit.wire.engine_request import EngineRequest
 
 OnOutput = Callable[[Any], None]
 
@@ -25,7 +25,7 @@ OnOutput = Callable[[Any], None]
 class EnginePort(Protocol):
     vocab_size: int
 
-    def start_request(self, parsed: ParsedRequest, on_output: OnOutput, request_id: str | None) -> str:
+    def start_request(self, parsed: EngineRequest, on_output: OnOutput, request_id: str | None) -> str:
         """Queue one request; raise (EngineError, ValueError, ...) at once when the engine refuses it."""
 
     def cancel(self, request_id: str) -> bool:
@@ -39,10 +39,10 @@ class LoopPort:
         self.loop = loop
         self.vocab_size = int(loop.engine.spec.vocab_size)
 
-    def start_request(self, parsed: ParsedRequest, on_output: OnOutput, request_id: str | None) -> str:
+    def start_request(self, parsed: EngineRequest, on_output: OnOutput, request_id: str | None) -> str:
         from trtkit.refengine import SamplingParams
 
-        s = parsed.sampling
+        s = parsed.sampling.applied()  # what the request left unset: the template's defaults
         params = SamplingParams(
             max_tokens=parsed.max_tokens, end_id=parsed.end_id, pad_id=parsed.pad_id,
             stop_token_ids=parsed.stop_ids, bad_token_ids=parsed.bad_ids, temperature=s.temperature, top_k=s.top_k,

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from trtkit.wire import names as n
 from trtkit.wire.tensors import Tensors
 
 
@@ -32,29 +33,29 @@ def engine_outputs(out, chunk: list[int], log_probs: list[float], generated: int
     lp = np.zeros((1, 1, len(chunk)), dtype=np.float32)
     lp[0, 0, :len(log_probs[:len(chunk)])] = log_probs[:len(chunk)]
     return {
-        "output_ids": np.array([[chunk]], dtype=np.int32).reshape(1, 1, len(chunk)),
-        "sequence_length": _i32(len(chunk)),
-        "cum_log_probs": np.array([[getattr(out, "cum_log_prob", 0.0) or 0.0]], dtype=np.float32),
-        "output_log_probs": lp,
-        "context_logits": np.zeros((1, 0, 0), dtype=np.float32),
-        "generation_logits": np.zeros((1, 0, 0, 0), dtype=np.float32),
-        "batch_index": _i32(0),
-        "sequence_index": _i32(0),
-        "context_phase_params": np.zeros((1, 0), dtype=np.uint8),
-        "kv_cache_alloc_new_blocks": _i32(total_blocks - reused // tokens_per_block),
-        "kv_cache_reused_blocks": _i32(reused // tokens_per_block),
-        "kv_cache_alloc_total_blocks": _i32(total_blocks),
-        "arrival_time_ns": _i64(_seconds_to_ns(getattr(out, "arrival_time", None))),
-        "first_scheduled_time_ns": _i64(_seconds_to_ns(getattr(out, "first_scheduled_time", None))),
-        "first_token_time_ns": _i64(_seconds_to_ns(getattr(out, "first_token_time", None))),
-        "last_token_time_ns": _i64(_seconds_to_ns(getattr(out, "last_token_time", None)) or clock()),
-        "acceptance_rate": np.zeros((1, 1), dtype=np.float32),
-        "total_accepted_draft_tokens": _i32(0),
-        "total_draft_tokens": _i32(0),
-        "num_input_tokens": _i32(prompt),
-        "num_output_tokens": _i32(generated),
-        "num_cached_tokens": _i32(reused),
-        "finish_reason": np.array([[(finish_reason or "").encode()]], dtype=np.object_),
+        n.OUTPUT_IDS: np.array([[chunk]], dtype=np.int32).reshape(1, 1, len(chunk)),
+        n.SEQUENCE_LENGTH: _i32(len(chunk)),
+        n.CUM_LOG_PROBS: np.array([[getattr(out, "cum_log_prob", 0.0) or 0.0]], dtype=np.float32),
+        n.OUTPUT_LOG_PROBS: lp,
+        n.CONTEXT_LOGITS: np.zeros((1, 0, 0), dtype=np.float32),
+        n.GENERATION_LOGITS: np.zeros((1, 0, 0, 0), dtype=np.float32),
+        n.BATCH_INDEX: _i32(0),
+        n.SEQUENCE_INDEX: _i32(0),
+        n.CONTEXT_PHASE_PARAMS: np.zeros((1, 0), dtype=np.uint8),
+        n.KV_CACHE_ALLOC_NEW_BLOCKS: _i32(total_blocks - reused // tokens_per_block),
+        n.KV_CACHE_REUSED_BLOCKS: _i32(reused // tokens_per_block),
+        n.KV_CACHE_ALLOC_TOTAL_BLOCKS: _i32(total_blocks),
+        n.ARRIVAL_TIME_NS: _i64(_seconds_to_ns(getattr(out, "arrival_time", None))),
+        n.FIRST_SCHEDULED_TIME_NS: _i64(_seconds_to_ns(getattr(out, "first_scheduled_time", None))),
+        n.FIRST_TOKEN_TIME_NS: _i64(_seconds_to_ns(getattr(out, "first_token_time", None))),
+        n.LAST_TOKEN_TIME_NS: _i64(_seconds_to_ns(getattr(out, "last_token_time", None)) or clock()),
+        n.ACCEPTANCE_RATE: np.zeros((1, 1), dtype=np.float32),
+        n.TOTAL_ACCEPTED_DRAFT_TOKENS: _i32(0),
+        n.TOTAL_DRAFT_TOKENS: _i32(0),
+        n.NUM_INPUT_TOKENS: _i32(prompt),
+        n.NUM_OUTPUT_TOKENS: _i32(generated),
+        n.NUM_CACHED_TOKENS: _i32(reused),
+        n.FINISH_REASON: np.array([[(finish_reason or "").encode()]], dtype=np.object_),
     }
 
 
@@ -63,10 +64,10 @@ def text_outputs(text: str, engine: Tensors | None, finish_reason: str | None,
     """An ensemble/BLS response: the text plus the engine's outputs that the front models also declare."""
     result: dict[str, np.ndarray] = {}
     for name, value in (engine or {}).items():
-        if name not in ("output_ids", "sequence_length", "context_phase_params"):
+        if name not in (n.OUTPUT_IDS, n.SEQUENCE_LENGTH, n.CONTEXT_PHASE_PARAMS):
             result[name] = value
-    result["text_output"] = np.array([[text.encode("utf-8")]], dtype=np.object_)
+    result[n.TEXT_OUTPUT] = np.array([[text.encode("utf-8")]], dtype=np.object_)
     if counts is not None:
-        result["num_input_tokens"], result["num_output_tokens"], result["num_cached_tokens"] = map(_i32, counts)
-    result["finish_reason"] = np.array([[(finish_reason or "").encode()]], dtype=np.object_)
+        result[n.NUM_INPUT_TOKENS], result[n.NUM_OUTPUT_TOKENS], result[n.NUM_CACHED_TOKENS] = map(_i32, counts)
+    result[n.FINISH_REASON] = np.array([[(finish_reason or "").encode()]], dtype=np.object_)
     return result

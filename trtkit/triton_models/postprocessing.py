@@ -17,7 +17,7 @@ from trtkit.tokenizer.detokenizer import (
     decode_continuation,
     without_broken_tail,
 )
-from trtkit.triton_models.requests import Tensors
+from trtkit.wire.tensors import Tensors
 
 
 class Postprocessor:

@@ -14,18 +14,21 @@ from pathlib import Path
 import numpy as np
 
 from trtkit.tokenizer.prompt_forms import PLAIN, is_prompt_form, prompt_ids, unknown_form_message
-from trtkit.triton_models.batching import batch_size, pad_rows, per_element
-from trtkit.triton_models.requests import (
+from trtkit.triton_models.batching import pad_rows
+from trtkit.wire import names as n
+from trtkit.wire.names import PREPROCESSING_NAMES
+from trtkit.wire.request_tensors import (
     InvalidRequest,
     Tensors,
+    batch_size,
     max_tokens_of,
     min_tokens_of,
+    per_element,
     reject_unsupported,
     scalar,
     text,
     word_list,
 )
-from trtkit.wire.names import PREPROCESSING_NAMES
 from trtkit.wire.tensors import words_to_list
 
 log = logging.getLogger(__name__)
@@ -132,21 +135,21 @@ class Preprocessor:
     def run(self, inputs: Tensors) -> Preprocessed:
         """``inputs`` under the preprocessing model's tensor names (``QUERY``, ...) or the client's."""
         inputs = client_view(inputs)
-        prompt_rows = inputs["text_input"].shape[0] if "text_input" in inputs and inputs["text_input"].ndim else 1
+        prompt_rows = inputs[n.TEXT_INPUT].shape[0] if n.TEXT_INPUT in inputs and inputs[n.TEXT_INPUT].ndim else 1
         if prompt_rows > 1:
             raise InvalidRequest(f"text_input: batch of {prompt_rows}; send one prompt per request")
         reject_unsupported(inputs, UNSUPPORTED, "trtkit's text-only preprocessing; leave it out")
-        prompt = text(inputs, "text_input")
+        prompt = text(inputs, n.TEXT_INPUT)
         if prompt is None:
             raise InvalidRequest("text_input is required")
-        max_tokens = max_tokens_of(inputs, "max_tokens")
-        ids = self.encode_prompt(prompt, text(inputs, "prompt_form", PLAIN) or PLAIN)
+        max_tokens = max_tokens_of(inputs, n.MAX_TOKENS)
+        ids = self.encode_prompt(prompt, text(inputs, n.PROMPT_FORM, PLAIN) or PLAIN)
         self.check_fit(len(ids), max_tokens)
         vocab = len(self.tokenizer)
-        end_id = _token_id(scalar(inputs, "end_id"), "end_id", vocab, self.end_id)
-        pad_id = _token_id(scalar(inputs, "pad_id"), "pad_id", vocab, self.pad_id)
-        return Preprocessed(ids, max_tokens, self.encode_words(word_list(inputs, "stop_words"), "stop_words"),
-                            self.encode_words(word_list(inputs, "bad_words"), "bad_words"), end_id, pad_id,
+        end_id = _token_id(scalar(inputs, n.END_ID), n.END_ID, vocab, self.end_id)
+        pad_id = _token_id(scalar(inputs, n.PAD_ID), n.PAD_ID, vocab, self.pad_id)
+        return Preprocessed(ids, max_tokens, self.encode_words(word_list(inputs, n.STOP_WORDS), n.STOP_WORDS),
+                            self.encode_words(word_list(inputs, n.BAD_WORDS), n.BAD_WORDS), end_id, pad_id,
                             min_tokens_of(inputs))
 
 

@@ -21,21 +21,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trtkit.tokenizer.detokenizer import DEFAULT_OPTIONS, DecodeOptions, Tokenizer
-from trtkit.triton_models.batching import batch_size, per_element, same_for_all, with_batch_index
-from trtkit.triton_models.requests import (
-    InvalidRequest,
-    Tensors,
-    max_tokens_of,
-    refuse_many_sequences,
-    scalar,
-)
+from trtkit.triton_models.batching import with_batch_index
 from trtkit.triton_models.token_gate import TokenGate
-from trtkit.wire.tensors import list_to_words
+from trtkit.wire import names as n
+from trtkit.wire.engine_request import EngineRequest
+from trtkit.wire.request_tensors import Tensors, same_for_all
+from trtkit.wire.responses import cached_tokens_from_reused_blocks
+from trtkit.wire.tensors import Outputs
 
-Outputs = dict[str, np.ndarray]
-# asked of the engine on every call: the counts and the reused blocks this step turns into exact figures
-ALWAYS_ASKED = ("return_num_input_tokens", "return_num_output_tokens", "return_perf_metrics")
-GATE_OUTPUTS = ("num_cached_tokens", "finish_reason", "cpu_request_key")  # what this step adds to the engine's
+# asked of the engine on every call (COUNT_FLAGS): the counts and the reused blocks this step turns into exact figures
+GATE_OUTPUTS = (n.NUM_CACHED_TOKENS, n.FINISH_REASON, n.CPU_REQUEST_KEY)  # what this step adds to the engine's
 
 
 @dataclass(slots=True)
@@ -68,14 +63,14 @@ class ElementGate:
 
     def absorb(self, response: Outputs) -> list[int]:
         """Take one engine response; return the token ids that may be handed on now."""
-        new = [int(i) for i in np.asarray(response.get("output_ids", np.zeros(0))).reshape(-1)[:_beam0_len(response)]]
+        new = [int(i) for i in np.asarray(response.get(n.OUTPUT_IDS, np.zeros(0))).reshape(-1)[:_beam0_len(response)]]
         self.last = response
         self.generated.extend(new)
         self.log_probs.extend(_log_probs_of(response, len(new)))
-        self.num_input = _int(response, "num_input_tokens", self.num_input)
-        if "kv_cache_reused_blocks" in response:  # whole blocks, the last one perhaps partly matched
-            blocks = _int(response, "kv_cache_reused_blocks", 0)
-            self.num_cached = min(blocks * self.tokens_per_block, max(self.num_input - 1, 0))
+        self.num_input = _int(response, n.NUM_INPUT_TOKENS, self.num_input)
+        if n.KV_CACHE_REUSED_BLOCKS in response:  # the last reused block perhaps partly matched: not billed
+            self.num_cached = cached_tokens_from_reused_blocks(_int(response, n.KV_CACHE_REUSED_BLOCKS, 0),
+                                                               self.tokens_per_block, self.num_input)
         return self.gate.push(new) if self.stream else []
 
     def finish(self) -> list[int]:
@@ -89,18 +84,18 @@ class ElementGate:
         start = self.sent
         self.sent += len(ids)
         chunk = ids if self.stream else self.echo + ids  # the CPU engine echoes the prompt in one answer only
-        out = {k: v for k, v in (self.last or {}).items() if k not in ("output_ids", "sequence_length")}
+        out = {k: v for k, v in (self.last or {}).items() if k not in (n.OUTPUT_IDS, n.SEQUENCE_LENGTH)}
         lp = np.zeros((1, 1, len(chunk)), dtype=np.float32)
         values = self.log_probs[start:start + len(chunk)]
         lp[0, 0, len(chunk) - len(ids):len(chunk) - len(ids) + len(values)] = values
         out.update({
-            "output_ids": np.array(chunk, dtype=np.int32).reshape(1, 1, len(chunk)),
-            "sequence_length": np.array([[len(chunk)]], dtype=np.int32), "output_log_probs": lp,
-            "num_input_tokens": np.array([[self.num_input]], dtype=np.int32),
-            "num_output_tokens": np.array([[len(self.generated)]], dtype=np.int32),
-            "num_cached_tokens": np.array([[self.num_cached]], dtype=np.int32),
-            "finish_reason": np.array([[(self.reason() if final else "").encode()]], dtype=np.object_),
-            "cpu_request_key": np.array([[key.encode()]], dtype=np.object_),
+            n.OUTPUT_IDS: np.array(chunk, dtype=np.int32).reshape(1, 1, len(chunk)),
+            n.SEQUENCE_LENGTH: np.array([[len(chunk)]], dtype=np.int32), n.OUTPUT_LOG_PROBS: lp,
+            n.NUM_INPUT_TOKENS: np.array([[self.num_input]], dtype=np.int32),
+            n.NUM_OUTPUT_TOKENS: np.array([[len(self.generated)]], dtype=np.int32),
+            n.NUM_CACHED_TOKENS: np.array([[self.num_cached]], dtype=np.int32),
+            n.FINISH_REASON: np.array([[(self.reason() if final else "").encode()]], dtype=np.object_),
+            n.CPU_REQUEST_KEY: np.array([[key.encode()]], dtype=np.object_),
         })
         return out
 
@@ -120,35 +115,28 @@ class StreamGate:
         self.tokens_per_block = tokens_per_block
         self.options = options
 
-    def element(self, inputs: Tensors) -> ElementGate:
-        refuse_many_sequences(inputs)  # only beam 0 is read
-        ids = inputs.get("input_ids")
-        if ids is None or ids.size == 0:
-            raise InvalidRequest("input_ids is empty; send a non-empty prompt")
-        length = scalar(inputs, "input_lengths")
-        stop_ids = list_to_words(inputs["stop_words_list"]) if "stop_words_list" in inputs else []
+    def element(self, request: EngineRequest) -> ElementGate:
+        """One element of the engine request (only beam 0 is read: beams and n > 1 were refused reading it)."""
         stops = [self.tokenizer.decode(w, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-                 for w in stop_ids]
-        prompt = [int(i) for i in ids.reshape(-1)][:int(length) if length is not None else None]
-        echo = prompt if scalar(inputs, "exclude_input_in_output") is False else []
-        return ElementGate(TokenGate(self.tokenizer, self.anchor, stops, self.options), len(prompt),
-                           max_tokens_of(inputs, "request_output_len", "request_output_len"),
-                           bool(scalar(inputs, "streaming", False)), self.tokens_per_block, stop_ids, echo)
+                 for w in request.stop_ids]
+        echo = list(request.prompt_ids) if request.exclude_input is False else []
+        return ElementGate(TokenGate(self.tokenizer, self.anchor, stops, self.options), len(request.prompt_ids),
+                           request.max_tokens, request.stream, self.tokens_per_block, request.stop_ids, echo)
 
     def run(self, inputs: Tensors, calls: GateCalls) -> None:
-        size = batch_size(inputs)
-        elements = [self.element(inputs)] if size == 1 else per_element(inputs, size, self.element)
-        stream = same_for_all([e.stream for e in elements], "streaming")
         # an ensemble hands a step its [B, 1] scalars as [B]; a BLS call is checked against the declared [-1, 1]
         request = {name: array.reshape(-1, 1) if array.ndim == 1 else array for name, array in inputs.items()}
-        for name in (*ALWAYS_ASKED, "exclude_input_in_output"):  # the prompt is echoed here, from its own ids
+        elements = [self.element(element) for element in EngineRequest.from_batch(request)]  # read once, checked
+        size = len(elements)
+        stream = same_for_all([e.stream for e in elements], n.STREAMING)
+        for name in (*n.COUNT_FLAGS, n.EXCLUDE_INPUT_IN_OUTPUT):  # the prompt is echoed here, from its own ids
             request[name] = np.array([[True]])
         stopping = False
         for response in calls.engine(request, stream):
             if calls.is_cancelled():
                 calls.cancel_engine()  # the engine's blocks go back now, not when max_tokens runs out
                 return
-            index = _int(response, "batch_index", 0) if size > 1 else 0
+            index = _int(response, n.BATCH_INDEX, 0) if size > 1 else 0
             ids = elements[index].absorb(response)
             if ids:
                 calls.send(self._tagged(elements[index].outputs(ids, False, calls.engine_key), index, size), False)
@@ -168,15 +156,15 @@ class StreamGate:
 
 def _beam0_len(response: Outputs) -> int:
     """Beam 0's length: ``output_ids`` is ``[1, beams, L]`` padded with -1, ``sequence_length`` says how long."""
-    lengths = response.get("sequence_length")
+    lengths = response.get(n.SEQUENCE_LENGTH)
     if lengths is not None and np.asarray(lengths).size:
         return int(np.asarray(lengths).reshape(-1)[0])
-    ids = response.get("output_ids")
+    ids = response.get(n.OUTPUT_IDS)
     return 0 if ids is None else int(np.asarray(ids).shape[-1])
 
 
 def _log_probs_of(response: Outputs, count: int) -> list[float]:
-    values = response.get("output_log_probs")
+    values = response.get(n.OUTPUT_LOG_PROBS)
     if values is None or not count or np.asarray(values).size == 0:
         return [0.0] * count
     array = np.asarray(values, dtype=np.float64)

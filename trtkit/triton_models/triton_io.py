@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from trtkit.errors import InvalidInputError
-from trtkit.triton_models.requests import InvalidRequest
+from trtkit.wire.request_tensors import InvalidRequest
 
 log = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtkit.config import paths
+from trtkit.config.build_backend import backend_of
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.checkpoint_info import (
@@ -119,7 +120,7 @@ def build_engines(config: ModelConfig, *, facts: HostFacts | None = None, checkp
                   out_dir: Path | None = None, force: bool = False, dry_run: bool = False) -> BuildResult:
     """Build (or skip, when identical) the engines for ``config``. ``facts`` defaults to probing this host.
     Under build.backend: pytorch there is no engine: see ``llm_api_build.build_llm_api``."""
-    if config.build.backend == "pytorch":
+    if not backend_of(config).builds_engines:
         raise BuildError("build.backend is pytorch: the PyTorch backend builds no engine; use "
                          "trtkit.trtllm_build.llm_api_build.build_llm_api (trtkit build does)")
     if facts is None:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trtkit.config.build_backend import BuildBackend
+
 # quant_algo -> oldest SM with kernels for it (FP8 tensor cores arrived with Ada, FP4 with Blackwell)
 MIN_SM_FOR_WEIGHTS = {"FP8": 89, "FP8_PER_CHANNEL_PER_TOKEN": 89, "W4A8_AWQ": 89, "NVFP4": 100}
 MIN_SM_FOR_KV = {"FP8": 89}
@@ -55,7 +57,7 @@ def refusals(quant_algo: str | None, kv_cache_quant_algo: str | None, cc: tuple[
     found = _kernel_refusals(quant_algo, kv_cache_quant_algo, sm_of(cc))
     refused = builder_refusal(quant_algo, kv_cache_quant_algo, sm_of(cc))
     if refused:
-        found.append(Refusal(f"TensorRT-LLM 1.2 refuses {refused}", "on SM 10.x and 11.x (B200, GB200, B300)",
+        found.append(Refusal(f"TensorRT-LLM 1.2 refuses {refused}", "on SM 10.x and 11.x (B200, GB200, B300, GB300)",
                              "use quantization.format fp8 or nvfp4 with kv_cache_dtype fp8 or auto, then re-run "
                              "trtkit calibrate, or build on a Hopper, Ada or RTX Blackwell (SM 12.x) GPU"))
     return found
@@ -103,7 +105,7 @@ PYTORCH_MATRIX: dict[str, tuple[str, ...]] = {
     "W4A16_AWQ": ("ampere", "ada", "hopper"),
 }
 PYTORCH_KV_MATRIX: dict[str, tuple[str, ...]] = {"FP8": ("ampere", "ada", "hopper", "blackwell", "blackwell_rtx")}
-FAMILY_NAMES = {"ampere": "Ampere", "ada": "Ada", "hopper": "Hopper", "blackwell": "Blackwell SM 10.x (B200, B300)",
+FAMILY_NAMES = {"ampere": "Ampere", "ada": "Ada", "hopper": "Hopper", "blackwell": "Blackwell SM 10.x (B200, B300, GB300)",
                 "blackwell_rtx": "Blackwell SM 12.x (RTX PRO 6000, RTX 5090)"}
 
 
@@ -128,12 +130,10 @@ def pytorch_refusals(quant_algo: str | None, kv_cache_quant_algo: str | None, cc
     return found
 
 
-def refusals_for(backend: str, quant_algo: str | None, kv_cache_quant_algo: str | None,
+def refusals_for(backend: BuildBackend, quant_algo: str | None, kv_cache_quant_algo: str | None,
                  cc: tuple[int, int]) -> list[Refusal]:
     """What a GPU cannot run, by backend: the 1.2 builder and kernels (tensorrt) or the PyTorch support matrix."""
-    if backend == "pytorch":
-        return pytorch_refusals(quant_algo, kv_cache_quant_algo, cc)
-    return refusals(quant_algo, kv_cache_quant_algo, cc)
+    return backend.pick(tensorrt=refusals, pytorch=pytorch_refusals)(quant_algo, kv_cache_quant_algo, cc)
 
 
 def architecture(cc: tuple[int, int]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +18,11 @@ from pathlib import Path
 
 @dataclass(slots=True, frozen=True)
 class GpuFact:
-    index: int
+    index: int  # NVML's (PCI bus order)
     name: str
     memory_bytes: int
     compute_capability: tuple[int, int]
+    uuid: str = ""  # "GPU-...": what CUDA_VISIBLE_DEVICES may name instead of an index
 
 
 @dataclass(slots=True, frozen=True)
@@ -37,7 +39,8 @@ TENSORRT_DISTRIBUTIONS = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorr
 
 
 def probe_gpus() -> tuple[tuple[GpuFact, ...], str | None]:
-    """GPUs via NVML (nvidia-ml-py); on a machine without a driver, no GPUs and NVML's reason."""
+    """The GPUs a CUDA process started here will see: NVML's (nvidia-ml-py) narrowed by CUDA_VISIBLE_DEVICES, which
+    NVML ignores (``visible_gpus``); on a machine without a driver, no GPUs and NVML's reason."""
     try:
         import pynvml
     except ImportError as exc:
@@ -54,10 +57,41 @@ def probe_gpus() -> tuple[tuple[GpuFact, ...], str | None]:
             name = name.decode() if isinstance(name, bytes) else str(name)
             memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            gpus.append(GpuFact(index, name, memory, (int(major), int(minor))))
-        return tuple(gpus), None
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            gpus.append(GpuFact(index, name, memory, (int(major), int(minor)), uuid))
+        return visible_gpus(tuple(gpus), os.environ.get("CUDA_VISIBLE_DEVICES"),
+                            os.environ.get("CUDA_DEVICE_ORDER")), None
     finally:
         pynvml.nvmlShutdown()
+
+
+def visible_gpus(gpus: tuple[GpuFact, ...], cuda_visible_devices: str | None,
+                 device_order: str | None = None) -> tuple[GpuFact, ...]:
+    """The GPUs CUDA_VISIBLE_DEVICES leaves a CUDA process, in its order. Entries are indices or UUID prefixes
+    ("GPU-8e1f..."); CUDA ignores every entry from the first it cannot use on, and an empty value hides every GPU.
+    An index is CUDA's, which follows NVML's PCI order only with CUDA_DEVICE_ORDER=PCI_BUS_ID or on a host whose
+    GPUs are all alike; otherwise (and for MIG entries) which GPU an index means is not known here, and every GPU
+    is kept: a check then holds all of them to the rule."""
+    if cuda_visible_devices is None:
+        return gpus
+    alike = len({(g.name, g.compute_capability) for g in gpus}) <= 1
+    chosen: list[GpuFact] = []
+    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
+        if entry.isdigit():
+            if not (alike or (device_order or "").upper() == "PCI_BUS_ID"):
+                return gpus
+            found = next((g for g in gpus if g.index == int(entry)), None)
+        elif entry.startswith("GPU-"):
+            found = next((g for g in gpus if g.uuid and g.uuid.startswith(entry)), None)
+        elif entry.startswith("MIG-"):
+            return gpus
+        else:
+            found = None
+        if found is None or found in chosen:
+            break
+        chosen.append(found)
+    return tuple(chosen)
 
 
 def _distribution_version(*names: str) -> str | None:

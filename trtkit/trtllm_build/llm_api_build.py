@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trtkit.config import paths
+from trtkit.config.llm_api_options import OPTIONS_FILE, model_dir_of, options_for, write_options
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
 from trtkit.trtllm_build.checkpoint_info import (
@@ -25,18 +26,17 @@ from trtkit.trtllm_build.checkpoint_info import (
 )
 from trtkit.trtllm_build.gpu_support import pytorch_refusals
 from trtkit.trtllm_build.host_facts import HostFacts
-from trtkit.trtllm_build.llm_api_options import OPTIONS_FILE, model_dir_of, options_for, write_options
 from trtkit.trtllm_build.preflight import (
     BuildTarget,
     PreflightReport,
     Rule,
-    _enough_gpus,
-    _gpus_present,
-    _seq_len_within_positions,
-    _tensorrt_llm_installed,
-    _tensorrt_llm_series,
     check_preflight,
+    enough_gpus,
+    gpus_present,
     run_preflight,
+    seq_len_within_positions,
+    tensorrt_llm_installed,
+    tensorrt_llm_series,
 )
 
 log = logging.getLogger(__name__)
@@ -111,13 +111,13 @@ def _kv_plan(config: ModelConfig, h: HostFacts) -> Any:
 
 
 RULES: tuple[tuple[str, Rule], ...] = (
-    ("tensorrt_llm_installed", _tensorrt_llm_installed),
-    ("tensorrt_llm_1_2", _tensorrt_llm_series),
-    ("gpus_present", _gpus_present),
-    ("enough_gpus", _enough_gpus),
+    ("tensorrt_llm_installed", tensorrt_llm_installed),
+    ("tensorrt_llm_1_2", tensorrt_llm_series),
+    ("gpus_present", gpus_present),
+    ("enough_gpus", enough_gpus),
     ("gpu_runs_format", _gpu_runs_format),
     ("memory_and_kv_plan", _memory),
-    ("max_seq_len_within_positions", _seq_len_within_positions),
+    ("max_seq_len_within_positions", seq_len_within_positions),
     ("max_num_tokens_cover_input", _prompt_fits_step),
 )
 GPU_RULES = frozenset({"enough_gpus", "gpu_runs_format", "memory_and_kv_plan"})

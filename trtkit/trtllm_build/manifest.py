@@ -147,7 +147,8 @@ def decide_cache(engine_dir: Path, wanted: BuildIdentity, world_size: int, *, fo
 
 
 def verify_engine_for_host(engine_dir: Path, facts: HostFacts) -> EngineManifest:
-    """Refuse engines built for another compute capability or another TensorRT/TensorRT-LLM version.
+    """Refuse engines built for another compute capability or another TensorRT/TensorRT-LLM version, on any GPU the
+    server may run on: every GPU CUDA_VISIBLE_DEVICES leaves it (``host_facts.visible_gpus``), not only the first.
 
     The GPU's name is not compared: an engine built on an H100 SXM loads on an H100 PCIe or NVL (SM 9.0 both);
     TensorRT only warns there (its tactics were timed on the other part). ``engine_host_note`` says so."""
@@ -155,25 +156,30 @@ def verify_engine_for_host(engine_dir: Path, facts: HostFacts) -> EngineManifest
     if manifest is None:
         raise BuildError(f"{engine_dir} has no {MANIFEST_NAME}; build the engines with trtkit build so their "
                          f"GPU and TensorRT version are recorded")
-    built, gpu = manifest.identity, _first_gpu(facts)
-    host = (_cc(gpu), facts.tensorrt_version or "unknown", facts.tensorrt_llm_version or "unknown")
-    recorded = (built.compute_capability, built.tensorrt_version, built.tensorrt_llm_version)
-    if host != recorded:
-        raise BuildError(
-            f"engines in {engine_dir} were built on {built.gpu_name} (SM {built.compute_capability}) with TensorRT "
-            f"{built.tensorrt_version} / TensorRT-LLM {built.tensorrt_llm_version}, but this host has {gpu.name} "
-            f"(SM {_cc(gpu)}) with TensorRT {host[1]} / TensorRT-LLM {host[2]}; TensorRT engines only load on the "
-            f"compute capability and versions that built them (\"Version tag does not match\"): rebuild here with "
-            f"trtkit build CONFIG --force")
+    built = manifest.identity
+    _first_gpu(facts)  # none visible: say so
+    versions = (facts.tensorrt_version or "unknown", facts.tensorrt_llm_version or "unknown")
+    for gpu in facts.gpus:
+        if (_cc(gpu), *versions) != (built.compute_capability, built.tensorrt_version, built.tensorrt_llm_version):
+            others = len(facts.gpus) > 1
+            raise BuildError(
+                f"engines in {engine_dir} were built on {built.gpu_name} (SM {built.compute_capability}) with TensorRT "
+                f"{built.tensorrt_version} / TensorRT-LLM {built.tensorrt_llm_version}, but "
+                f"{f'GPU {gpu.index} of this host is' if others else 'this host has'} {gpu.name} (SM {_cc(gpu)}) with "
+                f"TensorRT {versions[0]} / TensorRT-LLM {versions[1]}; TensorRT engines only load on the compute "
+                f"capability and versions that built them (\"Version tag does not match\"): rebuild here with trtkit "
+                f"build CONFIG --force" + ("; or give the server only matching GPUs with CUDA_VISIBLE_DEVICES (by "
+                                           "UUID, or by index with CUDA_DEVICE_ORDER=PCI_BUS_ID)" if others else ""))
     return manifest
 
 
 def engine_host_note(engine_dir: Path, manifest: EngineManifest, facts: HostFacts) -> str | None:
     """A warning when the engines were built on another GPU of the same compute capability (None: same GPU)."""
-    built, gpu = manifest.identity, _first_gpu(facts)
-    if built.gpu_name == gpu.name:
+    built = manifest.identity
+    names = sorted({gpu.name for gpu in facts.gpus if gpu.name != built.gpu_name})
+    if not names:
         return None
-    return (f"engines in {engine_dir} were built on {built.gpu_name} and this host has {gpu.name} (both SM "
+    return (f"engines in {engine_dir} were built on {built.gpu_name} and this host has {', '.join(names)} (both SM "
             f"{built.compute_capability}): they load, and TensorRT may warn that they were tuned on another device; "
             f"for the best kernels rebuild here with trtkit build CONFIG --force")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trtkit.config.build_backend import TENSORRT, BuildBackend, backend_of
 from trtkit.config.gpus import GpuSpec, lookup_gpu, match_nvml_name
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BuildError
@@ -84,12 +85,12 @@ def plan_for_config(config: ModelConfig, overrides: PlanOverrides) -> ConfigPlan
         output_len=output_len, max_seq_len=max_seq_len, max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache)
     kv = overrides.kv_dtype or config.quantization.kv_cache_dtype
     blockers = plan_blockers(variants[0].plan, gpu, shape, config.quantization.format, kv, b.max_num_tokens,
-                             backend=config.build.backend)
+                             backend=backend_of(config))
     return ConfigPlan(shape, gpu, variants, notes, blockers)
 
 
 def plan_blockers(plan: KvPlan, gpu: GpuSpec, shape: ModelShape, quant_format: str, kv_dtype: str,
-                  max_num_tokens: int, *, backend: str = "tensorrt") -> list[str]:
+                  max_num_tokens: int, *, backend: BuildBackend = TENSORRT) -> list[str]:
     """Why a plan cannot run: what the GPU cannot build or run (``gpu_support`` by backend, shared with build
     preflight and calibrate), weights that do not fit, and a KV cache too small for one sequence. Each names a fix."""
     from trtkit.trtllm_build.checkpoint_info import KV_QUANT_ALGO, QUANT_ALGO

@@ -2,7 +2,9 @@
 
 Rules are pure functions of the config, the checkpoint and a ``HostFacts`` record (host_facts.py, with the
 probes that fill it: NVML, importlib, disk usage); tests build HostFacts by hand, so
-every rule and its exact message is checked on a CPU machine without mocking anything.
+every rule and its exact message is checked on a CPU machine without mocking anything. The rules named without
+an underscore (the host's TensorRT-LLM and GPUs, the sequence limit) are also the PyTorch backend's
+(llm_api_build.py): one rule, one message, whichever backend asks.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ DRY_RUN_HINT = ", or use --dry-run to see the plan"  # advice for a real build o
 HOST_RULES = {"tensorrt_llm_installed", "gpus_present"}  # the rules a dry run exists to get past
 
 
-def _tensorrt_llm_installed(t: BuildTarget, h: HostFacts) -> str | None:
+def tensorrt_llm_installed(t: BuildTarget, h: HostFacts) -> str | None:
     if h.tensorrt_llm_version is None:
         why = h.tensorrt_llm_error or "No module named 'tensorrt_llm'"
         return (f"TensorRT-LLM is not installed on this host ({why}); run trtkit build inside {CONTAINER} "
@@ -74,7 +76,7 @@ def _tensorrt_llm_installed(t: BuildTarget, h: HostFacts) -> str | None:
     return None
 
 
-def _tensorrt_llm_series(t: BuildTarget, h: HostFacts) -> str | Skipped | None:
+def tensorrt_llm_series(t: BuildTarget, h: HostFacts) -> str | Skipped | None:
     v = h.tensorrt_llm_version
     if v is None:
         return Skipped("TensorRT-LLM is not installed here, so its version cannot be read")
@@ -84,14 +86,14 @@ def _tensorrt_llm_series(t: BuildTarget, h: HostFacts) -> str | Skipped | None:
     return None
 
 
-def _gpus_present(t: BuildTarget, h: HostFacts) -> str | None:
+def gpus_present(t: BuildTarget, h: HostFacts) -> str | None:
     if not h.gpus:
         why = h.nvml_error or "0 devices"
         return f"no NVIDIA GPU is visible (NVML: {why}); run trtkit build on a GPU host"
     return None
 
 
-def _enough_gpus(t: BuildTarget, h: HostFacts) -> str | None:
+def enough_gpus(t: BuildTarget, h: HostFacts) -> str | None:
     world = t.config.convert.tp_size * t.config.convert.pp_size
     if h.gpus and world > len(h.gpus):
         return (f"convert.tp_size x convert.pp_size = {world} needs {world} GPUs, but this host has {len(h.gpus)}; "
@@ -131,7 +133,7 @@ def _disk_space(t: BuildTarget, h: HostFacts) -> str | None:
     return None
 
 
-def _seq_len_within_positions(t: BuildTarget, h: HostFacts) -> str | Skipped | None:
+def seq_len_within_positions(t: BuildTarget, h: HostFacts) -> str | Skipped | None:
     limit, wanted = t.checkpoint.max_position_embeddings, t.config.build.max_seq_len
     if limit is None:
         return Skipped("the checkpoint's max_position_embeddings is unknown until a checkpoint exists")
@@ -169,14 +171,14 @@ def _profiles_without_opt_tokens(t: BuildTarget, h: HostFacts) -> str | None:
 
 
 RULES: tuple[tuple[str, Rule], ...] = (
-    ("tensorrt_llm_installed", _tensorrt_llm_installed),
-    ("tensorrt_llm_1_2", _tensorrt_llm_series),
-    ("gpus_present", _gpus_present),
-    ("enough_gpus", _enough_gpus),
+    ("tensorrt_llm_installed", tensorrt_llm_installed),
+    ("tensorrt_llm_1_2", tensorrt_llm_series),
+    ("gpus_present", gpus_present),
+    ("enough_gpus", enough_gpus),
     ("checkpoint_mapping", _checkpoint_mapping),
     ("gpu_supports_checkpoint", _gpu_supports_checkpoint),
     ("disk_space", _disk_space),
-    ("max_seq_len_within_positions", _seq_len_within_positions),
+    ("max_seq_len_within_positions", seq_len_within_positions),
     ("max_num_tokens_cover_input", _num_tokens_cover_input),
     ("multiple_profiles_without_opt_num_tokens", _profiles_without_opt_tokens),
 )

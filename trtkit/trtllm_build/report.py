@@ -7,6 +7,7 @@ import shlex
 from dataclasses import asdict
 from typing import Any
 
+from trtkit.config.build_backend import PYTORCH
 from trtkit.trtllm_build.builder import BuildResult
 from trtkit.trtllm_build.llm_api_build import LlmApiBuild
 from trtkit.trtllm_build.plan_config import ConfigPlan
@@ -78,7 +79,7 @@ def llm_api_build_text(result: LlmApiBuild) -> str:
 
 def llm_api_build_json(result: LlmApiBuild) -> str:
     data: dict[str, Any] = {
-        "config": result.config_name, "backend": "pytorch", "built": False, "written": result.written,
+        "config": result.config_name, "backend": PYTORCH.name, "built": False, "written": result.written,
         "reason": result.reason, "model_dir": str(result.model_dir), "model_found": result.model_found,
         "options_file": str(result.options_path), "options": result.options, "notes": result.notes}
     if result.kv_plan is not None:

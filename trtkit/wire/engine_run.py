@@ -8,9 +8,8 @@ Token counts (TensorRT-LLM 1.2 backend contract, see trtkit/contracts/trtllm_1.2
 backend's ``num_output_tokens`` counts that response's tokens only, so with ``per_response_counts`` (the
 GPU target) they are added up; the CPU engine sends running totals. When the stop-string filter fires,
 the tokens up to the one that completed the stop are counted, and the caller stops the engine request.
-Cached tokens from ``kv_cache_reused_blocks``: the executor never reuses a prompt's last token (it must compute
-it to sample), and counts a partly matched block as reused, so blocks x tokens_per_block is clamped to the
-prompt length minus one.
+Cached tokens from ``kv_cache_reused_blocks``: the executor counts a partly matched block as reused, so only the
+blocks known whole are billed as cached (``responses.cached_tokens_from_reused_blocks``).
 
 Imports only numpy and ``trtkit.tokenizer``, so the Triton adapters and the clients share it.
 """
@@ -23,7 +22,7 @@ import numpy as np
 
 from trtkit.tokenizer.detokenizer import IncrementalDetokenizer
 from trtkit.tokenizer.stopping import StopFilter
-from trtkit.wire.responses import EngineResponse
+from trtkit.wire.responses import EngineResponse, cached_tokens_from_reused_blocks
 
 
 @dataclass(slots=True)
@@ -97,8 +96,9 @@ class EngineRun:
             self.num_output = before + received if counted is None else counted
         if response.num_cached_tokens is not None:
             self.num_cached = response.num_cached_tokens
-        elif response.kv_cache_reused_blocks is not None:  # block-granular: clamped to the prompt minus one
-            self.num_cached = min(response.kv_cache_reused_blocks * self.tokens_per_block, max(self.num_input - 1, 0))
+        elif response.kv_cache_reused_blocks is not None:  # block-granular: the whole blocks only
+            self.num_cached = cached_tokens_from_reused_blocks(response.kv_cache_reused_blocks, self.tokens_per_block,
+                                                               self.num_input)
 
     def finish(self) -> str:
         return self._prefix(self.stops.push(self.detok.flush()) + self.stops.flush())

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trtkit.wire import names as n
 from trtkit.wire.tensors import Tensors
 
 
@@ -29,14 +30,14 @@ class EngineResponse:
 
     @classmethod
     def from_tensors(cls, tensors: Tensors) -> EngineResponse:
-        ids = tensors.get("output_ids")
+        ids = tensors.get(n.OUTPUT_IDS)
         return cls(output_ids=None if ids is None else [int(i) for i in np.asarray(ids).reshape(-1)],
-                   num_input_tokens=_int(tensors, "num_input_tokens"),
-                   num_output_tokens=_int(tensors, "num_output_tokens"),
-                   num_cached_tokens=_int(tensors, "num_cached_tokens", empty=0),
-                   kv_cache_reused_blocks=_int(tensors, "kv_cache_reused_blocks", empty=0),
-                   finish_reason=_str(tensors, "finish_reason"), output_log_probs=tensors.get("output_log_probs"),
-                   batch_index=_int(tensors, "batch_index") or 0, tensors=tensors)
+                   num_input_tokens=_int(tensors, n.NUM_INPUT_TOKENS),
+                   num_output_tokens=_int(tensors, n.NUM_OUTPUT_TOKENS),
+                   num_cached_tokens=_int(tensors, n.NUM_CACHED_TOKENS, empty=0),
+                   kv_cache_reused_blocks=_int(tensors, n.KV_CACHE_REUSED_BLOCKS, empty=0),
+                   finish_reason=_str(tensors, n.FINISH_REASON), output_log_probs=tensors.get(n.OUTPUT_LOG_PROBS),
+                   batch_index=_int(tensors, n.BATCH_INDEX) or 0, tensors=tensors)
 
 
 @dataclass(slots=True, frozen=True)
@@ -53,14 +54,14 @@ class PreprocResponse:
 
     @classmethod
     def from_tensors(cls, tensors: Tensors) -> PreprocResponse:
-        return cls(input_ids=tensors["INPUT_ID"], input_lengths=tensors["REQUEST_INPUT_LEN"],
-                   request_output_len=tensors["REQUEST_OUTPUT_LEN"], end_id=tensors["OUT_END_ID"],
-                   pad_id=tensors["OUT_PAD_ID"], stop_words_list=tensors["STOP_WORDS_IDS"],
-                   bad_words_list=tensors["BAD_WORDS_IDS"])
+        return cls(input_ids=tensors[n.INPUT_ID], input_lengths=tensors[n.REQUEST_INPUT_LEN],
+                   request_output_len=tensors[n.PRE_REQUEST_OUTPUT_LEN], end_id=tensors[n.OUT_END_ID],
+                   pad_id=tensors[n.OUT_PAD_ID], stop_words_list=tensors[n.STOP_WORDS_IDS],
+                   bad_words_list=tensors[n.BAD_WORDS_IDS])
 
     def prompt_lengths(self) -> list[int]:
         """Each batch element's prompt length in tokens."""
-        return [int(n) for n in np.asarray(self.input_lengths).reshape(-1)]
+        return [int(length) for length in np.asarray(self.input_lengths).reshape(-1)]
 
 
 def _int(tensors: Tensors, name: str, *, empty: int | None = None) -> int | None:
@@ -78,3 +79,16 @@ def _str(tensors: Tensors, name: str) -> str | None:
         return ""
     item = np.asarray(value).reshape(-1)[0]
     return item.decode() if isinstance(item, bytes) else str(item)
+
+
+def cached_tokens_from_reused_blocks(reused_blocks: int, tokens_per_block: int, num_input: int) -> int:
+    """Prompt tokens certainly served from the KV cache, from the C++ backend's ``kv_cache_reused_blocks``.
+
+    TensorRT-LLM 1.2 (contract: trtllm_1.2_rules.json kv_cache_reused_blocks_granularity) counts a partly matched
+    block as reused: partial reuse is on by default in KvCacheConfig, and the 1.2 backend's parameters cannot turn it
+    off. Its exact count, ``numMatchedTokens``, is in no response. A partial match ends the search, so only the last
+    reused block may be partial, and nothing says whether it was: the blocks before it are the ones known whole.
+    Billing those only never grants a discount the cache did not earn; it may leave up to one block of cached tokens
+    billed at the prompt price. Never more than the prompt minus one: its last token is always computed."""
+    known_whole = max(reused_blocks - 1, 0)
+    return min(known_whole * tokens_per_block, max(num_input - 1, 0))

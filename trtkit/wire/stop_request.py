@@ -15,18 +15,20 @@ requests with this request; when the stop did not end the stream in time, the sy
 request's own call and the asyncio client (one kept call for all its requests: transport/stream_mux.py) lets
 the request go.
 
-Imports only numpy, so the Triton adapters and the clients share it."""
+Imports only numpy and the contract's names, so the Triton adapters and the clients share it."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from trtkit.wire import names as n
+
 ENGINE_MODEL = "tensorrt_llm"  # the template's engine model: the one that takes ``stop``
 # the engine's required inputs get one-token placeholders: a stop request generates nothing
 STOP_TENSORS: dict[str, np.ndarray] = {
-    "stop": np.array([[True]]), "input_ids": np.zeros((1, 1), dtype=np.int32),
-    "input_lengths": np.ones((1, 1), dtype=np.int32), "request_output_len": np.ones((1, 1), dtype=np.int32)}
-STOP_DATATYPES = {"stop": "BOOL", "input_ids": "INT32", "input_lengths": "INT32", "request_output_len": "INT32"}
+    n.STOP: np.array([[True]]), n.INPUT_IDS: np.zeros((1, 1), dtype=np.int32),
+    n.INPUT_LENGTHS: np.ones((1, 1), dtype=np.int32), n.REQUEST_OUTPUT_LEN: np.ones((1, 1), dtype=np.int32)}
+STOP_DATATYPES = {n.STOP: "BOOL", n.INPUT_IDS: "INT32", n.INPUT_LENGTHS: "INT32", n.REQUEST_OUTPUT_LEN: "INT32"}
 # the answer to a stop for an id that no live request carries (it ended, or has not reached the engine yet)
 NOT_RUNNING = "stop: no request with id {request_id!r} is running; send the id of a live request"
 _NOT_RUNNING_MARK = NOT_RUNNING.split("{")[0]

@@ -15,6 +15,7 @@ from trtkit.tokenizer.detokenizer import DecodeOptions, find_anchor
 from trtkit.triton_models import triton_io
 from trtkit.triton_models.postprocessing import Postprocessor
 from trtkit.triton_models.preprocessing import load_tokenizer
+from trtkit.wire import names as n
 from trtkit.wire.stop_request import STOP_TENSORS
 
 
@@ -43,7 +44,7 @@ class TritonPythonModel:
         """Cancel the engine request of a cancelled ensemble stream, found by its key or its Triton id."""
         if not request_id:
             return
-        request = pb_utils.InferenceRequest(model_name=self.engine_name, requested_output_names=["output_ids"],
+        request = pb_utils.InferenceRequest(model_name=self.engine_name, requested_output_names=[n.OUTPUT_IDS],
                                             inputs=triton_io.to_tensors(pb_utils, STOP_TENSORS), request_id=request_id)
         try:
             for _ in request.exec(decoupled=True) if self.engine_decoupled else [request.exec()]:

@@ -3,7 +3,7 @@
 It answers the tensors of TensorRT-LLM's C++ backend with an engine behind a port: trtkit's reference engine
 (its own loop), or, with parameter ``llm_api_engine``, TensorRT-LLM's LLM API (``tensorrt_llm.LLM``, the
 PyTorch backend, or the reference engine's LLM facade on CPU). All logic lives in
-trtkit.triton_models.engine_model / engine_host / llmapi_host / metrics; this file only talks to Triton."""
+trtkit.triton_models.engine_model / engine_host / llm_api_host / metrics; this file only talks to Triton."""
 
 import time
 
@@ -22,6 +22,7 @@ from trtkit.triton_models.engine_host import (
 from trtkit.triton_models.engine_model import EngineModel
 from trtkit.triton_models.metrics import EngineMetrics
 from trtkit.triton_models.preprocessing import load_tokenizer
+from trtkit.wire import names as n
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 BUCKETS = [10.0, 50.0, 100.0, 500.0, 1000.0]
@@ -44,7 +45,7 @@ class TritonPythonModel:
         params = triton_io.parameters(args)
         self.decoupled = triton_io.is_decoupled(args)
         if params.get("llm_api_engine"):
-            from trtkit.triton_models.llmapi_host import start_llm_api
+            from trtkit.triton_models.llm_api_host import start_llm_api
 
             self.engine = start_llm_api(params, args.get("model_instance_name", ""))
         else:
@@ -53,7 +54,7 @@ class TritonPythonModel:
         self.model = EngineModel(self.engine, tokenizer, find_anchor(tokenizer),
                                  tokens_per_block=int(params.get("cpu_tokens_per_block")
                                                       or params["tokens_per_block"]),
-                                 exclude_input_default=triton_io.flag(params, "exclude_input_in_output", True),
+                                 exclude_input_default=triton_io.flag(params, n.EXCLUDE_INPUT_IN_OUTPUT, True),
                                  decoupled=self.decoupled,
                                  cpp_responses=triton_io.flag(params, "cpu_cpp_responses", False))
         self.metrics = EngineMetrics(_family, args["model_name"], str(args["model_version"]),
@@ -72,7 +73,7 @@ class TritonPythonModel:
         freeze_startup_heap()  # full collections skip torch, the weights' objects and the tokenizer
 
     def _observe(self, outputs):
-        counts = [outputs.get(name) for name in ("num_input_tokens", "num_output_tokens")]
+        counts = [outputs.get(name) for name in (n.NUM_INPUT_TOKENS, n.NUM_OUTPUT_TOKENS)]
         if all(c is not None for c in counts):  # the cpp_responses test switch may leave them out
             self.metrics.observe_request(int(counts[0].item()), int(counts[1].item()))
 

@@ -17,15 +17,16 @@ from trtkit.triton_models import triton_io
 from trtkit.triton_models.bls import Bls, BlsCalls
 from trtkit.triton_models.preprocessing import load_tokenizer
 from trtkit.triton_models.stream_threads import StreamThreads
+from trtkit.wire import names as n
 from trtkit.wire.stop_request import STOP_TENSORS
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-PRE_OUTPUTS = ["INPUT_ID", "REQUEST_INPUT_LEN", "REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS", "BAD_WORDS_IDS",
-               "OUT_END_ID", "OUT_PAD_ID"]
-ENGINE_OUTPUTS = ["output_ids", "sequence_length", "cum_log_probs", "output_log_probs", "num_input_tokens",
-                  "num_output_tokens", "kv_cache_reused_blocks", "batch_index"]
-CPU_EXTRA_OUTPUTS = ["num_cached_tokens", "finish_reason", "cpu_request_key"]
-ENGINE_KEY = "cpu_request_key"
+PRE_OUTPUTS = [n.INPUT_ID, n.REQUEST_INPUT_LEN, n.PRE_REQUEST_OUTPUT_LEN, n.STOP_WORDS_IDS, n.BAD_WORDS_IDS,
+               n.OUT_END_ID, n.OUT_PAD_ID]
+ENGINE_OUTPUTS = [n.OUTPUT_IDS, n.SEQUENCE_LENGTH, n.CUM_LOG_PROBS, n.OUTPUT_LOG_PROBS, n.NUM_INPUT_TOKENS,
+                  n.NUM_OUTPUT_TOKENS, n.KV_CACHE_REUSED_BLOCKS, n.BATCH_INDEX]
+CPU_EXTRA_OUTPUTS = [n.NUM_CACHED_TOKENS, n.FINISH_REASON, n.CPU_REQUEST_KEY]
+ENGINE_KEY = n.CPU_REQUEST_KEY
 
 
 class RetiredIterators:
@@ -147,7 +148,7 @@ class TritonPythonModel:
         target = {"id": engine_id}
 
         def engine(inputs, stream):
-            single = len(inputs["input_ids"]) == 1  # a batched request is stopped whole, by its id
+            single = len(inputs[n.INPUT_IDS]) == 1  # a batched request is stopped whole, by its id
             with contextlib.closing(self._engine(inputs, stream, engine_id)) as responses:
                 for outputs in responses:
                     key = outputs.pop(ENGINE_KEY, None)
@@ -159,7 +160,7 @@ class TritonPythonModel:
 
     def _stop_engine(self, engine_id):
         """The template's `stop` input: cancels the engine request that carries this id (or engine key)."""
-        request = pb_utils.InferenceRequest(model_name=self.engine_name, requested_output_names=["output_ids"],
+        request = pb_utils.InferenceRequest(model_name=self.engine_name, requested_output_names=[n.OUTPUT_IDS],
                                             inputs=triton_io.to_tensors(pb_utils, STOP_TENSORS), request_id=engine_id)
         try:
             if not self.engine_decoupled:
