@@ -196,7 +196,8 @@ def main() -> None:
         for precision in args.precisions:
             results[precision] = run_precision(precision, args, model_dir, Path(tmp), machine, shape, workload,
                                                warmup)
-    report(results, machine, args)
+    met = report(results, machine, args)
+    raise SystemExit(0 if all(met.values()) else 1)  # a missed target exits 1, as the other benchmarks do
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def verdicts(precision: str, stacks: dict[str, dict[str, Any]], greedy: dict[str
     return figures, met
 
 
-def report(results: dict[str, dict[str, Any]], machine, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
+def report(results: dict[str, dict[str, Any]], machine, args: argparse.Namespace) -> dict[str, bool]:  # type: ignore[no-untyped-def]
     print(f"\nWorkload: {args.requests} requests, prompts {args.prompt_range[0]}-{args.prompt_range[1]} random token "
           f"ids, outputs forced to {args.output_range[0]}-{args.output_range[1]} tokens, {args.concurrency} in "
           f"flight, streamed, {args.warmup} warm-up requests, {args.threads} threads per stack, {args.rounds} "
@@ -103,3 +103,4 @@ def report(results: dict[str, dict[str, Any]], machine, args: argparse.Namespace
     for name, ok in met.items():
         print(f"{'met' if ok else 'MISSED'} {name}")
     print_bench(payload | {"met": met})
+    return met

@@ -103,6 +103,7 @@ def trtkit_config(work: Path, precision: str, *, threads: int, max_seqs: int, co
 @contextlib.contextmanager
 def trtkit_stack(work: Path, precision: str, *, threads: int, max_seqs: int, context: int) -> Iterator[Server]:
     from trtkit.config import load_config
+    from trtkit.config.paths import cache_dir
     from trtkit.repository import deploy_repository
     from trtkit.serve import TritonServer
     from trtkit.sources.resolve import resolve_model_dir
@@ -112,7 +113,9 @@ def trtkit_stack(work: Path, precision: str, *, threads: int, max_seqs: int, con
     config = replace(config, serve=replace(config.serve, http_port=0, grpc_port=0, metrics_port=0))
     repo = deploy_repository(config, resolve_model_dir(config.model.source), work / f"repo-{precision}",
                              target="cpu").out_dir
-    env = os.environ.copy() | {"TRTKIT_HOME": str(work / f"home-{precision}")}  # its own key store
+    # its own key store, the model conversions of this process's cache: a fresh TRTKIT_HOME alone made the gateway
+    # convert the GGUF again before it was ready (past 120 s on a loaded host)
+    env = os.environ.copy() | {"TRTKIT_HOME": str(work / f"home-{precision}"), "TRTKIT_CACHE": str(cache_dir())}
     with TritonServer(repo, start_timeout_s=300, log_path=work / f"triton-{precision}.log") as triton:
         port = free_port()
         log = work / f"gateway-{precision}.log"
@@ -126,7 +129,7 @@ def trtkit_stack(work: Path, precision: str, *, threads: int, max_seqs: int, con
                                         str(port)], env=env, stdout=sink, stderr=subprocess.STDOUT)
         try:
             url = f"http://127.0.0.1:{port}"
-            wait_ready(f"{url}/health/ready", gateway, log, 120, "trtkit's gateway")
+            wait_ready(f"{url}/health/ready", gateway, log, 300, "trtkit's gateway")
             yield Server("trtkit", f"{url}/v1", MODEL, api_key=key.stdout.strip(), min_tokens=True, ignore_eos=False,
                          pids=tuple(pid for pid in (gateway.pid, triton.pid) if pid))
         finally:
