@@ -108,7 +108,7 @@ class BareGrpcStreams:
 
     async def stream(self, prompt: str, max_tokens: int) -> tuple[float, int]:
         from trtkit.governance import SamplingParams
-        from trtkit.transport.token_wire import TokenWire
+        from trtkit.transport.triton.token_path import TokenWire
 
         if self.wire is None:
             metadata = await self.client.get_model_metadata(GATEWAY_TRITON_MODEL, as_json=True)

@@ -10,7 +10,7 @@ Starts tritonservers (the tiny model; the echo model, whose engine work is negli
 processes with governance on: an API key with RPM, TPM and a token budget, the store's atomic holds, the
 runaway guard, the durable ledger (one fsynced row per request).
 The direct client calls the same Triton model as the gateway, the engine model ``tensorrt_llm`` with the
-prompt's token ids (the token path, trtkit/transport/token_wire.py), so the differences below are the
+prompt's token ids (the token path, trtkit/transport/triton/token_path.py), so the differences below are the
 gateway's (HTTP, auth, the store, SSE) and the OpenAI SDK's, not one Triton path against another.
 Both tiny repositories are deployed with ``--max-batch`` (default 64) as the engine's batch limit, above the
 concurrency of every phase: TTFT then measures the paths, not a queue behind the batch limit.

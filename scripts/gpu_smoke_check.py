@@ -204,7 +204,7 @@ def _stop_one(url: str, metrics_url: str, model: str, long_tokens: int) -> str |
 
 def _send_stop(url: str, request_id: str) -> object:
     """The engine's stop request for ``request_id`` (over a stream: the engine model is decoupled); its error."""
-    from trtkit.transport.protocol import stop_inputs
+    from trtkit.transport.triton.protocol import stop_inputs
     from trtkit.wire.stop_request import ENGINE_MODEL
 
     answers: queue.Queue = queue.Queue()

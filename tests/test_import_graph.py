@@ -57,13 +57,11 @@ MAY_IMPORT: dict[str, set[str]] = {
 MODULE_RULES: list[tuple[str, tuple[str, ...], str]] = [
     # the OpenAI HTTP upstream is one more implementation of governance/upstream.py's seam, beside the Triton
     # clients: it speaks HTTP and JSON, never the Triton tensor contract or a Triton client
-    ("trtkit.transport.openai_", ("trtkit.wire", "trtkit.transport.aio_client", "trtkit.transport.grpc_client",
-                                  "trtkit.transport.exchange", "trtkit.transport.token_wire", "tritonclient"),
-     "the OpenAI upstream"),
-    ("trtkit.transport.http1", ("trtkit.wire", "trtkit.governance", "tritonclient"), "the HTTP/1.1 client"),
-    ("trtkit.transport.upstream_errors", ("trtkit.wire", "trtkit.governance", "tritonclient"), "upstream errors"),
+    ("trtkit.transport.openai.", ("trtkit.wire", "trtkit.transport.triton", "tritonclient"), "the OpenAI upstream"),
+    ("trtkit.transport.openai.http1", ("trtkit.wire", "trtkit.governance", "tritonclient"), "the HTTP/1.1 client"),
+    ("trtkit.transport.openai.errors", ("trtkit.wire", "trtkit.governance", "tritonclient"), "upstream errors"),
     # the relay passes an OpenAI upstream's answers on: it knows no Triton contract either
-    ("trtkit.gateway.relay", ("trtkit.wire", "trtkit.transport.aio_client", "tritonclient"), "the relay"),
+    ("trtkit.gateway.relay", ("trtkit.wire", "trtkit.transport.triton", "tritonclient"), "the relay"),
 ]
 
 

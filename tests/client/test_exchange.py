@@ -1,4 +1,4 @@
-"""The exchange both clients run (trtkit/transport/exchange.py), stepped by hand: it does no I/O, so each test
+"""The exchange both clients run (trtkit/transport/triton/exchange.py), stepped by hand: it does no I/O, so each test
 answers its ops as a call would and reads its decisions. The clients' own calls are covered live
 (test_live.py, test_faults.py, test_stop_requests.py)."""
 
@@ -12,8 +12,8 @@ import pytest
 
 from trtkit.errors import ClientError
 from trtkit.governance.upstream import Delta
-from trtkit.transport.exchange import CANCELLED, END, OPEN, Op, exchange
-from trtkit.transport.setup import ClientSetup, ServerUnavailableError, make_setup
+from trtkit.transport.triton.exchange import CANCELLED, END, OPEN, Op, exchange
+from trtkit.transport.triton.retry import ClientSetup, ServerUnavailableError, make_setup
 
 
 class AsSent:

@@ -23,7 +23,7 @@ from trtkit.errors import ClientError
 from trtkit.governance import ClientMetrics, SamplingParams, budget_scope
 from trtkit.store.ledger import Ledger
 from trtkit.transport import TritonLLMClient
-from trtkit.transport.setup import ServerUnavailableError
+from trtkit.transport.triton.retry import ServerUnavailableError
 
 from .conftest import TINY_CONFIG, client_config
 
@@ -203,7 +203,7 @@ def test_a_killed_server_fails_streams_without_retry_and_new_requests_after_retr
 
 def test_the_async_client_on_a_killed_server_fails_its_stream_and_renews_its_call(fault_server, config,
                                                                                  caplog) -> None:
-    """The asyncio client keeps one call for all its requests (trtkit/transport/stream_mux.py): a killed server
+    """The asyncio client keeps one call for all its requests (trtkit/transport/triton/stream_mux.py): a killed server
     fails the request in flight on it at once, the next request opens a new call (retried, then reported),
     and the broken call leaves no task behind (asyncio logs one it had to destroy)."""
     import asyncio

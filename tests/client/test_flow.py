@@ -13,7 +13,7 @@ from trtkit.governance import Caller, SamplingParams
 from trtkit.governance.flow import RequestFlow
 from trtkit.governance.governor import Governor, PreparedRequest
 from trtkit.governance.upstream import Delta
-from trtkit.transport.setup import is_server_failure
+from trtkit.transport.triton.retry import is_server_failure
 
 
 def _delta(text: str, output: int, *, final: bool = False) -> Delta:

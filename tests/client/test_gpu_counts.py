@@ -6,7 +6,7 @@ import numpy as np
 
 from trtkit.governance.accumulate import StreamAccumulator
 from trtkit.governance.vocabulary import SamplingParams
-from trtkit.transport.protocol import parse_response, request_inputs
+from trtkit.transport.triton.protocol import parse_response, request_inputs
 
 ENSEMBLE = {"text_input": "BYTES", "max_tokens": "INT32", "stream": "BOOL", "return_num_input_tokens": "BOOL",
             "temperature": "FP32", "top_k": "INT32", "top_p": "FP32", "seed": "UINT64",

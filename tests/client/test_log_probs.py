@@ -17,8 +17,8 @@ from trtkit.tokenizer.detokenizer import IncrementalDetokenizer, find_anchor
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.tokenizer.stopping import StopFilter
 from trtkit.tokenizer.token_bytes import token_bytes_reader
+from trtkit.wire.engine_responses import EngineResponse
 from trtkit.wire.engine_run import EngineRun
-from trtkit.wire.responses import EngineResponse
 
 TEXT = "Hello 你好 🎉 <|im_start|>user\n\ttabs é"
 

@@ -15,7 +15,7 @@ from trtkit.errors import ClientError
 from trtkit.governance import Caller, RawPrompt, SamplingParams, TokenIdsPrompt
 from trtkit.governance.governor import Governor, PreparedRequest
 from trtkit.governance.tokens import TokenCounter, prompt_form, same_form
-from trtkit.transport.model_wire import TextWire
+from trtkit.transport.triton.request_path import TextWire
 
 CONVERSATION = [{"role": "system", "content": "You answer in one word."},
                 {"role": "user", "content": "Capital of France?"},

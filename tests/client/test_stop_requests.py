@@ -20,7 +20,7 @@ from server_gauges import settled_engine
 
 from trtkit.governance import ClientMetrics, SamplingParams
 from trtkit.transport import AsyncTritonLLMClient, TritonLLMClient
-from trtkit.transport.protocol import stop_inputs
+from trtkit.transport.triton.protocol import stop_inputs
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
@@ -39,8 +39,8 @@ def config(tiny_config):
 
 
 def _inputs(model_metadata: dict, prompt: str) -> list[grpcclient.InferInput]:
-    from trtkit.transport.protocol import request_inputs
-    from trtkit.transport.setup import declared_inputs
+    from trtkit.transport.triton.protocol import request_inputs
+    from trtkit.transport.triton.retry import declared_inputs
 
     return request_inputs(prompt, LONG_PARAMS, stream=True, declared=declared_inputs(model_metadata))
 

@@ -1,4 +1,4 @@
-"""Many requests on one kept ModelStreamInfer call (trtkit/transport/stream_mux.py), against the real tritonserver:
+"""Many requests on one kept ModelStreamInfer call (trtkit/transport/triton/stream_mux.py), against the real tritonserver:
 responses and errors reach the request they belong to by id (the contract the mux rests on), a request let go
 leaves the others alone, and the asyncio client keeps one call for all its requests."""
 
@@ -12,8 +12,8 @@ import pytest
 from trtkit.errors import ClientError
 from trtkit.governance import SamplingParams
 from trtkit.transport import AsyncTritonLLMClient
-from trtkit.transport.stream_mux import END, RequestInbox, StreamMux
-from trtkit.transport.token_wire import TokenWire
+from trtkit.transport.triton.stream_mux import END, RequestInbox, StreamMux
+from trtkit.transport.triton.token_path import TokenWire
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config

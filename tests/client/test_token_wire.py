@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from trtkit.governance.vocabulary import SamplingParams
-from trtkit.transport.token_wire import TokenWire, is_engine_model
+from trtkit.transport.triton.token_path import TokenWire, is_engine_model
 from trtkit.wire.tensors import list_to_words
 
 TEXT = "The answer is forty-two. STOP and then the engine would go on and on and on."

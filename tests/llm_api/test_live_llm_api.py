@@ -23,7 +23,7 @@ from tests.repository.echo_model import CYCLE_TEXT
 from tests.repository.live_client import Live, inputs
 from trtkit.governance import SamplingParams
 from trtkit.transport import AsyncTritonLLMClient, TritonLLMClient
-from trtkit.transport.protocol import stop_inputs
+from trtkit.transport.triton.protocol import stop_inputs
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 pytestmark = pytest.mark.slow

@@ -17,9 +17,9 @@ from trtkit.gateway.upstreams import backend_of, upstream_settings
 from trtkit.governance.governor import PreparedRequest
 from trtkit.governance.tokens import RawPrompt, TokenIdsPrompt
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, Usage
-from trtkit.transport.openai_events import SseSplitter, UsageReports, parse_event
-from trtkit.transport.openai_upstream import UpstreamSettings, request_body
-from trtkit.transport.upstream_errors import UpstreamBrokenError, UpstreamUnavailableError, status_error
+from trtkit.transport.openai.errors import UpstreamBrokenError, UpstreamUnavailableError, status_error
+from trtkit.transport.openai.events import SseSplitter, UsageReports, parse_event
+from trtkit.transport.openai.upstream import UpstreamSettings, request_body
 
 
 def chunk(content: str | None = None, finish: str | None = None, index: int = 0, **extra: object) -> dict:
@@ -183,7 +183,7 @@ def test_the_config_names_the_upstream_and_its_key_stays_secret(smollm2_config, 
     settings = upstream_settings(config, "http://h:9/v1", environ={"UP_KEY": "sk-very-secret"})
     assert settings.api_key == "sk-very-secret" and settings.model == "served"
     assert "sk-very-secret" not in repr(settings)
-    from trtkit.transport.openai_upstream import OpenAIUpstream
+    from trtkit.transport.openai.upstream import OpenAIUpstream
 
     with caplog.at_level(logging.DEBUG):
         OpenAIUpstream(settings).close()

@@ -30,12 +30,12 @@ from trtkit.gateway.openapi import openapi_document
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.relay import relay_routes
 from trtkit.gateway.request_body import parse
-from trtkit.gateway.responses_routes import add_response_routes
+from trtkit.gateway.responses_api.routes import add_response_routes
+from trtkit.gateway.responses_api.serving import ServingResponses
 from trtkit.gateway.serving_chat import ServingChat
 from trtkit.gateway.serving_completions import ServingCompletions
 from trtkit.gateway.serving_conversations import ServingConversations, add_conversation_routes
 from trtkit.gateway.serving_messages import ServingMessages
-from trtkit.gateway.serving_responses import ServingResponses
 from trtkit.store import GatewayStore
 
 log = logging.getLogger(__name__)

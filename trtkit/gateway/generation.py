@@ -31,7 +31,7 @@ from trtkit.gateway.errors import (
 )
 from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.metrics import GatewayMetrics
-from trtkit.gateway.responses import LastEvent
+from trtkit.gateway.openai_objects import LastEvent
 from trtkit.gateway.telemetry import Telemetry
 from trtkit.gateway.upstreams import GatewayClient
 from trtkit.governance.budgets import draw_on

@@ -38,9 +38,9 @@ from trtkit.gateway.generation import (
     start_generation,
 )
 from trtkit.gateway.guide_limits import check_relayed
+from trtkit.gateway.openai_objects import SSE_DONE, LastEvent
 from trtkit.gateway.protocol import CompletionRequest
 from trtkit.gateway.relay_events import AnswerMerger, EventRelay
-from trtkit.gateway.responses import SSE_DONE, LastEvent
 from trtkit.gateway.serving_completions import ServingCompletions
 from trtkit.governance.tokens import RawPrompt
 from trtkit.governance.vocabulary import SamplingParams

@@ -7,7 +7,7 @@ from typing import Any
 
 from openai.types import Completion
 
-from trtkit.gateway import responses
+from trtkit.gateway import openai_objects
 from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.log_probs import TokenLogProb
 from trtkit.gateway.protocol import CompletionRequest
@@ -53,9 +53,9 @@ class ServingCompletions(ServingEndpoint[CompletionRequest]):
 
     def body(self, response_id: str, result: GenerationResult, log_probs: list[TokenLogProb] | None = None,
              plan: ToolPlan | None = None) -> Completion:
-        return responses.completion(response_id, self.ctx.model, result, log_probs)
+        return openai_objects.completion(response_id, self.ctx.model, result, log_probs)
 
     def chunk(self, response_id: str, created: int, **fields: Any) -> Completion:
         if "usage" in fields:  # the include_usage chunk carries no choice
             fields["with_choice"] = False
-        return responses.completion_chunk(response_id, self.ctx.model, created, **fields)
+        return openai_objects.completion_chunk(response_id, self.ctx.model, created, **fields)

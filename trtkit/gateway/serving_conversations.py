@@ -24,9 +24,9 @@ from pydantic import BaseModel, ConfigDict
 from trtkit.gateway.errors import PermissionDeniedError, RequestValidationError
 from trtkit.gateway.item_pages import item_list, page_ask
 from trtkit.gateway.keys import ApiKey
-from trtkit.gateway.responses_items import parse_input, resolve, stored_items
-from trtkit.gateway.responses_protocol import BUDGET_METADATA, requested_budget
-from trtkit.gateway.responses_store import StoreCalls, owner_of
+from trtkit.gateway.responses_api.items import parse_input, resolve, stored_items
+from trtkit.gateway.responses_api.protocol import BUDGET_METADATA, requested_budget
+from trtkit.gateway.responses_api.store import StoreCalls, owner_of
 from trtkit.store.conversation_items import ConversationRow
 
 MAX_METADATA_KEYS, MAX_KEY_CHARS, MAX_VALUE_CHARS = 16, 64, 512  # OpenAI's limits on metadata

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from trtkit.gateway import responses
+from trtkit.gateway import openai_objects
 from trtkit.gateway.generation import (
     CallInfo,
     CancellingStreamResponse,
@@ -46,10 +46,10 @@ class ServingEndpoint(Generic[RequestT]):
         self.ctx = ctx
         self._text_template: BaseModel | None = None  # the text chunk, validated on first use, then restamped
 
-    def text_chunks(self, response_id: str, created: int) -> responses.TextChunks:
+    def text_chunks(self, response_id: str, created: int) -> openai_objects.TextChunks:
         if self._text_template is None:
-            self._text_template = self.chunk("", 0, text=responses.TEXT_MARK)
-        return responses.TextChunks(responses.restamped(self._text_template, response_id, created))
+            self._text_template = self.chunk("", 0, text=openai_objects.TEXT_MARK)
+        return openai_objects.TextChunks(openai_objects.restamped(self._text_template, response_id, created))
 
     # What an endpoint defines -------------------------------------------------------------------------
     def prompt_of(self, request: RequestT) -> str:
@@ -121,7 +121,7 @@ class ServingEndpoint(Generic[RequestT]):
                       log_probs: LogProbReader | None = None, plan: ToolPlan | None = None) -> AsyncIterator[bytes]:
         created = created_now()
         for opening in self.opening_chunks(response_id, created):
-            yield responses.sse(opening)
+            yield openai_objects.sse(opening)
         chunks = generation.chunks()
         texts = self.text_chunks(response_id, created)
         tools = None if plan is None else self.tool_stream(plan, response_id, created)
@@ -131,7 +131,7 @@ class ServingEndpoint(Generic[RequestT]):
                 if chunk.text and tools is not None:  # the answer is tool calls, not text
                     yield tools.piece(chunk.text)
                 elif chunk.text and log_probs is not None:  # with its tokens' log-probabilities: built whole
-                    yield responses.sse(self.chunk(response_id, created, text=chunk.text,
+                    yield openai_objects.sse(self.chunk(response_id, created, text=chunk.text,
                                                    log_probs=log_probs.read(chunk.log_probs)))
                 elif chunk.text:
                     yield texts.sse(chunk.text)
@@ -141,11 +141,11 @@ class ServingEndpoint(Generic[RequestT]):
                             params=generation.params)
                     # log-probs of tokens whose text never came (a character the length limit cut) go here
                     rest = None if log_probs is None else log_probs.read(chunk.log_probs) or None
-                    tail = tools.finish(result) if tools is not None else responses.sse(self.chunk(
+                    tail = tools.finish(result) if tools is not None else openai_objects.sse(self.chunk(
                         response_id, created, finish_reason=result.finish_reason, result=result, log_probs=rest))
                     if include_usage:
-                        tail += responses.sse(self.chunk(response_id, created, usage=result.usage))
-            yield responses.LastEvent(tail + responses.SSE_DONE)
+                        tail += openai_objects.sse(self.chunk(response_id, created, usage=result.usage))
+            yield openai_objects.LastEvent(tail + openai_objects.SSE_DONE)
         except Exception as exc:  # the backend failed mid-stream: say so in the stream, never a traceback
             yield sse_error(exc)
         finally:

@@ -15,16 +15,16 @@ from trtkit.gateway.upstream_model import checked_upstream_model
 from trtkit.governance.budgets import BudgetGuard
 from trtkit.governance.metrics import ClientMetrics
 from trtkit.store.ledger import Ledger
-from trtkit.transport.aio_client import AsyncTritonLLMClient
+from trtkit.transport.openai.upstream import UpstreamSettings
 from trtkit.transport.openai_client import AsyncOpenAIUpstreamClient
-from trtkit.transport.openai_upstream import UpstreamSettings
+from trtkit.transport.triton.aio_upstream import AsyncTritonLLMClient
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 log = logging.getLogger(__name__)
 
 GatewayClient = AsyncTritonLLMClient | AsyncOpenAIUpstreamClient
 
-# The gateway calls Triton's engine model with the prompt ids it counted (trtkit/transport/token_wire.py): no
+# The gateway calls Triton's engine model with the prompt ids it counted (trtkit/transport/triton/token_path.py): no
 # tensorrt_llm_bls and preprocessing hops, and it stops requests with the engine's own `stop` request.
 GATEWAY_TRITON_MODEL = ENGINE_MODEL
 

@@ -9,7 +9,7 @@ request, hands on the deltas of what the server generated until the stop took (b
 text dropped), and ends. Closing the iterator stops
 the request upstream; what that takes (the engine's ``stop`` request, a closed HTTP stream) is the upstream's
 business. The Triton gRPC clients (``trtkit.transport``) implement it, and so does the OpenAI HTTP upstream
-beside them (``trtkit.transport.openai_upstream``: it sends the caller's body, ``SamplingParams.upstream_body``, and
+beside them (``trtkit.transport.openai.upstream``: it sends the caller's body, ``SamplingParams.upstream_body``, and
 reads back the upstream's own events and ``usage``); none of them is imported here.
 """
 

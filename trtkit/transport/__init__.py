@@ -8,8 +8,8 @@ ensemble or ``tensorrt_llm_bls`` and the token path to the engine model (``token
         result = client.generate("Hello", SamplingParams(max_tokens=16))
 """
 
-from trtkit.transport.aio_client import AsyncTritonLLMClient
-from trtkit.transport.grpc_client import TritonLLMClient
-from trtkit.transport.setup import ServerUnavailableError
+from trtkit.transport.triton.aio_upstream import AsyncTritonLLMClient
+from trtkit.transport.triton.grpc_upstream import TritonLLMClient
+from trtkit.transport.triton.retry import ServerUnavailableError
 
 __all__ = ["AsyncTritonLLMClient", "TritonLLMClient", "ServerUnavailableError"]

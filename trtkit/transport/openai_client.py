@@ -20,8 +20,8 @@ from trtkit.governance.governor import LedgerChoice
 from trtkit.governance.metrics import ClientMetrics
 from trtkit.governance.tokens import TokenCounter
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
-from trtkit.transport.openai_upstream import OpenAIUpstream, UpstreamSettings
-from trtkit.transport.setup import make_setup
+from trtkit.transport.openai.upstream import OpenAIUpstream, UpstreamSettings
+from trtkit.transport.triton.retry import make_setup
 
 
 class AsyncOpenAIUpstreamClient:

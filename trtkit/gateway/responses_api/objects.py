@@ -14,8 +14,8 @@ from openai.types.responses import FunctionTool, Response, ResponseUsage
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from openai.types.responses.tool_choice_function import ToolChoiceFunction
 
-from trtkit.gateway.responses_output import sse
-from trtkit.gateway.responses_protocol import ResponseRequest
+from trtkit.gateway.responses_api.output import sse
+from trtkit.gateway.responses_api.protocol import ResponseRequest
 from trtkit.gateway.tool_format import ToolSpec
 from trtkit.governance.vocabulary import GenerationResult, Usage
 

@@ -35,7 +35,7 @@ from openai.types.responses import (
     ResponseTextDoneEvent,
 )
 
-from trtkit.gateway.responses_items import call_item, message_item, new_id
+from trtkit.gateway.responses_api.items import call_item, message_item, new_id
 from trtkit.gateway.tool_format import ToolSpec
 from trtkit.gateway.tool_splitter import Piece, ToolTextSplitter
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from trtkit.gateway.errors import RequestValidationError
 from trtkit.gateway.response_format import guide_of
-from trtkit.gateway.responses_items import parse_input
+from trtkit.gateway.responses_api.items import parse_input
 from trtkit.gateway.sampling import check_range
 from trtkit.gateway.tool_format import MAX_TOOLS, FunctionSpec, ToolSpec, answer_grammar, tool_grammar
 from trtkit.governance.vocabulary import SamplingParams

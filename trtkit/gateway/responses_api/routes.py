@@ -14,10 +14,10 @@ from fastapi.responses import JSONResponse, Response
 
 from trtkit.gateway.item_pages import item_list, page_ask, page_of
 from trtkit.gateway.keys import ApiKey
-from trtkit.gateway.responses_items import stored_items
-from trtkit.gateway.responses_protocol import ResponseRequest
-from trtkit.gateway.responses_store import StoreCalls, owner_of
-from trtkit.gateway.serving_responses import ServingResponses
+from trtkit.gateway.responses_api.items import stored_items
+from trtkit.gateway.responses_api.protocol import ResponseRequest
+from trtkit.gateway.responses_api.serving import ServingResponses
+from trtkit.gateway.responses_api.store import StoreCalls, owner_of
 
 Generate = Callable[..., Any]  # app.generate(request, endpoint, model, serve): the door, then serve(payload, call)
 Keyed = Callable[..., Any]  # app.keyed(request, endpoint, action): the door for a body-less call of a key

@@ -39,20 +39,20 @@ from trtkit.gateway.generation import (
 )
 from trtkit.gateway.guide_limits import check_guide, check_tool_schemas
 from trtkit.gateway.keys import ApiKey
+from trtkit.gateway.openai_objects import extension
 from trtkit.gateway.response_format import ENGINE_GUIDE_INPUT
-from trtkit.gateway.responses import extension
-from trtkit.gateway.responses_context import TurnPrompt, chain_history, turn_prompt
-from trtkit.gateway.responses_items import chat_messages, resolve, stored_items
-from trtkit.gateway.responses_objects import response, status_of
-from trtkit.gateway.responses_output import OutputItems, TurnEvents
-from trtkit.gateway.responses_protocol import (
+from trtkit.gateway.responses_api.items import chat_messages, resolve, stored_items
+from trtkit.gateway.responses_api.objects import response, status_of
+from trtkit.gateway.responses_api.output import OutputItems, TurnEvents
+from trtkit.gateway.responses_api.protocol import (
     BUDGET_METADATA,
     ResponseRequest,
     requested_budget,
     response_params,
     text_guide,
 )
-from trtkit.gateway.responses_store import StoreCalls, owner_of
+from trtkit.gateway.responses_api.store import StoreCalls, owner_of
+from trtkit.gateway.responses_api.turn_prompt import TurnPrompt, chain_history, turn_prompt
 from trtkit.gateway.tool_format import ToolSpec
 from trtkit.governance.vocabulary import GenerationResult, SamplingParams, StreamChunk
 from trtkit.store.conversations import Chain, StoredResponse

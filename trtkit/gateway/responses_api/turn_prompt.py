@@ -28,7 +28,7 @@ from trtkit.context import (
 from trtkit.context.base import BuiltPrompt
 from trtkit.errors import InputTooLongError
 from trtkit.gateway.errors import RequestValidationError
-from trtkit.gateway.responses_items import chat_messages
+from trtkit.gateway.responses_api.items import chat_messages
 from trtkit.gateway.tool_format import FunctionSpec
 from trtkit.gateway.tool_prompt import render
 from trtkit.governance.tokens import TokenCounter

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from trtkit.governance.upstream import Delta
-from trtkit.transport.upstream_errors import UpstreamBrokenError, openai_error_of, refusal_in_stream
+from trtkit.transport.openai.errors import UpstreamBrokenError, openai_error_of, refusal_in_stream
 
 DONE = b"[DONE]"
 

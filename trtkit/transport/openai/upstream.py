@@ -23,10 +23,10 @@ from trtkit.errors import ConfigError
 from trtkit.governance.governor import PreparedRequest
 from trtkit.governance.tokens import RawPrompt, TokenIdsPrompt
 from trtkit.governance.upstream import FINISH_DEADLINE, Delta
-from trtkit.transport.http1 import ConnectFailed, ConnectionBroken, Exchange, Http1Pool
-from trtkit.transport.openai_events import DONE, SseSplitter, UsageReports, parse_event
-from trtkit.transport.setup import backoff_s
-from trtkit.transport.upstream_errors import UpstreamBrokenError, UpstreamUnavailableError, status_error
+from trtkit.transport.backoff import backoff_s
+from trtkit.transport.openai.errors import UpstreamBrokenError, UpstreamUnavailableError, status_error
+from trtkit.transport.openai.events import DONE, SseSplitter, UsageReports, parse_event
+from trtkit.transport.openai.http1 import ConnectFailed, ConnectionBroken, Exchange, Http1Pool
 
 MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
 MAX_ERROR_BODY_BYTES = 1 << 20  # an error answer's body read at most (a larger one is a 502)

@@ -1,7 +1,7 @@
 """asyncio client over ``tritonclient.grpc.aio``: the same governance as the sync client.
 
 Every request of one aio client travels on one kept bidirectional call, its responses sorted to it by request
-id (trtkit/transport/stream_mux.py: a call per request cost ~0.8 ms of CPU to open and close). Cancelling the
+id (trtkit/transport/triton/stream_mux.py: a call per request cost ~0.8 ms of CPU to open and close). Cancelling the
 awaiting task, a deadline, or the runaway guard stops the request with the engine's ``stop`` input (on a call
 of its own) and reads its stream to the end; a request the stop does not end in time is let go, and the shared
 call is never cancelled for it (trtkit/wire/stop_request.py says why). A task of its own reads each call: grpc.aio
@@ -25,12 +25,12 @@ from trtkit.governance.metrics import ClientMetrics
 from trtkit.governance.tokens import TokenCounter
 from trtkit.governance.upstream import Delta
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
-from trtkit.transport.exchange import END as EXCHANGE_END
-from trtkit.transport.exchange import adrive, exchange
-from trtkit.transport.model_wire import TextReader, TokenReader, Wire, wire_for
-from trtkit.transport.protocol import stop_inputs, stop_outcome
-from trtkit.transport.setup import is_server_failure, make_setup
-from trtkit.transport.stream_mux import END, RequestInbox, ResponseQueue, StreamMux
+from trtkit.transport.triton.exchange import END as EXCHANGE_END
+from trtkit.transport.triton.exchange import adrive, exchange
+from trtkit.transport.triton.protocol import stop_inputs, stop_outcome
+from trtkit.transport.triton.request_path import TextReader, TokenReader, Wire, wire_for
+from trtkit.transport.triton.retry import is_server_failure, make_setup
+from trtkit.transport.triton.stream_mux import END, RequestInbox, ResponseQueue, StreamMux
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from trtkit.errors import ClientError
 from trtkit.governance.upstream import FINISH_CANCELLED, FINISH_DEADLINE, Delta
-from trtkit.transport.setup import ClientSetup, retry_delay_s
+from trtkit.transport.triton.retry import ClientSetup, retry_delay_s
 from trtkit.wire.stop_request import STOP_GRACE_S, STOP_RETRY_S
 
 CANCELLED = object()  # what ``next`` answers when the caller cancelled the request (client.cancel)

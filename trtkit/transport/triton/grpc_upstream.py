@@ -23,10 +23,10 @@ from trtkit.governance.metrics import ClientMetrics
 from trtkit.governance.tokens import TokenCounter
 from trtkit.governance.upstream import Delta
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
-from trtkit.transport.exchange import CANCELLED, drive, exchange
-from trtkit.transport.model_wire import TextReader, TokenReader, Wire, wire_for
-from trtkit.transport.protocol import is_final_response, stop_inputs, stop_outcome
-from trtkit.transport.setup import is_server_failure, make_setup
+from trtkit.transport.triton.exchange import CANCELLED, drive, exchange
+from trtkit.transport.triton.protocol import is_final_response, stop_inputs, stop_outcome
+from trtkit.transport.triton.request_path import TextReader, TokenReader, Wire, wire_for
+from trtkit.transport.triton.retry import is_server_failure, make_setup
 from trtkit.wire.stop_request import ENGINE_MODEL, STOP_GRACE_S
 
 _CANCEL = object()

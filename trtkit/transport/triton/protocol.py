@@ -19,8 +19,8 @@ from trtkit.governance.upstream import Delta
 from trtkit.governance.vocabulary import SamplingParams
 from trtkit.tokenizer.prompt_forms import PLAIN
 from trtkit.wire import names as n
+from trtkit.wire.engine_responses import cached_tokens_from_reused_blocks
 from trtkit.wire.names import GUIDE_INPUTS, ID_INPUTS, SAMPLING_INPUTS
-from trtkit.wire.responses import cached_tokens_from_reused_blocks
 from trtkit.wire.stop_request import STOP_DATATYPES, STOP_TENSORS, is_not_running
 from trtkit.wire.tensors import NUMPY_OF
 

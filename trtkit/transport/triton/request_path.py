@@ -12,14 +12,14 @@ from trtkit.errors import ClientError
 from trtkit.governance.governor import PreparedRequest
 from trtkit.governance.tokens import TokenCounter, TokenIdsPrompt
 from trtkit.governance.upstream import Delta
-from trtkit.transport.protocol import (
+from trtkit.transport.triton.protocol import (
     is_final_response,
     parse_response,
     request_inputs,
     response_arrays,
 )
-from trtkit.transport.setup import declared_inputs
-from trtkit.transport.token_wire import TokenReader, TokenWire, is_engine_model
+from trtkit.transport.triton.retry import declared_inputs
+from trtkit.transport.triton.token_path import TokenReader, TokenWire, is_engine_model
 
 Request = tuple[list[grpcclient.InferInput], list[grpcclient.InferRequestedOutput] | None]
 

@@ -3,7 +3,6 @@ policy, how a failure is told apart, model metadata."""
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 from trtkit.config.schema import ModelConfig
@@ -13,9 +12,7 @@ from trtkit.governance.governor import Governor, LedgerChoice, open_governor
 from trtkit.governance.metrics import ClientMetrics
 from trtkit.governance.tokens import TokenCounter
 from trtkit.governance.vocabulary import Caller
-
-RETRY_BASE_S = 0.1
-RETRY_MAX_S = 2.0
+from trtkit.transport.backoff import backoff_s
 
 
 class ServerUnavailableError(ClientError):
@@ -38,11 +35,6 @@ def make_setup(config: ModelConfig, *, caller: Caller | None, ledger: LedgerChoi
     governor = open_governor(config, ledger=ledger, counter=counter, metrics=metrics, budgets=budgets)
     c = config.client
     return ClientSetup(model_name or c.model_name, governor, caller or Caller(), c.max_retries, c.deadline_seconds)
-
-
-def backoff_s(attempt: int) -> float:
-    """Exponential backoff with full jitter, so many clients do not retry in lockstep."""
-    return random.uniform(0, min(RETRY_MAX_S, RETRY_BASE_S * 2 ** attempt))
 
 
 def retry_delay_s(setup: ClientSetup, url: str, request_id: str, exc: BaseException, *, has_output: bool,

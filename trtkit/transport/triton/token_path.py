@@ -23,13 +23,13 @@ from trtkit.governance.upstream import Delta
 from trtkit.governance.vocabulary import SamplingParams
 from trtkit.tokenizer.detokenizer import IncrementalDetokenizer
 from trtkit.tokenizer.stopping import StopFilter
-from trtkit.transport.protocol import is_final_response, make_input, response_arrays
-from trtkit.transport.setup import declared_inputs
+from trtkit.transport.triton.protocol import is_final_response, make_input, response_arrays
+from trtkit.transport.triton.retry import declared_inputs
 from trtkit.wire import names as n
 from trtkit.wire.engine_request import EngineRequest, SamplingInputs
+from trtkit.wire.engine_responses import EngineResponse
 from trtkit.wire.engine_run import EngineRun
 from trtkit.wire.names import ENGINE_OUTPUTS_READ, SAMPLING_INPUTS
-from trtkit.wire.responses import EngineResponse
 from trtkit.wire.tensors import NUMPY_OF
 
 _MAX_CACHED_SCALARS = 4096
