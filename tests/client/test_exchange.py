@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from trtkit.errors import ClientError
+from trtkit.governance.metrics import ClientMetrics, UpstreamMetrics
 from trtkit.governance.upstream import Delta
-from trtkit.transport.triton.exchange import CANCELLED, END, OPEN, Op, exchange
-from trtkit.transport.triton.retry import ClientSetup, ServerUnavailableError, make_setup
+from trtkit.transport.triton.exchange import CANCELLED, END, OPEN, Op, TritonTarget, exchange
+from trtkit.transport.triton.retry import ServerUnavailableError
 
 
 class AsSent:
@@ -28,13 +30,23 @@ def _delta(text: str, *, final: bool = False, engine_running: bool = False) -> D
                  finish_reason="stop" if final else "", is_final=final, engine_running=engine_running)
 
 
+@dataclass(slots=True)
+class Setup:
+    """What an upstream hands its exchange: the target, and the metrics it counts retries and early ends in."""
+
+    target: TritonTarget
+    metrics: ClientMetrics
+    model: str
+
+
 @pytest.fixture
-def setup(tiny_config, tiny_counter) -> ClientSetup:  # type: ignore[no-untyped-def]
-    return make_setup(tiny_config, caller=None, ledger=None, counter=tiny_counter, metrics=None, model_name=None)
+def setup(tiny_config) -> Setup:  # type: ignore[no-untyped-def]
+    return Setup(TritonTarget.of(tiny_config, "127.0.0.1:1"), ClientMetrics(), tiny_config.name)
 
 
-def _start(setup: ClientSetup, *, deadline_s: float = 30.0, arrived: bool = False) -> Generator[Any, Any, None]:
-    core = exchange(setup, "127.0.0.1:1", "r1", time.monotonic() + deadline_s, lambda: arrived, "let_go")
+def _start(setup: Setup, *, deadline_s: float = 30.0) -> Generator[Any, Any, None]:
+    core = exchange(setup.target, "r1", time.monotonic() + deadline_s, "let_go",
+                    UpstreamMetrics(setup.metrics, setup.model))
     assert next(core) is OPEN
     return core
 
@@ -49,11 +61,11 @@ def _finish(core: Generator[Any, Any, None]) -> None:
             step = core.send(answers.get(step.name) if isinstance(step, Op) else None)
 
 
-def _early_ends(setup: ClientSetup, how: str) -> float:
-    return setup.governor.metrics.value("trtkit_client_early_ends_total", model=setup.governor.model, how=how)
+def _early_ends(setup: Setup, how: str) -> float:
+    return setup.metrics.value("trtkit_client_early_ends_total", model=setup.model, how=how)
 
 
-def test_a_request_that_ends_by_itself_is_released_without_a_stop(setup: ClientSetup) -> None:
+def test_a_request_that_ends_by_itself_is_released_without_a_stop(setup: Setup) -> None:
     core = _start(setup)
     assert core.send(AsSent()).name == "next"
     assert core.send((_delta(" a"), None)).text == " a"
@@ -65,7 +77,7 @@ def test_a_request_that_ends_by_itself_is_released_without_a_stop(setup: ClientS
         core.send(None)
 
 
-def test_a_caller_that_leaves_stops_the_request_and_waits_for_its_end(setup: ClientSetup) -> None:
+def test_a_caller_that_leaves_stops_the_request_and_waits_for_its_end(setup: Setup) -> None:
     core = _start(setup)
     core.send(AsSent())
     core.send((_delta(" a"), None))
@@ -82,7 +94,7 @@ def test_a_caller_that_leaves_stops_the_request_and_waits_for_its_end(setup: Cli
     assert _early_ends(setup, "stop") == before + 1
 
 
-def test_a_stop_that_fails_is_counted_by_the_clients_fallback(setup: ClientSetup) -> None:
+def test_a_stop_that_fails_is_counted_by_the_clients_fallback(setup: Setup) -> None:
     core = _start(setup)
     core.send(AsSent())
     assert core.send(CANCELLED) == "cancelled"  # client.cancel(request_id)
@@ -95,7 +107,7 @@ def test_a_stop_that_fails_is_counted_by_the_clients_fallback(setup: ClientSetup
         core.send(None)
 
 
-def test_the_deadline_ends_the_request_with_its_own_reason(setup: ClientSetup) -> None:
+def test_the_deadline_ends_the_request_with_its_own_reason(setup: Setup) -> None:
     core = _start(setup, deadline_s=0.05)
     step = core.send(AsSent())
     assert step.name == "next" and step.args[0] <= 0.05
@@ -105,7 +117,7 @@ def test_the_deadline_ends_the_request_with_its_own_reason(setup: ClientSetup) -
 
 
 @pytest.mark.parametrize("how", ["deadline", "cancel"])
-def test_after_a_client_side_stop_what_the_engine_generated_is_handed_on(setup: ClientSetup, how: str) -> None:
+def test_after_a_client_side_stop_what_the_engine_generated_is_handed_on(setup: Setup, how: str) -> None:
     """The stop's reason first, then the responses already here, the engine's stop, and the rest of the stream to
     its final response: each one is handed on (the flow bills its counts), and the request needs no other stop."""
     core = _start(setup, deadline_s=0.05 if how == "deadline" else 30.0)
@@ -134,7 +146,7 @@ def test_after_a_client_side_stop_what_the_engine_generated_is_handed_on(setup: 
         core.send(None)
 
 
-def test_a_final_response_from_a_still_running_engine_is_stopped(setup: ClientSetup) -> None:
+def test_a_final_response_from_a_still_running_engine_is_stopped(setup: Setup) -> None:
     core = _start(setup)
     core.send(AsSent())
     assert core.send((_delta(" a", final=True, engine_running=True), None)).is_final  # a stop string, client-side
@@ -143,37 +155,39 @@ def test_a_final_response_from_a_still_running_engine_is_stopped(setup: ClientSe
     _finish(core)
 
 
-def test_a_stream_that_ended_without_a_final_response_needs_no_stop(setup: ClientSetup) -> None:
+def test_a_stream_that_ended_without_a_final_response_needs_no_stop(setup: Setup) -> None:
     core = _start(setup)
     core.send(AsSent())
     assert core.send(END).name == "wait_ended"
     assert core.send(True) == Op("release", (True, False))
 
 
-def test_unavailable_before_any_token_is_retried_on_a_new_call(setup: ClientSetup) -> None:
+def test_unavailable_before_any_token_is_retried_on_a_new_call(setup: Setup) -> None:
     unavailable = _status_error("StatusCode.UNAVAILABLE")
     core = _start(setup)
     assert core.throw(unavailable) == Op("release", (False, True))  # the failed call is never reused
     assert core.send(None).name == "sleep"
     assert core.send(None) is OPEN
-    retries = setup.governor.metrics.value("trtkit_client_retries_total", model=setup.governor.model)
+    retries = setup.metrics.value("trtkit_client_retries_total", model=setup.model)
     assert retries >= 1
     core.send(AsSent())
     assert core.send((_delta(" a", final=True), None)).is_final
     _finish(core)
 
 
-def test_a_failure_after_tokens_arrived_is_the_callers_error(setup: ClientSetup) -> None:
-    core = _start(setup, arrived=True)
-    core.send(AsSent())
+def test_a_failure_after_tokens_arrived_is_the_callers_error(setup: Setup) -> None:
+    core = _start(setup)
+    assert core.send(AsSent()).name == "next"
+    assert core.send((_delta(" a"), None)).text == " a"  # text reached the caller: never tried again
+    assert core.send(None).name == "next"
     assert core.send((None, _status_error("StatusCode.UNAVAILABLE"))) == Op("release", (False, True))
     with pytest.raises(ClientError, match="request r1 failed"):
         core.send(None)
 
 
-def test_retries_run_out(setup: ClientSetup) -> None:
+def test_retries_run_out(setup: Setup) -> None:
     core = _start(setup)
-    for _ in range(setup.max_retries):
+    for _ in range(setup.target.max_retries):
         core.throw(_status_error("StatusCode.UNAVAILABLE"))
         core.send(None)  # sleep
         assert core.send(None) is OPEN

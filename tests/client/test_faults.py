@@ -22,8 +22,8 @@ import pytest
 from trtkit.errors import ClientError
 from trtkit.governance import ClientMetrics, SamplingParams, budget_scope
 from trtkit.store.ledger import Ledger
-from trtkit.transport import TritonLLMClient
 from trtkit.transport.triton.retry import ServerUnavailableError
+from trtkit.upstreams import connect
 
 from .conftest import TINY_CONFIG, client_config
 
@@ -90,7 +90,7 @@ def test_cancelled_bls_streams_leave_nothing_behind_in_the_stub(fault_server, co
     the fix every 100 cancels here left ~4.5 MB of heap + shared memory behind for good (found by
     benchmarks/soak.py). Runs first on this module's fresh server, whose pool has
     no high-water mark from other tests that a leak could hide in."""
-    with TritonLLMClient(fault_server.grpc_url, config=config, model_name="tensorrt_llm_bls") as client:
+    with connect(fault_server.grpc_url, config=config, model_name="tensorrt_llm_bls") as client:
         def cancel_after_first_token(i: int) -> None:
             stream = client.stream(f"Cancel me {i}", LONG_PARAMS, deadline_s=60.0)
             assert next(stream).text is not None
@@ -112,7 +112,7 @@ def test_cancelled_bls_streams_leave_nothing_behind_in_the_stub(fault_server, co
 def test_a_server_stopped_for_5_s(fault_server, config) -> None:
     """SIGSTOP: a client with a short deadline ends at its deadline; one with a long deadline completes
     once the server runs again. Both are in the ledger; the budget holds nothing afterwards."""
-    with TritonLLMClient(fault_server.grpc_url, config=config, model_name="tensorrt_llm_bls") as client, \
+    with connect(fault_server.grpc_url, config=config, model_name="tensorrt_llm_bls") as client, \
             budget_scope(max_tokens=10_000) as scope:
         short = client.stream("Stop the world", LONG_PARAMS, deadline_s=2.0)
         patient = client.stream("Stop the world", SamplingParams(max_tokens=60), deadline_s=120.0)
@@ -144,7 +144,7 @@ def test_a_killed_engine_stub_mid_stream_ends_by_the_deadline_and_later_requests
     an "error" row), until `trtkit serve` is restarted. (Where Triton restarts a stub, e.g. a model that is
     not decoupled, the next request is served again.)"""
     metrics = ClientMetrics()
-    with TritonLLMClient(fault_server.grpc_url, config=config, metrics=metrics) as client, \
+    with connect(fault_server.grpc_url, config=config, metrics=metrics) as client, \
             budget_scope(max_tokens=10_000) as scope:
         stream = client.stream("Kill the engine", LONG_PARAMS, deadline_s=5.0)
         assert next(stream).text
@@ -183,7 +183,7 @@ def test_a_killed_server_fails_streams_without_retry_and_new_requests_after_retr
     fault_server.stop()  # a fresh start: the stub killed by the test before is not coming back
     fault_server.start()
     metrics = ClientMetrics()
-    with TritonLLMClient(fault_server.grpc_url, config=config, metrics=metrics) as client, \
+    with connect(fault_server.grpc_url, config=config, metrics=metrics) as client, \
             budget_scope(max_tokens=10_000) as scope:
         stream = client.stream("Kill the server", LONG_PARAMS, deadline_s=60.0)
         assert next(stream).text
@@ -210,14 +210,14 @@ def test_the_async_client_on_a_killed_server_fails_its_stream_and_renews_its_cal
     import gc
     import logging
 
-    from trtkit.transport import AsyncTritonLLMClient
+    from trtkit.upstreams import connect_async
 
     fault_server.stop()  # the test before killed it
     fault_server.start()
     metrics = ClientMetrics()
 
     async def run() -> tuple[int, float]:
-        async with AsyncTritonLLMClient(fault_server.grpc_url, config=config, metrics=metrics) as client:
+        async with connect_async(fault_server.grpc_url, config=config, metrics=metrics) as client:
             received = 0
             with pytest.raises(ClientError):
                 async for _ in client.stream("Kill the server", LONG_PARAMS, deadline_s=60.0):

@@ -17,7 +17,7 @@ from trtkit.errors import BudgetExceededError, InputTooLongError
 from trtkit.governance import Caller, ClientMetrics, SamplingParams, budget_scope
 from trtkit.governance.guard import FINISH_REPETITION
 from trtkit.store.ledger import Ledger
-from trtkit.transport import AsyncTritonLLMClient, TritonLLMClient
+from trtkit.upstreams import connect, connect_async
 
 from .conftest import client_config
 
@@ -51,7 +51,7 @@ def test_usage_equals_tokenizer_and_engine_counts(live_server, nocache_config, t
     prompt = f"[usage {uuid.uuid4().hex}] {LONG_PROMPT}"
     config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
     params = SamplingParams(max_tokens=12, min_tokens=12)
-    with TritonLLMClient(live_server.grpc_url, config=config, caller=Caller(user="ann")) as client:
+    with connect(live_server.grpc_url, config=config, caller=Caller(user="ann")) as client:
         first = client.generate(prompt, params)
         second = client.generate(prompt, params)
     expected_prompt = tiny_counter.count_prompt(prompt)
@@ -69,10 +69,10 @@ def test_usage_equals_tokenizer_and_engine_counts(live_server, nocache_config, t
 def test_stream_final_usage_equals_non_streamed(live_server, nocache_config) -> None:
     params = SamplingParams(max_tokens=20)
     config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
-    with TritonLLMClient(live_server.grpc_url, config=config) as client:
+    with connect(live_server.grpc_url, config=config) as client:
         plain = client.generate("Tell me a story", params)  # guard off: one non-streamed response
         chunks = list(client.stream("Tell me a story", params))
-    with TritonLLMClient(live_server.grpc_url, config=config, model_name="tensorrt_llm_bls") as bls:
+    with connect(live_server.grpc_url, config=config, model_name="tensorrt_llm_bls") as bls:
         via_bls = bls.generate("Tell me a story", params)
     assert via_bls.text == plain.text and via_bls.usage == plain.usage
     final = chunks[-1].result
@@ -86,7 +86,7 @@ def test_stream_final_usage_equals_non_streamed(live_server, nocache_config) -> 
 def test_cache_hit_records_zero_tokens(live_server, tiny_config) -> None:
     metrics = ClientMetrics()
     before = server_successes(live_server)
-    with TritonLLMClient(live_server.grpc_url, config=tiny_config, metrics=metrics,
+    with connect(live_server.grpc_url, config=tiny_config, metrics=metrics,
                          caller=Caller(key_id="tenant-a")) as client:
         miss = client.generate("Cache me", SamplingParams(max_tokens=8))
         hit = client.generate("Cache me", SamplingParams(max_tokens=8))
@@ -104,7 +104,7 @@ def test_cache_hit_records_zero_tokens(live_server, tiny_config) -> None:
 def test_nested_budget_overrun_is_refused_before_sending(live_server, nocache_config, tiny_counter) -> None:
     metrics = ClientMetrics()
     prompt_tokens = tiny_counter.count_prompt("Plan the trip")
-    with TritonLLMClient(live_server.grpc_url, config=nocache_config, metrics=metrics) as client:
+    with connect(live_server.grpc_url, config=nocache_config, metrics=metrics) as client:
         with budget_scope(max_tokens=2 * prompt_tokens + 30, name="agent") as agent:
             client.generate("Plan the trip", SamplingParams(max_tokens=10))
             sent = server_successes(live_server)
@@ -122,7 +122,7 @@ def test_runaway_guard_cancels_a_repeating_stream(live_server, tiny_config) -> N
     config = client_config(tiny_config, guard=replace(tiny_config.client.guard, ngram_size=2, max_ngram_repeats=3),
                            cache=replace(tiny_config.client.cache, enabled=False))
     metrics = ClientMetrics()
-    with TritonLLMClient(live_server.grpc_url, config=config, metrics=metrics) as client:
+    with connect(live_server.grpc_url, config=config, metrics=metrics) as client:
         chunks = list(client.stream("Hello Hello Hello Hello", SamplingParams(max_tokens=200)))
         result = chunks[-1].result
         plain = client.generate("Hello Hello Hello Hello", SamplingParams(max_tokens=200))
@@ -139,7 +139,7 @@ def test_each_strategy_fits_the_limit_across_30_turns(live_server, tiny_config, 
     config = client_config(tiny_config, max_input_tokens=limit, cache=replace(tiny_config.client.cache,
                                                                               enabled=False),
                            context=replace(tiny_config.client.context, summary_max_tokens=16))
-    with TritonLLMClient(live_server.grpc_url, config=config) as client:
+    with connect(live_server.grpc_url, config=config) as client:
         talk = Conversation(client, config, tiny_counter, strategy=strategy,
                             documents=["The harbour master's name is Ingrid."])
         session = talk.start()
@@ -160,7 +160,7 @@ def test_each_strategy_fits_the_limit_across_30_turns(live_server, tiny_config, 
 def test_session_expiry_drops_the_context(live_server, tiny_config, tiny_counter) -> None:
     now = [0.0]
     store = SessionStore(ttl_seconds=60, clock=lambda: now[0])
-    with TritonLLMClient(live_server.grpc_url, config=tiny_config) as client:
+    with connect(live_server.grpc_url, config=tiny_config) as client:
         talk = Conversation(client, tiny_config, tiny_counter, store=store)
         session = talk.start()
         talk.ask(session, "Remember the number 42.", SamplingParams(max_tokens=4))
@@ -179,12 +179,12 @@ def test_session_expiry_drops_the_context(live_server, tiny_config, tiny_counter
 def test_input_limit_and_max_tokens_clamp(live_server, tiny_config, tiny_counter) -> None:
     long_text = LONG_PROMPT * 12
     assert tiny_counter.count_prompt(long_text) > tiny_config.build.max_input_len
-    with TritonLLMClient(live_server.grpc_url, config=tiny_config) as client:
+    with connect(live_server.grpc_url, config=tiny_config) as client:
         with pytest.raises(InputTooLongError, match="client.input_overflow"):
             client.generate(long_text)
     config = client_config(tiny_config, input_overflow="truncate_left",
                            guard=replace(tiny_config.client.guard, enabled=False))
-    with TritonLLMClient(live_server.grpc_url, config=config) as client:
+    with connect(live_server.grpc_url, config=config) as client:
         cut = client.generate(long_text, SamplingParams(max_tokens=4))
         assert cut.truncated_prompt_tokens > 0 and cut.usage.prompt_tokens <= config.build.max_input_len
         near_limit = client.generate(LONG_PROMPT * 7, SamplingParams(max_tokens=100_000))
@@ -211,11 +211,11 @@ def test_cancel_and_deadline_stop_the_engine_and_bill_what_it_generated(paced_se
     assert LONG * MIN_STEP_MS / 1000 > 2 * DEADLINE_S
     metrics = paced_server.metrics_url
     config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
-    with TritonLLMClient(paced_server.grpc_url, config=config, model_name=BLS) as client:
+    with connect(paced_server.grpc_url, config=config, model_name=BLS) as client:
         before = settled_engine(metrics, after_iteration=-1)
         stream = client.stream("Count slowly", LONG_PARAMS)
         first = next(stream)
-        assert client.active_requests() == [first.request_id]
+        assert client.upstream.active_requests() == [first.request_id]
         client.cancel(first.request_id)
         cancelled = [c for c in stream][-1].result
         after_cancel = settled_engine(metrics, after_iteration=before.iteration)
@@ -246,13 +246,13 @@ def test_async_client_batch_order_and_task_cancellation(live_server, nocache_con
     prompts = [f"Item {i}:" for i in range(6)]
 
     async def in_order():
-        async with AsyncTritonLLMClient(live_server.grpc_url, config=nocache_config, model_name=BLS) as client:
+        async with connect_async(live_server.grpc_url, config=nocache_config, model_name=BLS) as client:
             batch = await client.generate_batch(prompts, SamplingParams(max_tokens=5), max_concurrency=4)
             singles = [await client.generate(p, SamplingParams(max_tokens=5)) for p in prompts[:2]]
             return batch, singles
 
     async def cancel_mid_stream() -> list[int]:
-        async with AsyncTritonLLMClient(live_server.grpc_url, config=nocache_config, model_name=BLS) as client:
+        async with connect_async(live_server.grpc_url, config=nocache_config, model_name=BLS) as client:
             started, never = asyncio.Event(), asyncio.Event()
             received: list[int] = []
 
@@ -300,7 +300,7 @@ def test_closing_the_async_client_closes_a_stream_left_by_an_exception(live_serv
 
     async def leave_by_an_exception() -> list[int]:
         received: list[int] = []
-        client = AsyncTritonLLMClient(live_server.grpc_url, config=nocache_config, model_name=BLS)
+        client = connect_async(live_server.grpc_url, config=nocache_config, model_name=BLS)
         stream = client.stream("Go on", LONG_PARAMS)
         try:
             async for chunk in stream:
@@ -319,12 +319,12 @@ def test_closing_the_async_client_closes_a_stream_left_by_an_exception(live_serv
 def test_a_consumer_that_stops_reading_cancels_the_stream(live_server, nocache_config) -> None:
     config = client_config(nocache_config, guard=replace(nocache_config.client.guard, enabled=False))
     before = settled_engine(live_server.metrics_url, after_iteration=-1)
-    with TritonLLMClient(live_server.grpc_url, config=config, model_name=BLS) as client:
+    with connect(live_server.grpc_url, config=config, model_name=BLS) as client:
         stream = client.stream("Keep going", LONG_PARAMS)
         for _ in itertools.islice(stream, 3):
             pass
         stream.close()
-        assert client.active_requests() == []
+        assert client.upstream.active_requests() == []
     engine = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
     (finish, completion), = ledger_rows("finish_reason, completion_tokens")
     assert finish == "cancelled" and 3 <= completion < LONG
@@ -333,7 +333,7 @@ def test_a_consumer_that_stops_reading_cancels_the_stream(live_server, nocache_c
 
 def test_sync_batch_keeps_order(live_server, nocache_config) -> None:
     prompts = [f"Number {i} is" for i in range(5)]
-    with TritonLLMClient(live_server.grpc_url, config=nocache_config) as client:
+    with connect(live_server.grpc_url, config=nocache_config) as client:
         batch = client.generate_batch(prompts, SamplingParams(max_tokens=4))
         single = client.generate(prompts[3], SamplingParams(max_tokens=4))
     assert batch[3].text == single.text and len({r.request_id for r in batch}) == 5
@@ -346,7 +346,7 @@ def test_async_cache_hit_and_metrics_port(live_server, tiny_config) -> None:
     port = metrics.serve(0)
 
     async def twice():
-        async with AsyncTritonLLMClient(live_server.grpc_url, config=tiny_config, metrics=metrics) as client:
+        async with connect_async(live_server.grpc_url, config=tiny_config, metrics=metrics) as client:
             return [await client.generate("Same again", SamplingParams(max_tokens=6)) for _ in range(2)]
 
     first, second = asyncio.run(twice())
@@ -387,12 +387,12 @@ def test_config_budget_counts_committed_usage_from_the_ledger(live_server, nocac
     n = tiny_counter.count_prompt("Budgeted request")
     rule = BudgetRule(scope="user", period="day", max_tokens=2 * n + 12)
     config = client_config(nocache_config, budgets=[rule])
-    with TritonLLMClient(live_server.grpc_url, config=config, caller=Caller(user="dora")) as client:
+    with connect(live_server.grpc_url, config=config, caller=Caller(user="dora")) as client:
         client.generate("Budgeted request", SamplingParams(max_tokens=8))
         with pytest.raises(BudgetExceededError, match="user dora per day"):
             client.generate("Budgeted request", SamplingParams(max_tokens=8))
         client.generate("Budgeted request", SamplingParams(max_tokens=4), caller=Caller(user="eve"))
-    with TritonLLMClient(live_server.grpc_url, config=config, caller=Caller(user="dora")) as fresh:
+    with connect(live_server.grpc_url, config=config, caller=Caller(user="dora")) as fresh:
         with pytest.raises(BudgetExceededError):  # a new process sees the spending: it is in the ledger
             fresh.generate("Budgeted request", SamplingParams(max_tokens=8))
         assert fresh.generate("Budgeted request", SamplingParams(max_tokens=4)).usage.total_tokens == n + 4

@@ -14,7 +14,7 @@ from tests.repository.live_client import Live, inputs
 from trtkit.context import fit_prompt
 from trtkit.governance import SamplingParams
 from trtkit.governance.tokens import prompt_form
-from trtkit.transport import TritonLLMClient
+from trtkit.upstreams import connect
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
@@ -32,7 +32,7 @@ def test_a_rendered_conversation_is_answered_alike_on_every_path(live_server, ti
     assert prompt_form(prompt.text) == "rendered"
     seen = {}
     for model in ("ensemble", "tensorrt_llm_bls", ENGINE_MODEL):
-        with TritonLLMClient(live_server.grpc_url, config=config, model_name=model, ledger=False) as client:
+        with connect(live_server.grpc_url, config=config, model_name=model, ledger=False) as client:
             result = client.generate(prompt.text, SamplingParams(max_tokens=8))
             streamed = list(client.stream(prompt.text, SamplingParams(max_tokens=8)))
         final = streamed[-1].result

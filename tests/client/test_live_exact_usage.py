@@ -16,7 +16,7 @@ import pytest
 from tests.repository.echo_model import CYCLE_TEXT
 from trtkit.governance import SamplingParams
 from trtkit.governance.guard import FINISH_REPETITION
-from trtkit.transport import TritonLLMClient
+from trtkit.upstreams import connect
 
 from .conftest import client_config
 
@@ -30,7 +30,7 @@ def test_forced_lengths_count_every_engine_token(live, tiny_config, model: str) 
     config = client_config(tiny_config, cache=replace(tiny_config.client.cache, enabled=False))
     assert config.client.guard.enabled  # the default path: generate streams internally for the guard
     wrong = []
-    with TritonLLMClient(live.server.grpc_url, config=config, model_name=model, ledger=False) as client:
+    with connect(live.server.grpc_url, config=config, model_name=model, ledger=False) as client:
         for n in LENGTHS:
             params = SamplingParams(max_tokens=n, min_tokens=n)
             plain = client.generate(CYCLE_TEXT, params)
@@ -56,7 +56,7 @@ def test_a_short_forced_length_is_a_guard_stop_with_the_tokens_received(live_ser
     config = client_config(tiny_config, cache=replace(tiny_config.client.cache, enabled=False),
                            guard=replace(tiny_config.client.guard, ngram_size=1, max_ngram_repeats=2))
     params = SamplingParams(max_tokens=40, min_tokens=40)
-    with TritonLLMClient(live_server.grpc_url, config=config, ledger=False) as client:
+    with connect(live_server.grpc_url, config=config, ledger=False) as client:
         chunks = list(client.stream("Hello Hello Hello Hello", params))
     result = chunks[-1].result
     assert result is not None and result.finish_reason == FINISH_REPETITION

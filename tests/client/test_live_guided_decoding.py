@@ -14,7 +14,7 @@ import pytest
 from tests.repository.live_client import Live, inputs
 from trtkit.errors import TrtkitError
 from trtkit.governance import SamplingParams
-from trtkit.transport import TritonLLMClient
+from trtkit.upstreams import connect
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
@@ -31,7 +31,7 @@ def test_every_path_holds_the_answer_to_the_guide(live_server, tiny_config) -> N
               SamplingParams(max_tokens=24, guided_decoding_guide_type="regex", guided_decoding_guide=PATTERN)]
     seen = {}
     for model in ("ensemble", "tensorrt_llm_bls", ENGINE_MODEL):
-        with TritonLLMClient(live_server.grpc_url, config=config, model_name=model, ledger=False) as client:
+        with connect(live_server.grpc_url, config=config, model_name=model, ledger=False) as client:
             enum = client.generate("Which way is the wind blowing?", guides[0])
             streamed = list(client.stream("Ticket number:", guides[1]))
         final = streamed[-1].result
@@ -55,7 +55,7 @@ def test_a_guide_that_does_not_compile_is_refused_and_the_next_request_served(li
         answered = live.stream(model, inputs("Hello", 2, stream=True))
         assert answered.error is None and answered.finals[-1]["num_output_tokens"] == 2, model
     config = client_config(tiny_config, cache=replace(tiny_config.client.cache, enabled=False))
-    with TritonLLMClient(live_server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as client:
+    with connect(live_server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as client:
         with pytest.raises(TrtkitError, match="does not compile as regex"):
             client.generate("x", SamplingParams(max_tokens=4, guided_decoding_guide_type="regex",
                                                 guided_decoding_guide="(open"))

@@ -15,8 +15,9 @@ from server_gauges import settled_engine
 
 from tests.repository.echo_model import CYCLE_TEXT
 from trtkit.governance import SamplingParams
+from trtkit.governance.client import Client
 from trtkit.governance.vocabulary import GenerationResult
-from trtkit.transport import AsyncTritonLLMClient, TritonLLMClient
+from trtkit.upstreams import connect, connect_async
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
@@ -40,7 +41,7 @@ def _seen(result: GenerationResult) -> tuple:
     return result.text, result.finish_reason, u.prompt_tokens, u.completion_tokens
 
 
-def _both_ways(client: TritonLLMClient, prompt: str, params: SamplingParams) -> list[tuple]:
+def _both_ways(client: Client, prompt: str, params: SamplingParams) -> list[tuple]:
     chunks = list(client.stream(prompt, params))
     streamed = chunks[-1].result
     assert streamed is not None and "".join(c.text for c in chunks) == streamed.text
@@ -49,8 +50,8 @@ def _both_ways(client: TritonLLMClient, prompt: str, params: SamplingParams) -> 
 
 def test_token_path_answers_as_the_bls_on_the_random_model(live_server, tiny_config) -> None:
     config = _config(tiny_config)
-    with TritonLLMClient(live_server.grpc_url, config=config, model_name="tensorrt_llm_bls", ledger=False) as bls, \
-            TritonLLMClient(live_server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as engine:
+    with connect(live_server.grpc_url, config=config, model_name="tensorrt_llm_bls", ledger=False) as bls, \
+            connect(live_server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as engine:
         for prompt, params in CASES:
             # a stop string and a bad word taken from the greedy answer itself, so both really act
             words = bls.generate(prompt, params).text.split()
@@ -65,7 +66,7 @@ def test_token_path_streams_cjk_and_counts_forced_lengths_exactly(live, tiny_con
     """The echo model's cycle splits characters over byte tokens: the deltas never carry U+FFFD, and a forced
     length counts every engine token even where the text drops an unfinished character."""
     config = _config(tiny_config)
-    with TritonLLMClient(live.server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as client:
+    with connect(live.server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as client:
         for n in (1, 2, 3, 5, 8, 13, 21, 30):
             params = SamplingParams(max_tokens=n, min_tokens=n)
             chunks = list(client.stream(CYCLE_TEXT, params))
@@ -88,7 +89,7 @@ def test_a_stop_string_on_the_token_path_stops_the_engine(live, tiny_config) -> 
     billed = next(k for k in range(1, 41) if stop in live.expected(k))  # the token that completes the stop
 
     async def through_aio() -> GenerationResult:
-        async with AsyncTritonLLMClient(live.server.grpc_url, config=config, model_name=ENGINE_MODEL,
+        async with connect_async(live.server.grpc_url, config=config, model_name=ENGINE_MODEL,
                                         ledger=False) as client:
             final = None
             async for chunk in client.stream(CYCLE_TEXT, params):
@@ -96,7 +97,7 @@ def test_a_stop_string_on_the_token_path_stops_the_engine(live, tiny_config) -> 
             assert final is not None
             return final
 
-    with TritonLLMClient(live.server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as client:
+    with connect(live.server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as client:
         for run in (lambda: client.generate(CYCLE_TEXT, params), lambda: asyncio.run(through_aio())):
             before = settled_engine(live.server.metrics_url, after_iteration=-1)
             result = run()

@@ -15,7 +15,7 @@ from trtkit.errors import ClientError
 from trtkit.governance import Caller, RawPrompt, SamplingParams, TokenIdsPrompt
 from trtkit.governance.governor import Governor, PreparedRequest
 from trtkit.governance.tokens import TokenCounter, prompt_form, same_form
-from trtkit.transport.triton.request_path import TextWire
+from trtkit.transport.triton.request_path import TextPath
 
 CONVERSATION = [{"role": "system", "content": "You answer in one word."},
                 {"role": "user", "content": "Capital of France?"},
@@ -104,14 +104,14 @@ def test_the_text_path_sends_a_raw_prompt_with_its_form(tiny_config, tiny_counte
     for prompt in ("Hello", RawPrompt("Hello"), RawPrompt("Hello", special_tokens=False)):
         request = governor.prepare(prompt, SamplingParams(max_tokens=2), Caller())
         assert isinstance(request, PreparedRequest)
-        inputs, _ = TextWire(declared).request(request, stream=True)
+        inputs, _ = TextPath(declared).request(request, stream=True)
         forms = [t._raw_content for t in inputs if t.name() == "prompt_form"]
         sent[prompt_form(prompt)] = forms[0][4:].decode() if forms else None  # BYTES: 4-byte length, then text
     assert sent == {"plain": None, "raw": "raw", "rendered": "rendered"}
     request = governor.prepare(RawPrompt("Hello"), SamplingParams(max_tokens=2), Caller())
     assert isinstance(request, PreparedRequest)
     with pytest.raises(ClientError, match="no 'prompt_form' input"):  # a repository deployed before the input
-        TextWire({k: v for k, v in declared.items() if k != "prompt_form"}).request(request, stream=True)
+        TextPath({k: v for k, v in declared.items() if k != "prompt_form"}).request(request, stream=True)
 
 
 def test_a_token_ids_prompt_is_sent_as_its_ids(tiny_config, wrapping_counter) -> None:  # type: ignore[no-untyped-def]
@@ -131,4 +131,4 @@ def test_a_token_ids_prompt_is_sent_as_its_ids(tiny_config, wrapping_counter) ->
     assert isinstance(cut, PreparedRequest) and isinstance(cut.prompt, TokenIdsPrompt)
     assert cut.prompt_ids == long_ids[-3:] and cut.truncated_tokens == 7
     with pytest.raises(ClientError, match="token ids needs the engine model.*model_name='tensorrt_llm'"):
-        TextWire({}).request(cut, stream=False)
+        TextPath({}).request(cut, stream=False)

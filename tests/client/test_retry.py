@@ -6,8 +6,9 @@ import socket
 
 import pytest
 
+from trtkit import ServerUnavailableError
 from trtkit.governance import ClientMetrics, budget_scope
-from trtkit.transport import ServerUnavailableError, TritonLLMClient
+from trtkit.upstreams import connect
 
 from .conftest import client_config
 
@@ -21,7 +22,7 @@ def free_port() -> int:
 def test_unavailable_server_is_retried_then_reported(tiny_config) -> None:
     metrics = ClientMetrics()
     config = client_config(tiny_config, max_retries=2)
-    with TritonLLMClient(f"127.0.0.1:{free_port()}", config=config, metrics=metrics) as client:
+    with connect(f"127.0.0.1:{free_port()}", config=config, metrics=metrics) as client:
         with budget_scope(max_tokens=1000) as scope, pytest.raises(ServerUnavailableError, match="3 attempts"):
             client.generate("hello")
     assert metrics.value("trtkit_client_retries_total", model="tiny-llama") == 2

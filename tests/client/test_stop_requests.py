@@ -19,8 +19,8 @@ import tritonclient.grpc as grpcclient
 from server_gauges import settled_engine
 
 from trtkit.governance import ClientMetrics, SamplingParams
-from trtkit.transport import AsyncTritonLLMClient, TritonLLMClient
 from trtkit.transport.triton.protocol import stop_inputs
+from trtkit.upstreams import connect, connect_async
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
@@ -39,8 +39,7 @@ def config(tiny_config):
 
 
 def _inputs(model_metadata: dict, prompt: str) -> list[grpcclient.InferInput]:
-    from trtkit.transport.triton.protocol import request_inputs
-    from trtkit.transport.triton.retry import declared_inputs
+    from trtkit.transport.triton.protocol import declared_inputs, request_inputs
 
     return request_inputs(prompt, LONG_PARAMS, stream=True, declared=declared_inputs(model_metadata))
 
@@ -99,7 +98,7 @@ def test_a_stop_for_an_id_that_is_not_running_is_refused_by_name(live_server) ->
 def test_the_sync_client_stops_a_closed_stream_and_a_cancelled_request(live_server, config, model) -> None:
     metrics = ClientMetrics()
     before = settled_engine(live_server.metrics_url, after_iteration=-1)
-    with TritonLLMClient(live_server.grpc_url, config=config, metrics=metrics, model_name=model) as client:
+    with connect(live_server.grpc_url, config=config, metrics=metrics, model_name=model) as client:
         closed = client.stream("Keep counting", LONG_PARAMS)
         assert next(closed).text is not None
         closed.close()
@@ -120,7 +119,7 @@ def test_the_async_client_stops_on_task_cancel_and_on_its_deadline(live_server, 
     metrics = ClientMetrics()
 
     async def run() -> tuple[list[int], str]:
-        async with AsyncTritonLLMClient(live_server.grpc_url, config=config, metrics=metrics,
+        async with connect_async(live_server.grpc_url, config=config, metrics=metrics,
                                         model_name=model) as client:
             started, never = asyncio.Event(), asyncio.Event()
             received: list[int] = []

@@ -11,9 +11,9 @@ import pytest
 
 from trtkit.errors import ClientError
 from trtkit.governance import SamplingParams
-from trtkit.transport import AsyncTritonLLMClient
 from trtkit.transport.triton.stream_mux import END, RequestInbox, StreamMux
-from trtkit.transport.triton.token_path import TokenWire
+from trtkit.transport.triton.token_path import TokenPath
+from trtkit.upstreams import connect_async
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 from .conftest import client_config
@@ -41,7 +41,7 @@ def test_responses_and_errors_reach_their_own_request_on_one_call(live_server, t
     async def run() -> tuple[list[tuple[int, list[str], bool]], bool]:
         client = aiogrpc.InferenceServerClient(live_server.grpc_url)
         try:
-            wire = TokenWire(await client.get_model_metadata(ENGINE_MODEL, as_json=True), tiny_counter,
+            wire = TokenPath(await client.get_model_metadata(ENGINE_MODEL, as_json=True), tiny_counter,
                              tiny_config.build.tokens_per_block)
             ids = tiny_counter.prompt_ids("Tell me about rivers.")
             mux = StreamMux(client)
@@ -71,13 +71,13 @@ def test_the_async_client_sends_every_request_on_one_kept_call(live_server, tiny
     config = client_config(tiny_config, cache=replace(tiny_config.client.cache, enabled=False))
 
     async def run() -> tuple[list[int], bool, int]:
-        async with AsyncTritonLLMClient(live_server.grpc_url, config=config, ledger=False) as client:
+        async with connect_async(live_server.grpc_url, config=config, ledger=False) as client:
             results = await client.generate_batch([f"Count to {n}." for n in range(6)],
                                                   SamplingParams(max_tokens=6), max_concurrency=6)
-            mux = client._mux
+            mux = client.upstream._mux
             later = await client.generate("One more.", SamplingParams(max_tokens=3))
             assert mux is not None
-            return [r.usage.completion_tokens for r in [*results, later]], client._mux is mux, len(mux._inboxes)
+            return [r.usage.completion_tokens for r in [*results, later]], client.upstream._mux is mux, len(mux._inboxes)
 
     counts, same_call, in_flight = asyncio.run(run())
     assert counts == [6] * 6 + [3] and same_call and in_flight == 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from trtkit.governance.vocabulary import SamplingParams
-from trtkit.transport.triton.token_path import TokenWire, is_engine_model
+from trtkit.transport.triton.token_path import TokenPath, is_engine_model
 from trtkit.wire.tensors import list_to_words
 
 TEXT = "The answer is forty-two. STOP and then the engine would go on and on and on."
@@ -35,7 +35,7 @@ def test_only_the_engine_model_takes_the_token_path() -> None:
 
 
 def test_request_carries_ids_words_and_sampling_under_the_engine_names(tiny_counter) -> None:
-    wire = TokenWire(metadata(CPP_OUTPUTS), tiny_counter, tokens_per_block=32)
+    wire = TokenPath(metadata(CPP_OUTPUTS), tiny_counter, tokens_per_block=32)
     ids = tiny_counter.prompt_ids("Hello there")
     params = SamplingParams(max_tokens=7, temperature=0.5, top_k=4, seed=3, stop_words=("STOP",), bad_words=("on",))
     inputs, outputs = wire.request(ids, params, stream=True)
@@ -49,7 +49,7 @@ def test_request_carries_ids_words_and_sampling_under_the_engine_names(tiny_coun
 
 
 def test_cpp_responses_add_up_and_a_stop_string_leaves_the_engine_running(tiny_counter) -> None:
-    wire = TokenWire(metadata(CPP_OUTPUTS), tiny_counter, tokens_per_block=32)
+    wire = TokenPath(metadata(CPP_OUTPUTS), tiny_counter, tokens_per_block=32)
     prompt = tiny_counter.prompt_ids("q")
     reader = wire.reader(prompt, SamplingParams(max_tokens=100, stop_words=("STOP",)))
     deltas = []
@@ -65,7 +65,7 @@ def test_cpp_responses_add_up_and_a_stop_string_leaves_the_engine_running(tiny_c
 
 
 def test_cpp_stream_ends_on_the_empty_final_response(tiny_counter) -> None:
-    wire = TokenWire(metadata(CPP_OUTPUTS), tiny_counter, tokens_per_block=32)
+    wire = TokenPath(metadata(CPP_OUTPUTS), tiny_counter, tokens_per_block=32)
     ids = tiny_counter.text_ids("你好，世界")
     reader = wire.reader([1, 2, 3], SamplingParams(max_tokens=len(ids)))
     deltas = [reader.read_arrays(cpp_response(t).get, engine_final=False) for t in ids]
@@ -78,7 +78,7 @@ def test_cpp_stream_ends_on_the_empty_final_response(tiny_counter) -> None:
 
 def test_cpu_engine_running_totals_and_its_finish_reason(tiny_counter) -> None:
     outputs = ["output_ids", "num_input_tokens", "num_output_tokens", "num_cached_tokens", "finish_reason"]
-    wire = TokenWire(metadata(outputs), tiny_counter, tokens_per_block=32)
+    wire = TokenPath(metadata(outputs), tiny_counter, tokens_per_block=32)
     reader = wire.reader([1, 2, 3, 4], SamplingParams(max_tokens=3))
     ids = tiny_counter.text_ids(" one two three")
     for done, token in enumerate(ids[:3], start=1):

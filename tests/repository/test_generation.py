@@ -228,7 +228,7 @@ def test_token_path_sends_only_what_the_engine_model_declares_on_both_targets(tm
     from tritonclient.grpc import model_config_pb2
 
     from trtkit.governance.vocabulary import SamplingParams
-    from trtkit.transport.triton.token_path import TokenWire, is_engine_model
+    from trtkit.transport.triton.token_path import TokenPath, is_engine_model
 
     config = load_config(CONFIGS / "tiny-llama.yaml")
     deploy_repository(config, gpu_engine_dir, tmp_path / "gpu", target="gpu")
@@ -243,7 +243,7 @@ def test_token_path_sends_only_what_the_engine_model_declares_on_both_targets(tm
                                 .replace("STRING", "BYTES")} for i in engine.input],
                     "outputs": [{"name": o.name} for o in engine.output]}
         assert is_engine_model(metadata)
-        wire = TokenWire(metadata, tiny_counter, tokens_per_block=16)
+        wire = TokenPath(metadata, tiny_counter, tokens_per_block=16)
         inputs, outputs = wire.request(tiny_counter.prompt_ids("Hello"), everything, stream=True)
         declared = {i["name"]: i["datatype"] for i in metadata["inputs"]}
         assert {i.name(): i.datatype() for i in inputs}.items() <= declared.items(), target

@@ -18,7 +18,7 @@ from live_client import Live, inputs, tensor
 
 from trtkit.config import load_config
 from trtkit.governance import Caller, SamplingParams
-from trtkit.transport import TritonLLMClient
+from trtkit.upstreams import connect
 
 pytestmark = pytest.mark.slow
 CONFIG = Path(__file__).resolve().parents[2] / "model_configs" / "tiny-llama.yaml"
@@ -99,7 +99,7 @@ def test_client_gets_exact_usage_through_the_ensemble_and_the_cache_works(cpp_li
     base = load_config(CONFIG)
     config = replace(base, model=replace(base.model, source=str(echo_model_dir), chat_template=False))
     params = SamplingParams(max_tokens=24)
-    with TritonLLMClient(cpp_live.server.grpc_url, config=config, caller=Caller(user="gpu")) as client:  # type: ignore[attr-defined]
+    with connect(cpp_live.server.grpc_url, config=config, caller=Caller(user="gpu")) as client:  # type: ignore[attr-defined]
         streamed = client.generate(CYCLE_TEXT, params)
         assert streamed.usage.completion_tokens == 24 and streamed.finish_reason == "length"
         assert streamed.text == cpp_live.expected(24)  # exact: the ensemble streams through stream_gate
@@ -175,7 +175,7 @@ def test_a_prefix_shared_to_the_middle_of_a_block_bills_only_the_whole_blocks(cp
     else:  # a whole answer: the client reads the C++ backend's blocks itself
         config = load_config(CONFIG)
         config = replace(config, client=replace(config.client, cache=replace(config.client.cache, enabled=False)))
-        with TritonLLMClient(cpp_live.server.grpc_url, config=config, caller=Caller(user="t"), ledger=False,  # type: ignore[attr-defined]
+        with connect(cpp_live.server.grpc_url, config=config, caller=Caller(user="t"), ledger=False,  # type: ignore[attr-defined]
                              model_name="ensemble") as client:
             billed = client.generate(second, SamplingParams(max_tokens=4)).usage.cached_tokens
     assert billed == served, (path, billed, served)

@@ -11,7 +11,7 @@ from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall, ChoiceD
 
 from trtkit.gateway import openai_objects
 from trtkit.gateway.errors import RequestValidationError
-from trtkit.gateway.generation import ServingContext
+from trtkit.gateway.generation import ServingParts
 from trtkit.gateway.log_probs import TokenLogProb
 from trtkit.gateway.protocol import ChatCompletionRequest, ChatMessage
 from trtkit.gateway.serving_endpoint import ServingEndpoint
@@ -23,9 +23,9 @@ from trtkit.governance.vocabulary import GenerationResult
 class ServingChat(ServingEndpoint[ChatCompletionRequest]):
     id_prefix = "chatcmpl"
 
-    def __init__(self, ctx: ServingContext) -> None:
+    def __init__(self, ctx: ServingParts) -> None:
         super().__init__(ctx)
-        self.counter = ctx.client.governor.counter
+        self.counter = ctx.counter
 
     def render(self, messages: list[ChatMessage], tools: list[Any] | None = None) -> RawPrompt:
         """The prompt: the whole conversation rendered by the model's chat template, as the token counter

@@ -28,15 +28,8 @@ from openai.types.responses import Response as OpenAIResponse
 from trtkit.errors import ClientError
 from trtkit.gateway.admission import conversation_budget
 from trtkit.gateway.errors import PermissionDeniedError, RequestValidationError
-from trtkit.gateway.generation import (
-    CallInfo,
-    Generation,
-    ServingContext,
-    check_model,
-    start_generation,
-    stream_chunks,
-    stream_or_wait,
-)
+from trtkit.gateway.finish import stream_chunks, stream_or_wait
+from trtkit.gateway.generation import CallInfo, Generation, ServingParts, check_model, start_generation
 from trtkit.gateway.guide_limits import check_guide, check_tool_schemas
 from trtkit.gateway.keys import ApiKey
 from trtkit.gateway.openai_objects import extension
@@ -80,7 +73,7 @@ class Turn:
 
 
 class ServingResponses:
-    def __init__(self, ctx: ServingContext) -> None:
+    def __init__(self, ctx: ServingParts) -> None:
         self.ctx = ctx
         self.store = StoreCalls(ctx)
 
@@ -101,9 +94,11 @@ class ServingResponses:
         # a grammar is converted from JSON schemas (tool_format): off the event loop, as it may take a while
         params = await asyncio.to_thread(make) if tools is not None or request.text else make()
         turn, generation = await self._start(request, call, params, tools)
-        return await stream_or_wait(self.ctx, generation, call, stream=request.stream,
-                                    events=lambda: self._events(turn, generation),
-                                    answer=lambda result: self._answer(turn, generation, result))
+        result = await stream_or_wait(self.ctx, generation, call,
+                                      events=self._events(turn, generation) if request.stream else None)
+        if isinstance(result, Response):
+            return result
+        return await self._answer(turn, generation, result)
 
     async def _answer(self, turn: Turn, generation: Generation, result: GenerationResult) -> Response:
         turn.output.feed(result.text)
@@ -129,7 +124,7 @@ class ServingResponses:
         try:
             history = chain_history(earlier, chain.summary if chain else "", chain.summarized_turns if chain else 0)
             context = await turn_prompt(
-                self.ctx.client.governor.counter, self.ctx.config, self.ctx.client.governor.max_input_tokens,
+                self.ctx.counter, self.ctx.config, self.ctx.governor.max_input_tokens,
                 truncation=request.truncation or "disabled", instructions=request.instructions, chain=history,
                 new=chat_messages(new), functions=tools.functions if tools else (),
                 summarize=functools.partial(self._summarize, call, request.user, conversation))
@@ -209,9 +204,10 @@ class ServingResponses:
         def piece(chunk: StreamChunk) -> bytes:
             return events.delta(chunk.text) if chunk.text else b""
 
-        async def last(result: GenerationResult) -> bytes:
+        async def last(chunk: StreamChunk) -> bytes:
+            assert chunk.result is not None, "the last chunk carries the result"
             held = events.flush()
-            return held + events.closing(await self._finish(turn, result))
+            return held + events.closing(await self._finish(turn, chunk.result))
 
         return stream_chunks(self.ctx, generation, first=opening, piece=piece, last=last)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from trtkit.gateway.errors import NotFoundError, RequestValidationError
-from trtkit.gateway.generation import ServingContext
+from trtkit.gateway.generation import ServingParts
 from trtkit.gateway.keys import ApiKey
 from trtkit.store.conversation_items import ConversationNotFound
 from trtkit.store.conversations import ConversationExpired, ConversationFull, InConversation, ResponseNotFound
@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 
 class StoreCalls:
-    def __init__(self, ctx: ServingContext) -> None:
+    def __init__(self, ctx: ServingParts) -> None:
         self.ctx = ctx
         self.chains = ctx.rulebook.store.conversations
         self.objects = ctx.rulebook.store.conversation_items

@@ -1,7 +1,7 @@
 """An OpenAI-compatible HTTP server as an upstream of the governed flow (``governance/upstream.py``): trtllm-serve,
 Dynamo's frontend, vLLM, SGLang, llama.cpp's llama-server, or another trtkit gateway.
 
-What goes up: the caller's body as given (``SamplingParams.upstream_body``), with the governed ``max_tokens``, the
+What goes up: the caller's body as given (``PreparedRequest.payload``), with the governed ``max_tokens``, the
 upstream's model name, and always a stream that reports usage (``stream_options.include_usage``), whatever the
 caller asked: the flow reads every request as a stream, so that a disconnect, the runaway guard or a deadline stops
 it mid-way, and the upstream's ``usage`` is the bill. A request without a body (the library's prompt and sampling
@@ -14,15 +14,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from trtkit.errors import ConfigError
 from trtkit.governance.governor import PreparedRequest
+from trtkit.governance.metrics import UpstreamMetrics
 from trtkit.governance.tokens import RawPrompt, TokenIdsPrompt
-from trtkit.governance.upstream import FINISH_DEADLINE, Delta
+from trtkit.governance.upstream import FINISH_DEADLINE, Capabilities, Delta
 from trtkit.transport.backoff import backoff_s
 from trtkit.transport.openai.errors import UpstreamBrokenError, UpstreamUnavailableError, status_error
 from trtkit.transport.openai.events import DONE, SseSplitter, UsageReports, parse_event
@@ -47,7 +48,7 @@ class UpstreamSettings:
 def request_body(request: PreparedRequest, model: str, *, chat_wrapped: bool = False) -> tuple[str, bytes]:
     """(route, JSON body) of one request: ``chat/completions`` for a body with messages, else ``completions``."""
     params = request.params
-    body = dict(params.upstream_body) if params.upstream_body is not None else _body_of(request, chat_wrapped)
+    body = dict(request.payload) if request.payload is not None else _body_of(request, chat_wrapped)
     body["model"] = model
     body["stream"] = True
     options = body.get("stream_options")
@@ -77,20 +78,23 @@ def _body_of(request: PreparedRequest, chat_wrapped: bool) -> dict[str, Any]:
 
 
 class OpenAIUpstream:
-    """The AsyncUpstream of an OpenAI-compatible server (one pool of kept connections)."""
+    """The AsyncUpstream of an OpenAI-compatible server (one pool of kept connections). ``chat_wrapped``: a library
+    prompt goes up as one user message (the model's chat template wraps it, as the token counter counted it) instead
+    of a completions prompt; ``metrics``: where its retries are counted."""
 
     # another program: it may read a vendor length field, ignore max_tokens or stream without end, so governance
-    # counts its output and cuts it at the reservation (governance/output_cap.py)
-    honours_max_tokens = False
+    # counts its output and cuts it at the reservation (governance/output_cap.py); it takes the caller's body
+    capabilities = Capabilities(honours_max_tokens=False, relays_body=True)
 
     def __init__(self, settings: UpstreamSettings, *, chat_wrapped: bool = False,
-                 on_retry: Callable[[], None] | None = None) -> None:
+                 metrics: UpstreamMetrics | None = None) -> None:
         parts = urlsplit(settings.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"upstream URL {settings.url!r} is not http://HOST:PORT/v1 or https://...")
         self.settings = settings
+        self.address = settings.url
         self.chat_wrapped = chat_wrapped
-        self.on_retry = on_retry
+        self.metrics = metrics
         port = parts.port or (443 if parts.scheme == "https" else 80)
         self.pool = Http1Pool(parts.hostname, port, tls=parts.scheme == "https", size=settings.pool_size)
         self.prefix = parts.path.rstrip("/")
@@ -98,8 +102,7 @@ class OpenAIUpstream:
         auth = f"authorization: Bearer {settings.api_key}\r\n" if settings.api_key else ""
         self._head = (f"host: {self.pool.host_header}\r\nuser-agent: trtkit-gateway\r\n{auth}").encode("latin-1")
 
-    def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float,
-               has_output: Callable[[], bool]) -> AsyncGenerator[Delta | str, None]:
+    def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float) -> AsyncGenerator[Delta | str, None]:
         """Every request goes up as a stream (``stream`` only says how the caller wants its chunks cut)."""
         return self._deltas(request, deadline)
 
@@ -162,8 +165,8 @@ class OpenAIUpstream:
                 # nothing generated yet (Dynamo: a worker that died, still listed): again. Its body is not read (a
                 # hostile upstream's could trickle for ever); the connection is kept only if it already came whole
                 exchange.release()
-                if self.on_retry is not None:
-                    self.on_retry()
+                if self.metrics is not None:
+                    self.metrics.retried()
                 await asyncio.sleep(backoff_s(attempt))
                 attempt += 1
                 continue
@@ -171,8 +174,8 @@ class OpenAIUpstream:
                 if attempt >= s.max_retries or time.monotonic() >= deadline:
                     raise UpstreamUnavailableError(f"the upstream {s.url} is unavailable after {attempt + 1} "
                                                    f"attempts ({exc}); check that it runs") from None
-                if self.on_retry is not None:
-                    self.on_retry()
+                if self.metrics is not None:
+                    self.metrics.retried()
                 await asyncio.sleep(backoff_s(attempt))
                 attempt += 1
             except TimeoutError:
@@ -208,6 +211,9 @@ class OpenAIUpstream:
 
     def close(self) -> None:
         self.pool.close()
+
+    async def aclose(self) -> None:
+        self.close()
 
 
 class _DeadlinePassed(Exception):

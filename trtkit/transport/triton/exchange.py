@@ -1,30 +1,32 @@
-"""One request's exchange with tritonserver, decided once for both clients.
+"""One request's exchange with tritonserver, decided once for both Triton upstreams.
 
-The sync client (a gRPC stream per request) and the asyncio client (every request on one kept call) move
+The blocking upstream (a gRPC stream per request) and the asyncio one (every request on one kept call) move
 bytes differently, but decide alike: when to open the request's call, how long to wait for its next response
 (the deadline), when it is over (its final response, a client-side stop), when to retry it (UNAVAILABLE before
-any token: ``setup.retry_delay_s``), and how to stop one the caller left: the engine's ``stop`` request, sent
+any output: ``retry.retry_delay_s``), and how to stop one the caller left: the engine's ``stop`` request, sent
 again while the request has not reached the engine, until its stream ends or STOP_GRACE_S pass
 (``trtkit/wire/stop_request.py`` says why never a cancel). After a client-side stop (the deadline, a cancel)
 it reads the request's stream to its end and hands those responses on too: the engine generated them
 before the stop took, so they are billed, by the engine's count (their text never reaches the caller). :func:`exchange` makes those decisions and does no
 I/O (sans-IO, as h11 does for HTTP): it yields what to do next (an :class:`Op`) and gets the answer back, and
-yields each :class:`Delta` or client-side stop for the caller. :func:`drive` runs it over a blocking
-:class:`CallIO`, :func:`adrive` over an asyncio one; each client's ``CallIO`` is its own way to carry one
-request.
+yields each :class:`Delta` or client-side stop for the caller. Each upstream runs it itself (``grpc_upstream.drive``
+over its blocking :class:`CallIO`, ``aio_upstream.adrive`` over its asyncio one): the exchange calls nothing of
+theirs, it only answers :func:`advance`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trtkit.config.schema import ModelConfig
 from trtkit.errors import ClientError
+from trtkit.governance.metrics import UpstreamMetrics
 from trtkit.governance.upstream import FINISH_CANCELLED, FINISH_DEADLINE, Delta
-from trtkit.transport.triton.retry import ClientSetup, retry_delay_s
+from trtkit.transport.triton.retry import retry_delay_s
 from trtkit.wire.stop_request import STOP_GRACE_S, STOP_RETRY_S
 
 CANCELLED = object()  # what ``next`` answers when the caller cancelled the request (client.cancel)
@@ -61,15 +63,32 @@ class AsyncCallIO(Protocol):
 
 
 @dataclass(slots=True, frozen=True)
+class TritonTarget:
+    """What a Triton upstream sends to: the server's gRPC address (``HOST:PORT``), the served model (the ensemble,
+    ``tensorrt_llm_bls``, or the engine model ``tensorrt_llm``: the token path), how often a request that found the
+    server unreachable before any output is tried again, and the KV block size (a GPU ensemble reports reused blocks,
+    read as cached prompt tokens)."""
+
+    url: str
+    model_name: str = "ensemble"
+    max_retries: int = 3
+    tokens_per_block: int = 0
+
+    @classmethod
+    def of(cls, config: ModelConfig, url: str, model_name: str | None = None) -> TritonTarget:
+        """The target a model config describes: ``client.model_name`` (unless ``model_name``), ``client.max_retries``,
+        ``build.tokens_per_block``."""
+        return cls(url, model_name or config.client.model_name, config.client.max_retries,
+                   config.build.tokens_per_block)
+
+
+@dataclass(slots=True, frozen=True)
 class Op:
-    """What the exchange asks its CallIO to do: the method ``name`` with ``args``. ``on(io)`` does it, and
-    gives the answer (a blocking CallIO) or an awaitable of it (an asyncio one)."""
+    """What the exchange asks its CallIO to do: the method ``name`` with ``args``; the upstream that drives the
+    exchange calls it and sends the answer back."""
 
     name: str
     args: tuple[Any, ...] = ()
-
-    def on(self, io: Any) -> Any:
-        return getattr(io, self.name)(*self.args)
 
 
 OPEN = Op("open")
@@ -83,37 +102,51 @@ class _Attempt:
     stop_tried: bool = False  # a client-side stop already sent the engine's stop (and waited out its grace)
 
 
+@dataclass(slots=True)
+class _Request:
+    """What one request's exchange keeps across its attempts."""
+
+    target: TritonTarget
+    request_id: str
+    metrics: UpstreamMetrics | None
+    fallback: str
+    has_output: bool = False  # text reached the caller: the request is never tried again
+
+
 Step = Op | Delta | str
 
 
-def exchange(setup: ClientSetup, url: str, request_id: str, deadline: float, has_output: Callable[[], bool],
-             fallback: str) -> Generator[Step, Any, None]:
-    """The decisions of one request. ``fallback`` names how the client ends a request the stop did not end in
-    time (``trtkit_client_early_ends_total{how}``: "call_cancel" or "let_go")."""
+def exchange(target: TritonTarget, request_id: str, deadline: float, fallback: str,
+             metrics: UpstreamMetrics | None = None) -> Generator[Step, Any, None]:
+    """The decisions of one request. ``fallback`` names how the upstream ends a request the stop did not end in
+    time (``trtkit_client_early_ends_total{how}``: "call_cancel" or "let_go"); ``metrics``: where retries and early
+    ends are counted."""
+    request = _Request(target, request_id, metrics, fallback)
     attempt = 0
     while True:
         state = _Attempt()
         try:
             reader = yield OPEN
             state.opened = True
-            yield from _responses(reader, deadline, state)
+            yield from _responses(reader, deadline, state, request)
             return
         except ClientError:
             state.broken = True
             raise
         except Exception as exc:  # tritonclient's InferenceServerException, a broken call
             state.broken = True
-            delay = retry_delay_s(setup, url, request_id, exc, has_output=has_output(), attempt=attempt)
+            delay = retry_delay_s(target.url, request_id, exc, has_output=request.has_output, attempt=attempt,
+                                  max_retries=target.max_retries, metrics=metrics)
         except BaseException as exc:  # the caller left (GeneratorExit, a cancelled task): stop it; else broken
             state.broken = not isinstance(exc, (GeneratorExit, asyncio.CancelledError))
             raise
         finally:
-            yield from _end(state, setup, fallback)
+            yield from _end(state, request)
         yield Op("sleep", (delay,))
         attempt += 1
 
 
-def _responses(reader: Reader, deadline: float, state: _Attempt) -> Generator[Step, Any, None]:
+def _responses(reader: Reader, deadline: float, state: _Attempt, request: _Request) -> Generator[Step, Any, None]:
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -136,6 +169,7 @@ def _responses(reader: Reader, deadline: float, state: _Attempt) -> Generator[St
             raise error
         delta = reader.read(result)
         state.final_seen = delta.is_final and not delta.engine_running
+        request.has_output = request.has_output or bool(delta.text)
         yield delta
         if delta.is_final:
             return
@@ -179,7 +213,7 @@ def _stop_and_read(reader: Reader, state: _Attempt) -> Generator[Step, Any, None
             return
 
 
-def _end(state: _Attempt, setup: ClientSetup, fallback: str) -> Generator[Step, Any, None]:
+def _end(state: _Attempt, request: _Request) -> Generator[Step, Any, None]:
     """Done with an attempt: at once when it finished; when the caller left, stop it with the engine's ``stop``
     request and read its stream to its end; the call is released whatever happens meanwhile."""
     ended = state.final_seen
@@ -189,11 +223,10 @@ def _end(state: _Attempt, setup: ClientSetup, fallback: str) -> Generator[Step, 
                 ended = yield Op("wait_ended", (time.monotonic(),))  # it may have ended while nobody read
             if not ended:
                 ended = False if state.stop_tried else (yield from _stop())
-                governor = setup.governor
-                governor.metrics.early_ends.labels(governor.model, "stop" if ended else fallback).inc()
-        elif state.stop_tried and ended:
-            governor = setup.governor
-            governor.metrics.early_ends.labels(governor.model, "stop").inc()
+                if request.metrics is not None:
+                    request.metrics.ended_early("stop" if ended else request.fallback)
+        elif state.stop_tried and ended and request.metrics is not None:
+            request.metrics.ended_early("stop")
     finally:
         yield Op("release", (ended, state.broken))
 
@@ -213,39 +246,9 @@ def _stop() -> Generator[Step, Any, bool]:
             return False
 
 
-def drive(core: Generator[Step, Any, None], io: CallIO) -> Generator[Delta | str, None, None]:
-    """Run the exchange over a blocking call: its ops are done here, its deltas handed to the caller. A caller
-    that stops reading (GeneratorExit) is thrown into the exchange, which stops the request before it ends."""
-    reply: Any = None
-    error: BaseException | None = None
-    while (step := _advance(core, reply, error)) is not None:
-        reply, error = None, None
-        try:
-            if isinstance(step, Op):
-                reply = step.on(io)
-            else:
-                yield step
-        except BaseException as exc:  # the call's failure, or the caller leaving: the exchange decides
-            error = exc
-
-
-async def adrive(core: Generator[Step, Any, None], io: AsyncCallIO) -> AsyncGenerator[Delta | str, None]:
-    """:func:`drive` for an asyncio call; a cancelled task is thrown into the exchange likewise."""
-    reply: Any = None
-    error: BaseException | None = None
-    while (step := _advance(core, reply, error)) is not None:
-        reply, error = None, None
-        try:
-            if isinstance(step, Op):
-                reply = await step.on(io)
-            else:
-                yield step
-        except BaseException as exc:
-            error = exc
-
-
-def _advance(core: Generator[Step, Any, None], reply: Any, error: BaseException | None) -> Step | None:
-    """The exchange's next step (None once it is over); its own exceptions propagate."""
+def advance(core: Generator[Step, Any, None], reply: Any, error: BaseException | None) -> Step | None:
+    """The exchange's next step, given the answer to its last one (or the exception the call or the caller raised
+    meanwhile, which the exchange decides on); None once it is over. Its own exceptions propagate."""
     try:
         return core.throw(error) if error is not None else core.send(reply)
     except StopIteration:

@@ -1,79 +1,63 @@
-"""Synchronous client over ``tritonclient.grpc``: generate, stream, generate_batch, cancel.
+"""Triton's gRPC server as a blocking upstream of the governed client, over ``tritonclient.grpc``.
 
-Every request goes over a gRPC stream (the served models are decoupled, and plain infer() is
-refused by decoupled models); ``stream=False`` makes the server answer with one response. A
-tritonclient client holds one stream at a time, so a small pool of them serves concurrent calls.
+Every request goes over a gRPC stream of its own (the served models are decoupled, and plain infer() is refused
+by decoupled models); ``stream=False`` makes the server answer with one response. A tritonclient client holds one
+stream at a time, so a small pool of them serves concurrent requests. What to do when is decided by the exchange
+(``exchange.py``), which this module drives over its own calls (:func:`drive`).
 """
 
 from __future__ import annotations
 
-import contextvars
 import queue
 import threading
 import time
-from collections.abc import Callable, Generator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Generator
+from typing import Any
 
 import tritonclient.grpc as grpcclient
 
-from trtkit.config.schema import ModelConfig
-from trtkit.governance.flow import run_governed
-from trtkit.governance.governor import LedgerChoice, PreparedRequest
-from trtkit.governance.metrics import ClientMetrics
+from trtkit.governance.governor import PreparedRequest
+from trtkit.governance.metrics import UpstreamMetrics
 from trtkit.governance.tokens import TokenCounter
-from trtkit.governance.upstream import Delta
-from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, StreamChunk
-from trtkit.transport.triton.exchange import CANCELLED, drive, exchange
+from trtkit.governance.upstream import Capabilities, Delta
+from trtkit.transport.triton.exchange import CANCELLED, CallIO, Op, Step, TritonTarget, advance, exchange
 from trtkit.transport.triton.protocol import is_final_response, stop_inputs, stop_outcome
-from trtkit.transport.triton.request_path import TextReader, TokenReader, Wire, wire_for
-from trtkit.transport.triton.retry import is_server_failure, make_setup
+from trtkit.transport.triton.request_path import RequestPath, TextReader, TokenReader, path_for
+from trtkit.transport.triton.retry import is_server_failure
 from trtkit.wire.stop_request import ENGINE_MODEL, STOP_GRACE_S
 
 _CANCEL = object()
 _POLL_S = 0.05
 
 
-class TritonLLMClient:
-    # an upstream of the governed flow whose engine stops at max_tokens and counts every token it sends (the
-    # Triton contract): governance reads its counts instead of metering the output (governance/output_cap.py)
-    honours_max_tokens = True
+class TritonUpstream:
+    """The blocking upstream of one served model. ``counter``: the governor's token counter (the token path
+    detokenizes with it); ``metrics``: where retries and early ends are counted."""
 
-    def __init__(self, grpc_url: str, *, config: ModelConfig, caller: Caller | None = None,
-                 ledger: LedgerChoice = True, counter: TokenCounter | None = None,
-                 metrics: ClientMetrics | None = None, model_name: str | None = None) -> None:
-        self.url = grpc_url
-        self.setup = make_setup(config, caller=caller, ledger=ledger, counter=counter, metrics=metrics,
-                                model_name=model_name)
-        self.governor = self.setup.governor
+    # the Triton contract: the engine stops at max_tokens and counts every token it sends
+    capabilities = Capabilities(honours_max_tokens=True)
+
+    def __init__(self, target: TritonTarget, counter: TokenCounter, metrics: UpstreamMetrics | None = None) -> None:
+        self.target = target
+        self.address = target.url
+        self.counter = counter
+        self.metrics = metrics
         self._idle: queue.SimpleQueue[grpcclient.InferenceServerClient] = queue.SimpleQueue()
         self._active: dict[str, queue.SimpleQueue] = {}
         self._lock = threading.Lock()
-        self._wire: Wire | None = None
-        self._tokens_per_block = config.build.tokens_per_block
+        self._path: RequestPath | None = None
 
-    # -- public API -------------------------------------------------------------------------------
-    def generate(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
-                 deadline_s: float | None = None) -> GenerationResult:
-        final = None
-        for chunk in self._chunks(prompt, params, caller, deadline_s, server_stream=None):
-            final = chunk.result or final
-        assert final is not None, "a stream always ends with a final chunk"
-        return final
+    def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float) -> Generator[Delta | str, None, None]:
+        """The request's responses (exchange.py decides; _StreamCall carries). Closing it early stops the
+        request with the engine's ``stop``, and cancels its call only if that does not end it in time."""
+        call = _StreamCall(self, request, stream, deadline)
+        try:
+            yield from drive(exchange(self.target, request.request_id, deadline, "call_cancel", self.metrics), call)
+        finally:
+            call.forget()
 
-    def stream(self, prompt: str, params: SamplingParams | None = None, *, caller: Caller | None = None,
-               deadline_s: float | None = None) -> Generator[StreamChunk, None, None]:
-        """Deltas with running usage; the last chunk carries the final GenerationResult. Closing the
-        generator early cancels the request (recorded with finish reason 'cancelled')."""
-        return self._chunks(prompt, params, caller, deadline_s, server_stream=True)
-
-    def generate_batch(self, prompts: list[str], params: SamplingParams | None = None, *,
-                       caller: Caller | None = None, max_concurrency: int = 8,
-                       deadline_s: float | None = None) -> list[GenerationResult]:
-        """Results in the order of ``prompts``; requests run concurrently (the engine batches them)."""
-        with ThreadPoolExecutor(max_workers=max(1, min(max_concurrency, len(prompts)))) as pool:
-            futures = [pool.submit(contextvars.copy_context().run, self.generate, p, params, caller=caller,
-                                   deadline_s=deadline_s) for p in prompts]
-            return [f.result() for f in futures]
+    def is_server_failure(self, error: BaseException) -> bool:
+        return is_server_failure(error)
 
     def cancel(self, request_id: str) -> bool:
         """Cancel a running request (its result gets finish_reason 'cancelled'); False if not running."""
@@ -87,54 +71,38 @@ class TritonLLMClient:
         with self._lock:
             return list(self._active)
 
+    def is_ready(self) -> bool:
+        """True when the server is up and the served model is ready."""
+        client = self._client()
+        try:
+            ready = bool(client.is_server_ready()) and bool(client.is_model_ready(self.target.model_name))
+        except Exception:  # any failure to ask means "not ready"
+            client.close()
+            return False
+        self._idle.put(client)
+        return ready
+
     def close(self) -> None:
         while not self._idle.empty():
             self._idle.get().close()
-        if self.governor.ledger is not None:
-            self.governor.ledger.close()
-
-    def __enter__(self) -> TritonLLMClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _chunks(self, prompt: str, params: SamplingParams | None, caller: Caller | None, deadline_s: float | None,
-                *, server_stream: bool | None) -> Generator[StreamChunk, None, None]:
-        return run_governed(self.governor, self, prompt, params or SamplingParams(), caller or self.setup.caller,
-                            deadline_s or self.setup.deadline_s, server_stream=server_stream)
-
-    # -- the upstream of the governed flow: one gRPC stream per request -----------------------------------------
-    def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float,
-               has_output: Callable[[], bool]) -> Generator[Delta | str, None, None]:
-        """The request's responses (exchange.py decides; _StreamCall carries). Closing it early stops the
-        request with the engine's ``stop``, and cancels its call only if that does not end it in time."""
-        call = _StreamCall(self, request, stream, deadline)
-        try:
-            yield from drive(exchange(self.setup, self.url, request.request_id, deadline, has_output, "call_cancel"),
-                             call)
-        finally:
-            call.forget()
-
-    def is_server_failure(self, error: BaseException) -> bool:
-        return is_server_failure(error)
 
     def _client(self) -> grpcclient.InferenceServerClient:
-        return self._idle.get() if not self._idle.empty() else grpcclient.InferenceServerClient(self.url)
+        return self._idle.get() if not self._idle.empty() else grpcclient.InferenceServerClient(self.target.url)
 
     def _send(self, client: grpcclient.InferenceServerClient, request: PreparedRequest, stream: bool,
               inbox: queue.SimpleQueue, deadline: float) -> TextReader | TokenReader:
-        if self._wire is None:
-            self._wire = wire_for(client.get_model_metadata(self.setup.model_name, as_json=True),
-                                  self.governor.counter, self._tokens_per_block)
-        inputs, outputs = self._wire.request(request, stream=stream)
+        model = self.target.model_name
+        if self._path is None:
+            self._path = path_for(client.get_model_metadata(model, as_json=True), self.counter,
+                                  self.target.tokens_per_block)
+        inputs, outputs = self._path.request(request, stream=stream)
         client.start_stream(callback=lambda result, error: inbox.put((result, error)),
                             # past our own deadline and the time a stop may take: the local deadline and the stop
                             # end the request, never gRPC's deadline (a cancel: see trtkit/wire/stop_request.py)
                             stream_timeout=max(0.001, deadline - time.monotonic()) + STOP_GRACE_S + 1.0)
-        client.async_stream_infer(self.setup.model_name, inputs, outputs=outputs, request_id=request.request_id,
+        client.async_stream_infer(model, inputs, outputs=outputs, request_id=request.request_id,
                                   enable_empty_final_response=True)
-        return self._wire.reader(request)
+        return self._path.reader(request)
 
     def _send_stop(self, request_id: str, until: float) -> str:
         """One stop request on its own stream (this client's streams carry one request each)."""
@@ -163,7 +131,7 @@ class _StreamCall:
     """One request's call as the sync client carries it (exchange.CallIO): a pooled tritonclient client holding
     the request's own stream, its responses queued in an inbox that ``cancel`` can also reach."""
 
-    def __init__(self, owner: TritonLLMClient, request: PreparedRequest, stream: bool, deadline: float) -> None:
+    def __init__(self, owner: TritonUpstream, request: PreparedRequest, stream: bool, deadline: float) -> None:
         self.owner, self.request, self.stream, self.deadline = owner, request, stream, deadline
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.client: grpcclient.InferenceServerClient | None = None
@@ -240,3 +208,19 @@ def _reported_error(inbox: queue.SimpleQueue, raised: Exception) -> BaseExceptio
     if isinstance(item, tuple) and item[1] is not None:
         return item[1]
     return raised
+
+
+def drive(core: Generator[Step, Any, None], io: CallIO) -> Generator[Delta | str, None, None]:
+    """Run the exchange over a blocking call: its ops are done here, its deltas handed to the caller. A caller
+    that stops reading (GeneratorExit) is thrown into the exchange, which stops the request before it ends."""
+    reply: Any = None
+    error: BaseException | None = None
+    while (step := advance(core, reply, error)) is not None:
+        reply, error = None, None
+        try:
+            if isinstance(step, Op):
+                reply = getattr(io, step.name)(*step.args)
+            else:
+                yield step
+        except BaseException as exc:  # the call's failure, or the caller leaving: the exchange decides
+            error = exc

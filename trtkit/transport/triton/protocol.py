@@ -145,3 +145,10 @@ def _text(array: np.ndarray | None) -> str:
 
 def _int(array: np.ndarray | None) -> int | None:
     return None if array is None or array.size == 0 else int(array.reshape(-1)[0])
+
+
+def declared_inputs(metadata: dict) -> dict[str, str]:
+    """{input name: datatype} from ``get_model_metadata(as_json=True)``."""
+    if not metadata.get("inputs"):
+        raise ClientError(f"model '{metadata.get('name', '?')}' declares no inputs; is it an LLM ensemble?")
+    return {i["name"]: i["datatype"] for i in metadata["inputs"]}

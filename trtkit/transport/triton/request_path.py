@@ -1,6 +1,6 @@
-"""What a request looks like on the wire, chosen by the served model: text to the ensemble or
-``tensorrt_llm_bls``, token ids to the engine model (``token_wire``). Both transports use one of these, so
-the request flow around them stays one."""
+"""Which path a request takes to the served model, chosen by its metadata: the text path to the ensemble or
+``tensorrt_llm_bls`` (``protocol.py``), or the token path to the engine model (``token_path.py``). Both Triton
+upstreams use one of these, so the exchange around them stays one."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from trtkit.governance.governor import PreparedRequest
 from trtkit.governance.tokens import TokenCounter, TokenIdsPrompt
 from trtkit.governance.upstream import Delta
 from trtkit.transport.triton.protocol import (
+    declared_inputs,
     is_final_response,
     parse_response,
     request_inputs,
     response_arrays,
 )
-from trtkit.transport.triton.retry import declared_inputs
-from trtkit.transport.triton.token_path import TokenReader, TokenWire, is_engine_model
+from trtkit.transport.triton.token_path import TokenPath, TokenReader, is_engine_model
 
 Request = tuple[list[grpcclient.InferInput], list[grpcclient.InferRequestedOutput] | None]
 
@@ -33,7 +33,7 @@ class TextReader:
 
 
 @dataclass(slots=True)
-class TextWire:
+class TextPath:
     """The ensemble / ``tensorrt_llm_bls``: text in, text out; the server tokenizes and detokenizes."""
 
     declared: dict[str, str]
@@ -50,10 +50,10 @@ class TextWire:
 
 
 @dataclass(slots=True)
-class EngineWire:
+class EnginePath:
     """The engine model: the governor's prompt ids in, token ids out, read as the BLS reads them."""
 
-    tokens: TokenWire
+    tokens: TokenPath
 
     def request(self, request: PreparedRequest, *, stream: bool) -> Request:
         if not request.prompt_ids or (not isinstance(request.prompt, TokenIdsPrompt) and not request.prompt.strip()):
@@ -64,11 +64,11 @@ class EngineWire:
         return self.tokens.reader(request.prompt_ids, request.params)
 
 
-Wire = TextWire | EngineWire
+RequestPath = TextPath | EnginePath
 
 
-def wire_for(metadata: dict, counter: TokenCounter, tokens_per_block: int) -> Wire:
-    """The wire of the model ``metadata`` (``get_model_metadata(as_json=True)``) describes."""
+def path_for(metadata: dict, counter: TokenCounter, tokens_per_block: int) -> RequestPath:
+    """The path to the model ``metadata`` (``get_model_metadata(as_json=True)``) describes."""
     if is_engine_model(metadata):
-        return EngineWire(TokenWire(metadata, counter, tokens_per_block))
-    return TextWire(declared_inputs(metadata), tokens_per_block)
+        return EnginePath(TokenPath(metadata, counter, tokens_per_block))
+    return TextPath(declared_inputs(metadata), tokens_per_block)

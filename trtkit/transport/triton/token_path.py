@@ -23,8 +23,7 @@ from trtkit.governance.upstream import Delta
 from trtkit.governance.vocabulary import SamplingParams
 from trtkit.tokenizer.detokenizer import IncrementalDetokenizer
 from trtkit.tokenizer.stopping import StopFilter
-from trtkit.transport.triton.protocol import is_final_response, make_input, response_arrays
-from trtkit.transport.triton.retry import declared_inputs
+from trtkit.transport.triton.protocol import declared_inputs, is_final_response, make_input, response_arrays
 from trtkit.wire import names as n
 from trtkit.wire.engine_request import EngineRequest, SamplingInputs
 from trtkit.wire.engine_responses import EngineResponse
@@ -41,7 +40,7 @@ def is_engine_model(metadata: dict) -> bool:
     return n.INPUT_IDS in names and n.TEXT_INPUT not in names
 
 
-class TokenWire:
+class TokenPath:
     """Builds engine requests and per-request readers for one served engine model."""
 
     def __init__(self, metadata: dict, counter: TokenCounter, tokens_per_block: int) -> None:
@@ -78,7 +77,7 @@ class TokenWire:
         """The governed request as the engine model's request: the flags that make the C++ backend count only where
         the served model declares them."""
         assert params.max_tokens is not None, "max_tokens is resolved before building a request"
-        assert prompt_ids, "a blank prompt is refused (wire.EngineWire) before any request is built"
+        assert prompt_ids, "a blank prompt is refused (request_path.EnginePath) before any request is built"
         return EngineRequest(
             prompt_ids=prompt_ids, max_tokens=params.max_tokens, stream=stream,
             end_id=self.end_id if params.end_id is None else params.end_id,
