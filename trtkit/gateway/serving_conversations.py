@@ -1,7 +1,7 @@
 """OpenAI's Conversations API: POST /v1/conversations (with items and metadata), GET / POST (metadata) / DELETE
 /v1/conversations/{id}, its items (GET and POST /v1/conversations/{id}/items, GET and DELETE .../items/{item_id}),
 and POST /v1/conversations/{id}/heartbeat (a trtkit extension). ``conversation`` on POST /v1/responses runs a turn on
-one (``serving_responses``): its items are the context, and the turn's input and output are appended.
+one (``responses_api.serving``): its items are the context, and the turn's input and output are appended.
 
 A conversation lives in the governance store beside the chains (``trtkit.store.conversation_items``), so every
 replica serves it; it has the chains' TTL (``gateway.conversations.ttl_seconds``: every turn, item added, metadata

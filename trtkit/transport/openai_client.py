@@ -1,6 +1,6 @@
-"""Deprecated: ``trtkit.transport.openai_client.AsyncOpenAIUpstreamClient`` kept for one release (issue 46 moved the governed client into
-``trtkit.governance``; the upstream it ran over lives in ``trtkit.transport.triton`` / ``trtkit.transport.openai``).
-Use ``trtkit.connect`` / ``trtkit.connect_async``; access warns with the new path."""
+"""Deprecated: ``trtkit.transport.openai_client.AsyncOpenAIUpstreamClient``, kept for one release.
+Issue 46 moved the governed client into ``trtkit.governance`` (its upstreams live in ``trtkit.transport.triton``
+and ``trtkit.transport.openai``): use ``trtkit.connect`` / ``trtkit.connect_async``; access warns with the new path."""
 
 from trtkit.transport.deprecated import moved
 

@@ -1,4 +1,4 @@
-"""The Responses API's routes: POST /v1/responses (``serving_responses``), and a stored response's GET, DELETE,
+"""The Responses API's routes: POST /v1/responses (``responses_api.serving``), and a stored response's GET, DELETE,
 input items (GET /v1/responses/{id}/input_items, OpenAI's cursor pages) and heartbeat (POST
 /v1/responses/{id}/heartbeat, a trtkit extension). An unknown, deleted or another key's id is a 404
 ``response_not_found``, an expired one a 404 ``conversation_expired``."""

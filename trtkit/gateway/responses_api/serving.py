@@ -2,7 +2,7 @@
 
 A turn: its context is read from the store (the chain of ``previous_response_id``, or every item of the
 ``conversation``; either touched: a turn is a heartbeat), the context module fits it and the new input to the input
-limit (``responses_context``), and the prompt goes through the one governed flow the chat endpoint uses
+limit (``turn_prompt``), and the prompt goes through the one governed flow the chat endpoint uses
 (``generation.start_generation``: count, limits, cache, budgets, the upstream, the ledger row naming the
 conversation). Tools are offered in the chat template's own format and the answer is held to their grammar
 (``tool_format``), so it comes back as a message or as function calls whose arguments fit their schemas. The
