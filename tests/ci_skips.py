@@ -16,7 +16,12 @@ import os
 import pytest
 
 REQUIRED_IN_CI = ("postgres", "chromium", "dynamo")
-_skipped: list[tuple[str, str]] = []  # (test, reason), in the order they ran
+# (test, reason), in the order they ran; kept per session (a pytester run inside the suite has its own list)
+_SKIPPED = pytest.StashKey[list[tuple[str, str]]]()
+
+
+def _skipped(config: pytest.Config) -> list[tuple[str, str]]:
+    return config.stash.setdefault(_SKIPPED, [])
 
 
 def in_ci() -> bool:
@@ -32,7 +37,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type
     needed = [name for name in REQUIRED_IN_CI if item.get_closest_marker(name) is not None]
     reason = _reason(report)
     if not needed:
-        _skipped.append((item.nodeid, reason))
+        _skipped(item.config).append((item.nodeid, reason))
         return
     report.outcome = "failed"
     report.longrepr = (f"{item.nodeid} needs {' and '.join(needed)}, which CI installs, but it was skipped: "
@@ -48,6 +53,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     """Under CI=true: every skip of the run, one line each, with its reason."""
     if not in_ci():
         return
-    terminalreporter.section(f"skipped under CI=true: {len(_skipped)}")
-    for nodeid, reason in _skipped:
+    skipped = _skipped(config)
+    terminalreporter.section(f"skipped under CI=true: {len(skipped)}")
+    for nodeid, reason in skipped:
         terminalreporter.write_line(f"SKIPPED {nodeid}: {reason}")
