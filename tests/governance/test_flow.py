@@ -1,5 +1,6 @@
-"""The request flow both clients share (trtkit/governance/flow.py), without a server: what each response becomes
-and what an early end is billed as. The transports' own paths are covered live (test_live.py, test_faults.py)."""
+"""The request flow of the governed client (trtkit/governance/flow.py), without a server: what each response becomes
+and what an early end is billed as. The upstreams' own paths are covered live (test_live.py,
+tests/transport/triton/test_faults.py)."""
 
 from __future__ import annotations
 

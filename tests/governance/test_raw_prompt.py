@@ -1,7 +1,7 @@
 """Prompt forms (trtkit/governance/tokens.py): a plain prompt is wrapped in the chat template as the server's
 preprocessing wraps ``text_input``; a ``RawPrompt`` is sent as written (the gateway's completions, and a
 conversation the template already rendered). No server here: the live side is tests/gateway/test_live_prompts.py
-and tests/client/test_live_conversation_forms.py."""
+and tests/governance/test_live_conversation_forms.py."""
 
 from __future__ import annotations
 

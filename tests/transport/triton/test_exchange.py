@@ -1,6 +1,6 @@
 """The exchange both clients run (trtkit/transport/triton/exchange.py), stepped by hand: it does no I/O, so each test
 answers its ops as a call would and reads its decisions. The clients' own calls are covered live
-(test_live.py, test_faults.py, test_stop_requests.py)."""
+(tests/governance/test_live.py, test_faults.py, test_stop_requests.py)."""
 
 from __future__ import annotations
 

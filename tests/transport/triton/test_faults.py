@@ -19,15 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.governance.conftest import TINY_CONFIG, client_config
 from trtkit.errors import ClientError
 from trtkit.governance import ClientMetrics, SamplingParams, budget_scope
 from trtkit.store.ledger import Ledger
 from trtkit.transport.triton.retry import ServerUnavailableError
 from trtkit.upstreams import connect
 
-from .conftest import TINY_CONFIG, client_config
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 from robustness.server import rss_kb  # noqa: E402  (the soak's reader of /proc/PID/status)
 
 pytestmark = pytest.mark.slow

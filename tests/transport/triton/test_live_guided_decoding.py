@@ -11,13 +11,12 @@ from dataclasses import replace
 
 import pytest
 
+from tests.governance.conftest import client_config
 from tests.repository.live_client import Live, inputs
 from trtkit.errors import TrtkitError
 from trtkit.governance import SamplingParams
 from trtkit.upstreams import connect
 from trtkit.wire.stop_request import ENGINE_MODEL
-
-from .conftest import client_config
 
 pytestmark = pytest.mark.slow
 
@@ -63,9 +62,8 @@ def test_a_guide_that_does_not_compile_is_refused_and_the_next_request_served(li
 
 
 def test_cli_generate_with_a_schema_file(live_server, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from tests.governance.conftest import TINY_CONFIG
     from trtkit.cli.main import main
-
-    from .conftest import TINY_CONFIG
 
     schema = tmp_path / "wind.json"
     schema.write_text(ENUM, encoding="utf-8")

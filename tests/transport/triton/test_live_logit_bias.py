@@ -8,12 +8,11 @@ from dataclasses import replace
 
 import pytest
 
+from tests.governance.conftest import client_config
 from trtkit.errors import ClientError
 from trtkit.governance import SamplingParams
 from trtkit.upstreams import connect
 from trtkit.wire.stop_request import ENGINE_MODEL
-
-from .conftest import client_config
 
 pytestmark = pytest.mark.slow
 

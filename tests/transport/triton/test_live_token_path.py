@@ -13,14 +13,13 @@ from dataclasses import replace
 import pytest
 from server_gauges import settled_engine
 
+from tests.governance.conftest import client_config
 from tests.repository.echo_model import CYCLE_TEXT
 from trtkit.governance import SamplingParams
 from trtkit.governance.client import Client
 from trtkit.governance.vocabulary import GenerationResult
 from trtkit.upstreams import connect, connect_async
 from trtkit.wire.stop_request import ENGINE_MODEL
-
-from .conftest import client_config
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +79,7 @@ def test_token_path_streams_cjk_and_counts_forced_lengths_exactly(live, tiny_con
 def test_a_stop_string_on_the_token_path_stops_the_engine(live, tiny_config) -> None:
     """"界！🎉" spans several byte tokens of the echo cycle; min_tokens 400 would keep the engine going. The
     request carries the stop words as ids too (stop_words_list), so the engine may end it first; where it does
-    not (the C++ backend matches ids only), the client's ``stop`` request does: test_token_wire.py shows that
+    not (the C++ backend matches ids only), the client's ``stop`` request does: test_token_path.py shows that
     the reader then says the engine still runs."""
     config = _config(tiny_config)
     stop = "界！🎉"

@@ -6,11 +6,10 @@ import socket
 
 import pytest
 
+from tests.governance.conftest import client_config
 from trtkit import ServerUnavailableError
 from trtkit.governance import ClientMetrics, budget_scope
 from trtkit.upstreams import connect
-
-from .conftest import client_config
 
 
 def free_port() -> int:

@@ -18,12 +18,11 @@ import pytest
 import tritonclient.grpc as grpcclient
 from server_gauges import settled_engine
 
+from tests.governance.conftest import client_config
 from trtkit.governance import ClientMetrics, SamplingParams
 from trtkit.transport.triton.protocol import stop_inputs
 from trtkit.upstreams import connect, connect_async
 from trtkit.wire.stop_request import ENGINE_MODEL
-
-from .conftest import client_config
 
 pytestmark = pytest.mark.slow
 

@@ -9,14 +9,13 @@ from dataclasses import replace
 
 import pytest
 
+from tests.governance.conftest import client_config
 from trtkit.errors import ClientError
 from trtkit.governance import SamplingParams
 from trtkit.transport.triton.stream_mux import END, RequestInbox, StreamMux
 from trtkit.transport.triton.token_path import TokenPath
 from trtkit.upstreams import connect_async
 from trtkit.wire.stop_request import ENGINE_MODEL
-
-from .conftest import client_config
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """Many requests on one bidirectional ``ModelStreamInfer`` call (asyncio), each response handed to its request
 by the id Triton answers it with: responses and errors alike carry the request's id (pinned live by
-tests/client/test_stream_mux.py).
+tests/transport/triton/test_stream_mux.py).
 
 Why: a gRPC call per request cost the asyncio client ~0.8 ms of CPU to open and close (the call's set-up, its
 request-iterator task, the half-close and the status) beside ~0.15 ms per streamed message (2-core Zen 4 VM,
@@ -14,7 +14,7 @@ cancelling the call, which would end every request on it (and tritonserver's str
 cancel: trtkit/wire/stop_request.py): it is stopped with the engine's ``stop`` request, and one that does not end in
 time is let go (its later responses are dropped). A closing client half-closes the call and cancels it only if
 it has not ended CLOSE_GRACE_S later. tritonclient builds each request (``_get_inference_request``, as its own
-stream calls do) and its ``_client_stub`` carries the call: both private, so tests/client/test_stream_mux.py
+stream calls do) and its ``_client_stub`` carries the call: both private, so tests/transport/triton/test_stream_mux.py
 exercises them against the installed version."""
 
 from __future__ import annotations
