@@ -193,7 +193,7 @@ def test_input_limit_and_max_tokens_clamp(live_server, tiny_config, tiny_counter
 
 
 # min_tokens = max_tokens: such a generation cannot end early on its own, only a cancel or deadline stops it.
-# These cancellation tests go through the BLS; tests/repository/test_live.py covers the ensemble's
+# These cancellation tests go through the BLS; tests/triton_models/test_live.py covers the ensemble's
 # (there postprocessing stops the engine, as tritonserver never cancels the running engine step).
 BLS = "tensorrt_llm_bls"
 LONG = 400

@@ -1,7 +1,7 @@
 """A conversation rendered by the chat template travels in its form (``prompt_form``) on every path: the
 ensemble, ``tensorrt_llm_bls`` and the token path answer it alike, and the engine counts what the client counted.
 A bad form is refused by name and the server keeps serving. The wrapping itself (plain text wrapped as one
-user turn, rendered text not) is pinned against the real tokenizer in tests/repository/test_preprocessing.py;
+user turn, rendered text not) is pinned against the real tokenizer in tests/triton_models/test_preprocessing.py;
 the shared server runs with ``model.chat_template`` off."""
 
 from __future__ import annotations

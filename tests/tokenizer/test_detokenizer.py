@@ -73,7 +73,7 @@ def test_random_token_sequences(any_tokenizer, data) -> None:
     tok = any_tokenizer
     ids = _random_ids(tok, data)
     sizes = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=5))
-    # a sequence may end inside a character: the answer drops those bytes (tests/repository/test_broken_tail.py)
+    # a sequence may end inside a character: the answer drops those bytes (tests/triton_models/test_broken_tail.py)
     expected = without_broken_tail(decode_continuation(tok, find_anchor(tok), ids))
     assert "".join(stream(tok, ids, sizes)) == expected
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from echo_model import CYCLE_TEXT
 
+from tests.repository.echo_model import CYCLE_TEXT
 from trtkit.tokenizer.detokenizer import decode_continuation, find_anchor
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.triton_models.engine_model import EngineModel

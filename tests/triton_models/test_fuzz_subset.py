@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from live_client import Live
+
+from tests.repository.live_client import Live
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 

@@ -12,9 +12,10 @@ import threading
 
 import numpy as np
 import pytest
-from echo_model import CYCLE_TEXT
-from live_client import Live, inputs, tensor
 from server_gauges import model_requests_released, settled_engine, wait_for_released
+
+from tests.repository.echo_model import CYCLE_TEXT
+from tests.repository.live_client import Live, inputs, tensor
 
 pytestmark = pytest.mark.slow
 MODELS = ("ensemble", "tensorrt_llm_bls")

@@ -14,8 +14,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from echo_model import CYCLE_TEXT
-from live_client import DTYPES, Live
+
+from tests.repository.echo_model import CYCLE_TEXT
+from tests.repository.live_client import DTYPES, Live
 
 pytestmark = pytest.mark.slow
 MODELS = ("ensemble", "tensorrt_llm_bls")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from echo_model import CYCLE_TEXT
-from live_client import Live, inputs
 
+from tests.repository.echo_model import CYCLE_TEXT
+from tests.repository.live_client import Live, inputs
 from trtkit.tokenizer.detokenizer import decode_continuation, find_anchor
 
 pytestmark = pytest.mark.slow

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from echo_model import CYCLE_TEXT
-from live_client import Live, inputs, tensor
 
+from tests.repository.echo_model import CYCLE_TEXT
+from tests.repository.live_client import Live, inputs, tensor
 from trtkit.config import load_config
 from trtkit.governance import Caller, SamplingParams
 from trtkit.upstreams import connect
