@@ -14,7 +14,7 @@ asyncio client. The fsync latency of the disk sets the single-writer figure (one
 
 Part 2 (client): the tiny model served by a real tritonserver (started here unless --url).
 Pairs of greedy requests with the same inputs (min_tokens = max_tokens, so both produce the same
-tokens) run through (a) a bare tritonclient gRPC stream on one reused channel and (b) TritonLLMClient
+tokens) run through (a) a bare tritonclient gRPC stream on one reused channel and (b) the governed trtkit.Client
 (which pools its channels) with everything on: token counting, input limit, max_tokens clamp, budgets
 (a config rule summed from the ledger plus a nested scope), the runaway guard on every delta, running
 usage, and one durable ledger row per request; the order inside a pair alternates. Only the request is
@@ -84,7 +84,7 @@ def bench_ledger(work: Path, sequential: int, concurrent_rows: int, writers: int
 
 
 async def _async_writers(ledger, row, tasks: int, rows_each: int) -> float:  # type: ignore[no-untyped-def]
-    """How AsyncTritonLLMClient records: each request task awaits its own row's commit future."""
+    """How the asyncio governed client records: each request task awaits its own row's commit future."""
 
     async def task(t: int) -> None:
         for i in range(rows_each):
@@ -115,7 +115,7 @@ class _Timer:
 
 
 def raw_inputs(prompt: str, max_tokens: int) -> list[Any]:
-    """Exactly the inputs TritonLLMClient sends for SamplingParams(max_tokens=n, min_tokens=n) (greedy)."""
+    """Exactly the inputs the governed client's Triton upstream sends for SamplingParams(max_tokens=n, min_tokens=n) (greedy)."""
     return infer_inputs({"text_input": (prompt.encode(), "BYTES"), "max_tokens": (max_tokens, "INT32"),
                          "stream": (True, "BOOL"), "exclude_input_in_output": (True, "BOOL"),
                          "temperature": (0.0, "FP32"), "min_tokens": (max_tokens, "INT32")})
@@ -136,7 +136,7 @@ def bench_client(url: str, config, requests: int, max_tokens: int, work: Path) -
     from trtkit.governance.accumulate import StreamAccumulator
     from trtkit.governance.governor import Governor
     from trtkit.store.ledger import Ledger
-    from trtkit.transport import TritonLLMClient
+    from trtkit.upstreams import connect
 
     # the guard still inspects every delta, but cannot trip within a forced length: on the random tiny model a
     # guard stop (guard_repetition, guard_punctuation) would end a governed request short of the bare one's
@@ -152,8 +152,8 @@ def bench_client(url: str, config, requests: int, max_tokens: int, work: Path) -
     ledger_timer.wrap(Governor, "wait_committed")
     raw_times, client_times, side, commits = [], [], [], []
     params = SamplingParams(max_tokens=max_tokens, min_tokens=max_tokens)
-    raw = grpcclient.InferenceServerClient(url)  # one channel, reused: TritonLLMClient pools its channels too
-    with TritonLLMClient(url, config=config, ledger=Ledger(work / "client-ledger.db")) as client, \
+    raw = grpcclient.InferenceServerClient(url)  # one channel, reused: the governed client's upstream pools its channels too
+    with connect(url, config=config, ledger=Ledger(work / "client-ledger.db")) as client, \
             budget_scope(max_tokens=10**9):
 
         def governed(prompt: str) -> None:
@@ -239,7 +239,7 @@ def report(ledger: dict[str, Any], client: dict[str, Any]) -> None:
         (f"ledger records/s, {ledger['async_tasks']} asyncio requests (group commit)",
          f"{ledger['async_records_per_s']:,.0f}", ">= 10,000"),
         ("bare tritonclient e2e (reused channel), median ms", f"{client['raw_e2e_ms_median']:.1f}", ""),
-        ("TritonLLMClient e2e, median ms", f"{client['client_e2e_ms_median']:.1f}", ""),
+        ("governed client e2e, median ms", f"{client['client_e2e_ms_median']:.1f}", ""),
         ("paired e2e difference, median ms", f"{client['paired_difference_ms_median']:.2f}", ""),
         ("e2e overhead: median paired difference / bare median", f"{client['e2e_overhead_share']:.2%}", "<= 2%"),
         ("  95% bootstrap interval over pairs", f"[{low:.2%}, {high:.2%}]", ""),

@@ -108,11 +108,11 @@ class BareGrpcStreams:
 
     async def stream(self, prompt: str, max_tokens: int) -> tuple[float, int]:
         from trtkit.governance import SamplingParams
-        from trtkit.transport.token_wire import TokenWire
+        from trtkit.transport.triton.token_path import TokenPath
 
         if self.wire is None:
             metadata = await self.client.get_model_metadata(GATEWAY_TRITON_MODEL, as_json=True)
-            self.wire = TokenWire(metadata, self.counter, self.tokens_per_block)
+            self.wire = TokenPath(metadata, self.counter, self.tokens_per_block)
         inputs, outputs = self.wire.request(self.counter.prompt_ids(prompt), SamplingParams(max_tokens=max_tokens),
                                             stream=True)
         message = {"model_name": GATEWAY_TRITON_MODEL, "inputs": inputs, "outputs": outputs,
@@ -274,9 +274,9 @@ async def direct_echo_rate(config, url: str, n: int) -> float:  # type: ignore[n
     """The same echo requests through the asyncio client alone (same governance, no HTTP): what Triton and
     the governance cost without the gateway, to show where the time goes."""
     from trtkit.governance import SamplingParams
-    from trtkit.transport import AsyncTritonLLMClient
+    from trtkit.upstreams import connect_async
 
-    async with AsyncTritonLLMClient(url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
+    async with connect_async(url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
         await _concurrently(64, 64, lambda i: client.generate("Hi", SamplingParams(max_tokens=1)))
         wall = await _concurrently(n, 64, lambda i: client.generate("Hi", SamplingParams(max_tokens=1)))
     return n / wall

@@ -10,7 +10,7 @@ Starts tritonservers (the tiny model; the echo model, whose engine work is negli
 processes with governance on: an API key with RPM, TPM and a token budget, the store's atomic holds, the
 runaway guard, the durable ledger (one fsynced row per request).
 The direct client calls the same Triton model as the gateway, the engine model ``tensorrt_llm`` with the
-prompt's token ids (the token path, trtkit/transport/token_wire.py), so the differences below are the
+prompt's token ids (the token path, trtkit/transport/triton/token_path.py), so the differences below are the
 gateway's (HTTP, auth, the store, SSE) and the OpenAI SDK's, not one Triton path against another.
 Both tiny repositories are deployed with ``--max-batch`` (default 64) as the engine's batch limit, above the
 concurrency of every phase: TTFT then measures the paths, not a queue behind the batch limit.
@@ -45,7 +45,7 @@ Per layout:
    server on the gateway's cores that answers at once: the SDK's own client-side latency (building the request,
    httpx, parsing the first chunk) and a loopback round trip, which no gateway can remove from the SDK path.
 1. Same streamed greedy requests, `--concurrency` at a time, alternating rounds of
-   (a) `openai.AsyncOpenAI` -> gateway -> Triton and (b) `AsyncTritonLLMClient` -> Triton.
+   (a) `openai.AsyncOpenAI` -> gateway -> Triton and (b) the governed `trtkit.AsyncClient` -> Triton.
    Targets: median TTFT overhead (a - b) <= 3 ms; tokens/s of (a) >= 95% of (b). ``--rounds`` (default 12)
    alternating rounds of ``--requests / --rounds`` requests each way; the 95% intervals are bootstraps over the
    paired rounds, given only with 10 rounds or more (``--quick``'s 4 give none, and the report says so).
@@ -211,7 +211,7 @@ def create_key(env: dict[str, str]) -> str:
 async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type: ignore[no-untyped-def]
     """Both paths on one tiny-model server: one at a time, then alternating rounds at --concurrency; the
     bare HTTP client through the gateway alternates with them (where the time goes, not judged)."""
-    from trtkit.transport import AsyncTritonLLMClient
+    from trtkit.upstreams import connect_async
 
     url, gw_url = stack.server.grpc_url, stack.gateway_url  # type: ignore[attr-defined]
     triton_pid = stack.server.pid  # type: ignore[attr-defined]
@@ -222,7 +222,7 @@ async def layout_paths(config, stack: Stack, secret: str, args) -> dict:  # type
     null_sdk = openai_client(stack.null_url, "unused")
     grpc_floor = None
     try:
-        async with AsyncTritonLLMClient(url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
+        async with connect_async(url, config=config, ledger=True, model_name=GATEWAY_TRITON_MODEL) as client:
             grpc_floor = BareGrpcStreams(url, client.governor.counter, config.build.tokens_per_block)
             paths = {"gateway": lambda n, c, m: via_gateway(sdk, n, c, m),
                      "direct": lambda n, c, m: direct(client, n, c, m),

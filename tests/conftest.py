@@ -210,3 +210,23 @@ def postgres_db(postgres_cluster, request: pytest.FixtureRequest) -> str:  # typ
     yield postgres_cluster.url_for(name)
     with psycopg.connect(postgres_cluster.url, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# Tokenizers (cheap): the Triton models' tests (tests/triton_models/) and the detokenizer's (tests/tokenizer/)
+@pytest.fixture(scope="session")
+def bytelevel_tokenizer(tiny_llama_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_llama_dir), local_files_only=True)
+
+
+@pytest.fixture(scope="session")
+def sentencepiece_tokenizer(tmp_path_factory: pytest.TempPathFactory):
+    from tests.repository.tokenizers_for_tests import sentencepiece_tokenizer as build
+
+    return build(tmp_path_factory.mktemp("sp-tokenizer"))
+
+
+@pytest.fixture(scope="session", params=["byte_level_bpe", "sentencepiece"])
+def any_tokenizer(request: pytest.FixtureRequest, bytelevel_tokenizer, sentencepiece_tokenizer):
+    return bytelevel_tokenizer if request.param == "byte_level_bpe" else sentencepiece_tokenizer

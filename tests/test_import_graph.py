@@ -41,15 +41,18 @@ MAY_IMPORT: dict[str, set[str]] = {
     "dynamo": {"config", "refengine", "serve", "sources"},
     "governance": {"config", "sources", "store", "tokenizer"},  # no transport, no wire: any upstream carries it
     "transport": {"config", "governance", "tokenizer", "wire"},
+    # the address grammar's one factory: an address to its upstream, and the governed client over it
+    "upstreams": {"config", "governance", "transport"},
+    "client": {"transport"},  # client.py: the old trtkit.client names, deprecated (transport/deprecated.py)
     "context": {"config", "governance"},  # the context strategies: the client's conversations and the gateway's
     "conversation": {"config", "context", "governance"},
-    "gateway": {"config", "context", "governance", "store", "transport", "wire"},
+    "gateway": {"config", "context", "governance", "store", "transport", "upstreams", "wire"},
     "bench": {"config", "governance", "transport", "wire"},  # config: the one server-address grammar
     "k8s": {"config", "serve", "trtllm_build"},
     "pipeline": {"checkpoint", "consistency", "config", "governance", "repository", "serve", "sources", "transport",
-                 "trtllm_build"},
+                 "trtllm_build", "upstreams"},
     "cli": {"bench", "checkpoint", "config", "consistency", "context", "conversation", "dynamo", "gateway", "governance",
-            "k8s", "pipeline", "repository", "serve", "store", "transport", "trtllm_build", "wire"},
+            "k8s", "pipeline", "repository", "serve", "store", "transport", "trtllm_build", "upstreams", "wire"},
 }
 
 
@@ -57,13 +60,14 @@ MAY_IMPORT: dict[str, set[str]] = {
 MODULE_RULES: list[tuple[str, tuple[str, ...], str]] = [
     # the OpenAI HTTP upstream is one more implementation of governance/upstream.py's seam, beside the Triton
     # clients: it speaks HTTP and JSON, never the Triton tensor contract or a Triton client
-    ("trtkit.transport.openai_", ("trtkit.wire", "trtkit.transport.aio_client", "trtkit.transport.grpc_client",
-                                  "trtkit.transport.exchange", "trtkit.transport.token_wire", "tritonclient"),
-     "the OpenAI upstream"),
-    ("trtkit.transport.http1", ("trtkit.wire", "trtkit.governance", "tritonclient"), "the HTTP/1.1 client"),
-    ("trtkit.transport.upstream_errors", ("trtkit.wire", "trtkit.governance", "tritonclient"), "upstream errors"),
+    ("trtkit.transport.openai.", ("trtkit.wire", "trtkit.transport.triton", "tritonclient"), "the OpenAI upstream"),
+    ("trtkit.transport.openai.http1", ("trtkit.wire", "trtkit.governance", "tritonclient"), "the HTTP/1.1 client"),
+    ("trtkit.transport.openai.errors", ("trtkit.wire", "trtkit.governance", "tritonclient"), "upstream errors"),
+    # an upstream is a plug: it never runs the governed flow or holds the client that calls it (no call back up)
+    ("trtkit.transport.triton.", ("trtkit.governance.client", "trtkit.governance.flow"), "a Triton upstream"),
+    ("trtkit.transport.openai.", ("trtkit.governance.client", "trtkit.governance.flow"), "an OpenAI upstream"),
     # the relay passes an OpenAI upstream's answers on: it knows no Triton contract either
-    ("trtkit.gateway.relay", ("trtkit.wire", "trtkit.transport.aio_client", "tritonclient"), "the relay"),
+    ("trtkit.gateway.relay", ("trtkit.wire", "trtkit.transport.triton", "tritonclient"), "the relay"),
 ]
 
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from trtkit.transport.openai_upstream import OpenAIUpstream, UpstreamSettings
-from trtkit.transport.upstream_errors import UpstreamStatusError
+from trtkit.transport.openai.errors import UpstreamStatusError
+from trtkit.transport.openai.upstream import OpenAIUpstream, UpstreamSettings
 
 BUSY = (b'HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 85\r\n\r\n'
         b'{"message":"Service temporarily unavailable","type":"Service Unavailable","code":503}')

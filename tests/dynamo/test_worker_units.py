@@ -12,9 +12,9 @@ from trtkit.gateway.upstream_model import checked_upstream_model
 from trtkit.refengine.block_manager import BlockManager
 from trtkit.refengine.outputs import RequestOutput
 from trtkit.refengine.sequence import Sequence
-from trtkit.transport.openai_events import parse_event
-from trtkit.transport.openai_upstream import UpstreamSettings
-from trtkit.transport.upstream_errors import UpstreamBrokenError, UpstreamStatusError, status_error
+from trtkit.transport.openai.errors import UpstreamBrokenError, UpstreamStatusError, status_error
+from trtkit.transport.openai.events import parse_event
+from trtkit.transport.openai.upstream import UpstreamSettings
 
 CHAT = {"token_ids": [1, 5, 9], "eos_token_ids": [2],
         "stop_conditions": {"max_tokens": 8, "stop_token_ids_hidden": [2, 7], "min_tokens": 1, "ignore_eos": None},

@@ -14,7 +14,7 @@ import pytest
 from tests.gateway.conftest import RunningGateway
 from trtkit.gateway.server import GATEWAY_TRITON_MODEL
 from trtkit.governance import RawPrompt, SamplingParams
-from trtkit.transport import TritonLLMClient
+from trtkit.upstreams import connect
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def templated_gateway(live_server, tiny_config, tmp_path_factory):  # type: igno
 
 
 def _engine(live_server, gateway: RunningGateway, prompt: str, max_tokens: int):  # type: ignore[no-untyped-def]
-    with TritonLLMClient(live_server.grpc_url, config=gateway.config, ledger=False,
+    with connect(live_server.grpc_url, config=gateway.config, ledger=False,
                          model_name=GATEWAY_TRITON_MODEL) as direct:
         return direct.generate(prompt, SamplingParams(max_tokens=max_tokens))
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.gateway.conftest import RunningGateway, _config
-from trtkit.gateway.responses_items import chat_messages
+from trtkit.gateway.responses_api.items import chat_messages
 
 pytestmark = pytest.mark.slow
 

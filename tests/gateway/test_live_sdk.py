@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from trtkit.governance import SamplingParams, TokenIdsPrompt
-from trtkit.transport import TritonLLMClient
+from trtkit.upstreams import connect
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ def test_usage_equals_the_engines_counts(gateway, live_server) -> None:
                                           max_tokens=12, temperature=0)
     text = client.completions.create(model="tiny-llama", prompt=LONG, max_tokens=7, temperature=0)
     rendered = gateway.gateway.client.governor.counter.render_chat([{"role": "user", "content": LONG}])
-    with TritonLLMClient(live_server.grpc_url, config=gateway.config, ledger=False) as direct:
+    with connect(live_server.grpc_url, config=gateway.config, ledger=False) as direct:
         engine_chat = direct.generate(rendered, SamplingParams(max_tokens=12))
         engine_text = direct.generate(LONG, SamplingParams(max_tokens=7))
     assert chat.usage.prompt_tokens == engine_chat.usage.prompt_tokens > 30
@@ -153,7 +153,7 @@ def test_a_prompt_of_token_ids_reaches_the_engine_as_those_ids(gateway, live_ser
     nested = client.completions.create(model="tiny-llama", prompt=[ids], max_tokens=6, temperature=0)
     streamed = list(client.completions.create(model="tiny-llama", prompt=ids, max_tokens=6, temperature=0, stream=True,
                                               stream_options={"include_usage": True}))
-    with TritonLLMClient(live_server.grpc_url, config=gateway.config, ledger=False,
+    with connect(live_server.grpc_url, config=gateway.config, ledger=False,
                          model_name="tensorrt_llm") as direct:  # the engine model, the ids as the prompt
         engine = direct.generate(TokenIdsPrompt(counter.decode(ids), ids), SamplingParams(max_tokens=6))
     assert out.usage.prompt_tokens == nested.usage.prompt_tokens == len(ids) == engine.usage.prompt_tokens
@@ -191,7 +191,7 @@ def test_log_probs_of_the_chosen_tokens_streamed_and_not(gateway, live_server) -
     streamed_entries = [e for c in streamed if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
     assert [(e.token, e.bytes) for e in streamed_entries] == [(e.token, e.bytes) for e in entries]
     assert [e.logprob for e in streamed_entries] == pytest.approx([e.logprob for e in entries], abs=1e-4)
-    with TritonLLMClient(live_server.grpc_url, config=gateway.config, ledger=False, model_name="tensorrt_llm") as direct:
+    with connect(live_server.grpc_url, config=gateway.config, ledger=False, model_name="tensorrt_llm") as direct:
         engine = direct.generate(counter.chat_prompt(messages), SamplingParams(max_tokens=10, return_log_probs=True))
         chunks = list(direct.stream(counter.chat_prompt(messages), SamplingParams(max_tokens=10, return_log_probs=True)))
     assert engine.log_probs is not None and len(engine.log_probs) == 10

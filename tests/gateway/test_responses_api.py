@@ -12,10 +12,10 @@ from openai.types.responses import ResponseTextDeltaEvent
 from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
 from trtkit.gateway.errors import RequestValidationError
-from trtkit.gateway.responses_items import chat_messages, resolve
-from trtkit.gateway.responses_objects import response, sse
-from trtkit.gateway.responses_output import OutputItems, TurnEvents
-from trtkit.gateway.responses_protocol import OPENAI_FIELDS, SUPPORTED, ResponseRequest, response_params
+from trtkit.gateway.responses_api.items import chat_messages, resolve
+from trtkit.gateway.responses_api.objects import response, sse
+from trtkit.gateway.responses_api.output import OutputItems, TurnEvents
+from trtkit.gateway.responses_api.protocol import OPENAI_FIELDS, SUPPORTED, ResponseRequest, response_params
 from trtkit.governance.vocabulary import GenerationResult, Usage
 
 

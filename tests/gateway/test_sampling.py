@@ -106,7 +106,7 @@ def test_a_backend_failure_mid_stream_ends_the_stream_with_an_error_event(tiny_c
     from prometheus_client import CollectorRegistry
 
     from trtkit.errors import ClientError
-    from trtkit.gateway.generation import Generation, ServingContext
+    from trtkit.gateway.generation import Generation, ServingParts
     from trtkit.gateway.metrics import GatewayMetrics
     from trtkit.gateway.serving_completions import ServingCompletions
     from trtkit.governance.vocabulary import StreamChunk, Usage
@@ -116,7 +116,7 @@ def test_a_backend_failure_mid_stream_ends_the_stream_with_an_error_event(tiny_c
         yield  # pragma: no cover - makes this an async generator
 
     async def collect() -> list[bytes]:
-        ctx = ServingContext(tiny_config, None, None, GatewayMetrics(CollectorRegistry()))  # type: ignore[arg-type]
+        ctx = ServingParts(tiny_config, None, None, None, GatewayMetrics(CollectorRegistry()))  # type: ignore[arg-type]
         generation = Generation("r1", StreamChunk("Hel", Usage(), "r1"), failing())
         return [e async for e in ServingCompletions(ctx)._events(generation, "cmpl-r1", True)]
 

@@ -22,8 +22,9 @@ from server_gauges import settled_engine
 from tests.repository.echo_model import CYCLE_TEXT
 from tests.repository.live_client import Live, inputs
 from trtkit.governance import SamplingParams
-from trtkit.transport import AsyncTritonLLMClient, TritonLLMClient
-from trtkit.transport.protocol import stop_inputs
+from trtkit.governance.client import Client
+from trtkit.transport.triton.protocol import stop_inputs
+from trtkit.upstreams import connect, connect_async
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 pytestmark = pytest.mark.slow
@@ -55,7 +56,7 @@ def test_cjk_text_and_counts_are_exact(llm_api_echo: Live, model: str, stream: b
 
 def test_token_path_sync_and_asyncio_clients_count_exactly(llm_api_echo: Live, pytorch_config) -> None:
     config = _client_config(pytorch_config)
-    with TritonLLMClient(llm_api_echo.server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as client:
+    with connect(llm_api_echo.server.grpc_url, config=config, model_name=ENGINE_MODEL, ledger=False) as client:
         for n in (2, 5, 13):
             params = SamplingParams(max_tokens=n, min_tokens=n)
             chunks = list(client.stream(CYCLE_TEXT, params))
@@ -66,7 +67,7 @@ def test_token_path_sync_and_asyncio_clients_count_exactly(llm_api_echo: Live, p
             assert client.generate(CYCLE_TEXT, params).text == result.text
 
     async def run() -> tuple[str, int]:
-        async with AsyncTritonLLMClient(llm_api_echo.server.grpc_url, config=config, model_name=ENGINE_MODEL,
+        async with connect_async(llm_api_echo.server.grpc_url, config=config, model_name=ENGINE_MODEL,
                                         ledger=False) as client:
             result = await client.generate(CYCLE_TEXT, SamplingParams(max_tokens=8, min_tokens=8))
             return result.text, result.usage.completion_tokens
@@ -182,7 +183,7 @@ CASES = [
 ]
 
 
-def _seen(client: TritonLLMClient, server, prompt: str, params: SamplingParams) -> list[tuple]:  # type: ignore[no-untyped-def]
+def _seen(client: Client, server, prompt: str, params: SamplingParams) -> list[tuple]:  # type: ignore[no-untyped-def]
     """The request whole and streamed, each on an idle engine: a request stopped by a stop string may still take
     a step after its final response, and a batch of two may round differently from a batch of one (another kernel
     for another row count)."""
@@ -201,8 +202,8 @@ def test_it_answers_as_the_cpu_engine_model(llm_api_server, live_server, tiny_co
     """Same model, same requests (greedy, seeded sampling, min_tokens, stop strings, guided decoding): the
     LLM-API engine model and the CPU engine model give the same text, finish reason and counts."""
     config = _client_config(tiny_config)
-    with TritonLLMClient(llm_api_server.grpc_url, config=config, model_name=model, ledger=False) as llm_api, \
-            TritonLLMClient(live_server.grpc_url, config=config, model_name=model, ledger=False) as cpu:
+    with connect(llm_api_server.grpc_url, config=config, model_name=model, ledger=False) as llm_api, \
+            connect(live_server.grpc_url, config=config, model_name=model, ledger=False) as cpu:
         for prompt, params in CASES:
             expected = _seen(cpu, live_server, prompt, params)
             assert _seen(llm_api, llm_api_server, prompt, params) == expected, (model, prompt, params)

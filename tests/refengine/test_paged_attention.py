@@ -144,11 +144,12 @@ def test_packed_projection_equals_f_linear(dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dim", [64, 48])  # 64: 16 lanes of each half at a time; 48: the scalar loop
 def test_rope_and_store_gives_the_torch_path_bits_and_writes_the_slots(kernels: native.AttentionKernels,
-                                                                      dtype: torch.dtype) -> None:
+                                                                      dtype: torch.dtype, dim: int) -> None:
     from trtkit.refengine.layers import rope_tables, rotate_half
 
-    heads, kv_heads, dim, tokens = 9, 3, 64, 70  # 70 rows: the multi-threaded branch (64 and more)
+    heads, kv_heads, tokens = 9, 3, 70  # 70 rows: the multi-threaded branch (64 and more)
     generator = torch.Generator().manual_seed(7)
     cos, sin = rope_tables(dim, 512, 100000.0, dtype)
     qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=generator).to(dtype)

@@ -222,13 +222,13 @@ def test_gpu_repository_serves_on_a_gpu_host(tmp_path: Path) -> None:
 
 def test_token_path_sends_only_what_the_engine_model_declares_on_both_targets(tmp_path: Path, gpu_engine_dir: Path,
                                                                               tiny_llama_dir: Path, tiny_counter) -> None:
-    """The gateway's token path (transport/token_wire.py) on the generated tensorrt_llm of either target: every input
+    """The gateway's token path (transport/triton/token_path.py) on the generated tensorrt_llm of either target: every input
     it may send is declared with the datatype it sends, and every output it asks for is declared (a request
     naming an undeclared tensor fails as a whole in Triton)."""
     from tritonclient.grpc import model_config_pb2
 
     from trtkit.governance.vocabulary import SamplingParams
-    from trtkit.transport.token_wire import TokenWire, is_engine_model
+    from trtkit.transport.triton.token_path import TokenPath, is_engine_model
 
     config = load_config(CONFIGS / "tiny-llama.yaml")
     deploy_repository(config, gpu_engine_dir, tmp_path / "gpu", target="gpu")
@@ -243,7 +243,7 @@ def test_token_path_sends_only_what_the_engine_model_declares_on_both_targets(tm
                                 .replace("STRING", "BYTES")} for i in engine.input],
                     "outputs": [{"name": o.name} for o in engine.output]}
         assert is_engine_model(metadata)
-        wire = TokenWire(metadata, tiny_counter, tokens_per_block=16)
+        wire = TokenPath(metadata, tiny_counter, tokens_per_block=16)
         inputs, outputs = wire.request(tiny_counter.prompt_ids("Hello"), everything, stream=True)
         declared = {i["name"]: i["datatype"] for i in metadata["inputs"]}
         assert {i.name(): i.datatype() for i in inputs}.items() <= declared.items(), target

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from trtkit.gateway.responses_items import message_item
+from trtkit.gateway.responses_api.items import message_item
 from trtkit.store import open_gateway_store
 from trtkit.store.conversation_items import ConversationNotFound
 from trtkit.store.conversations import ConversationExpired, ConversationFull, InConversation, StoredResponse

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trtkit.gateway.responses_items import message_item, stored_items
+from trtkit.gateway.responses_api.items import message_item, stored_items
 from trtkit.store import BudgetLimit, open_gateway_store
 from trtkit.store.conversations import (
     TOMBSTONE_SECONDS,

@@ -8,7 +8,7 @@ import pytest
 
 from tests.upstreams.conftest import MODEL, sdk
 from tests.upstreams.test_relay_usage import UpstreamCounts
-from trtkit.gateway.responses_items import chat_messages, stored_items
+from trtkit.gateway.responses_api.items import chat_messages, stored_items
 
 pytestmark = pytest.mark.slow
 

@@ -14,12 +14,12 @@ from trtkit.errors import ConfigError
 from trtkit.gateway.error_responses import http_error
 from trtkit.gateway.relay_events import AnswerMerger, EventRelay
 from trtkit.gateway.upstreams import backend_of, upstream_settings
-from trtkit.governance.governor import PreparedRequest
+from trtkit.governance.governor import PreparedRequest, open_governor
 from trtkit.governance.tokens import RawPrompt, TokenIdsPrompt
 from trtkit.governance.vocabulary import Caller, GenerationResult, SamplingParams, Usage
-from trtkit.transport.openai_events import SseSplitter, UsageReports, parse_event
-from trtkit.transport.openai_upstream import UpstreamSettings, request_body
-from trtkit.transport.upstream_errors import UpstreamBrokenError, UpstreamUnavailableError, status_error
+from trtkit.transport.openai.errors import UpstreamBrokenError, UpstreamUnavailableError, status_error
+from trtkit.transport.openai.events import SseSplitter, UsageReports, parse_event
+from trtkit.transport.openai.upstream import UpstreamSettings, request_body
 
 
 def chunk(content: str | None = None, finish: str | None = None, index: int = 0, **extra: object) -> dict:
@@ -82,21 +82,21 @@ def test_text_of_tool_calls_reasoning_and_completions() -> None:
         == "length"
 
 
-def prepared(params: SamplingParams, prompt: str = "hi") -> PreparedRequest:
-    return PreparedRequest("rid", prompt, 3, params, Caller(), None, None)
+def prepared(params: SamplingParams, prompt: str = "hi", payload: dict | None = None) -> PreparedRequest:
+    return PreparedRequest("rid", prompt, 3, params, Caller(), None, None, payload=payload)
 
 
 def test_the_body_goes_up_as_given_with_the_governed_fields() -> None:
     body = {"model": "gw-name", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 5000,
             "stream_options": {"continuous_usage_stats": True}, "tools": [{"type": "function"}],
             "tool_choice": "auto", "ignore_eos": True, "top_logprobs": 2, "logprobs": True}
-    route, raw = request_body(prepared(SamplingParams(max_tokens=100, upstream_body=body)), "up-name")
+    route, raw = request_body(prepared(SamplingParams(max_tokens=100), payload=body), "up-name")
     sent = json.loads(raw)
     assert route == "chat/completions"
     assert sent == body | {"model": "up-name", "stream": True, "max_completion_tokens": 100,
                            "stream_options": {"continuous_usage_stats": True, "include_usage": True}}
     assert "max_tokens" not in sent and body["max_completion_tokens"] == 5000  # the caller's body is not changed
-    route, raw = request_body(prepared(SamplingParams(max_tokens=7, upstream_body={"prompt": [1, 2]})), "m")
+    route, raw = request_body(prepared(SamplingParams(max_tokens=7), payload={"prompt": [1, 2]}), "m")
     assert route == "completions" and json.loads(raw)["max_tokens"] == 7
 
 
@@ -112,12 +112,14 @@ def test_a_library_request_becomes_a_body() -> None:
     assert json.loads(raw)["prompt"] == "raw"
 
 
-def test_the_reservation_is_n_times_and_the_body_keys_the_cache() -> None:
+def test_the_reservation_is_n_times_and_the_body_keys_the_cache(tiny_config, tiny_counter) -> None:  # type: ignore[no-untyped-def]
     one, two = SamplingParams(max_tokens=4), SamplingParams(max_tokens=4, n=2)
-    assert "n" not in one.identity() and two.identity()["n"] == 2
-    with_body = SamplingParams(upstream_body={"ignore_eos": True})
-    assert with_body.identity()["upstream_body"] == {"ignore_eos": True} and "cacheable" not in with_body.identity()
-    assert hash(with_body) == hash(SamplingParams())  # the body is not part of equality or the hash
+    assert "n" not in one.identity() and two.identity()["n"] == 2 and "cacheable" not in one.identity()
+    governor = open_governor(tiny_config, ledger=False, counter=tiny_counter)
+    greedy = SamplingParams(max_tokens=4, temperature=0.0)
+    keys = [governor.prepare("hi", greedy, Caller(), payload=payload).cache_key  # type: ignore[union-attr]
+            for payload in (None, {"ignore_eos": True}, {"ignore_eos": False}, {"ignore_eos": True})]
+    assert None not in keys and len(set(keys)) == 3 and keys[1] == keys[3]  # every field of the body keys it
 
 
 def test_streamed_events_are_restamped_held_and_finished() -> None:
@@ -183,7 +185,7 @@ def test_the_config_names_the_upstream_and_its_key_stays_secret(smollm2_config, 
     settings = upstream_settings(config, "http://h:9/v1", environ={"UP_KEY": "sk-very-secret"})
     assert settings.api_key == "sk-very-secret" and settings.model == "served"
     assert "sk-very-secret" not in repr(settings)
-    from trtkit.transport.openai_upstream import OpenAIUpstream
+    from trtkit.transport.openai.upstream import OpenAIUpstream
 
     with caplog.at_level(logging.DEBUG):
         OpenAIUpstream(settings).close()

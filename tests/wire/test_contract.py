@@ -7,8 +7,8 @@ import json
 import numpy as np
 
 from trtkit.repository.ensemble import ENGINE_INPUTS, PRE_INPUTS
+from trtkit.wire.engine_responses import EngineResponse, PreprocResponse
 from trtkit.wire.names import ENGINE_NAMES, PASS_THROUGH, PREPROCESSING_NAMES, SAMPLING_INPUTS
-from trtkit.wire.responses import EngineResponse, PreprocResponse
 
 
 def test_an_absent_tensor_is_none_and_an_empty_one_is_not() -> None:

@@ -15,7 +15,7 @@ from trtkit.wire import names
 
 ROOT = Path(__file__).resolve().parents[2] / "trtkit"
 SPEAKERS = [*sorted((ROOT / "wire").glob("*.py")), *sorted((ROOT / "triton_models").rglob("*.py")),
-            ROOT / "transport" / "token_wire.py", ROOT / "transport" / "protocol.py"]
+            *sorted((ROOT / "transport" / "triton").glob("*.py"))]
 # modules whose strings name something else that happens to share a tensor's name, and what
 OTHER_NAMES = {
     "wire/names.py": "the names themselves",

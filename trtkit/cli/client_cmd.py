@@ -54,12 +54,12 @@ def _client(config_path: Path, url: str | None, user: str, key_id: str):  # type
     from trtkit.config import load_config
     from trtkit.governance import Caller
     from trtkit.pipeline.first_run import quiet_first_run
-    from trtkit.transport import TritonLLMClient
+    from trtkit.upstreams import connect
 
     config = load_config(config_path)
     address = _server_url(config, url)
     with quiet_first_run(config, _say):
-        return config, TritonLLMClient(address, config=config, caller=Caller(user=user, key_id=key_id))
+        return config, connect(address, config=config, caller=Caller(user=user, key_id=key_id))
 
 
 def _usage_line(result) -> str:  # type: ignore[no-untyped-def]
@@ -118,7 +118,7 @@ def chat(config_path: ConfigArg, url: UrlOpt = None,
     config, client = _client(config_path, url, user, key_id)
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
     with client:
-        talk = Conversation(client, config, client.governor.counter, strategy=strategy, caller=client.setup.caller)
+        talk = Conversation(client, config, client.governor.counter, strategy=strategy, caller=client.caller)
         session_id = talk.start(session)
         typer.echo(f"session {session_id}, strategy {talk.strategy.name}; empty line to quit", err=True)
         while True:

@@ -26,7 +26,7 @@ KvCacheDtype = Literal["auto", "fp8", "int8"]
 PluginSwitch = Literal["auto", "disable", "float16", "bfloat16", "float32", "fp8"]
 SchedulerPolicy = Literal["guaranteed_no_evict", "max_utilization"]
 Profile = Literal["latency", "throughput"]
-CpuDtype = Literal["fp32", "bf16"]
+CpuDtype = Literal["auto", "fp32", "bf16"]
 CpuAttention = Literal["auto", "native", "torch"]
 
 
@@ -124,7 +124,8 @@ class ServeSection:
                                                     "KvCacheConfig refuses 1.0 and the model fails to load")
     max_tokens_in_paged_kv_cache: int | None = bounded(None, ge=1)
     cpu_kv_cache_mb: int = bounded(256, ge=1, doc="KV budget of the CPU reference engine")
-    cpu_dtype: CpuDtype = described("fp32", doc="CPU engine compute and KV dtype; bf16 needs AVX512-BF16 or AMX")
+    cpu_dtype: CpuDtype = described("fp32", doc="CPU engine compute and KV dtype; bf16 needs AVX512-BF16 or AMX; "
+                                    "auto: bf16 where the CPU has either, else fp32 (the engine logs its choice)")
     cpu_threads: int = bounded(0, ge=0, doc="CPU engine intra-op threads; 0: every core this process may use")
     cpu_attention: CpuAttention = described("auto", doc="CPU engine attention and decode-size projections: native "
                                             "(C kernels built with this machine's compiler), torch, or auto (native "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trtkit.config.schema import ModelConfig
-from trtkit.consistency.context import ENGINE_PARAM, CheckContext
+from trtkit.consistency.check_inputs import ENGINE_PARAM, CheckContext
 from trtkit.consistency.findings import Finding
 from trtkit.consistency.hardware import visible_gpu_count
 from trtkit.consistency.repository import RepoModel, load_engine, load_models

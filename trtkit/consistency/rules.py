@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from trtkit.consistency.context import ENGINE_PARAM, CheckContext
+from trtkit.consistency.check_inputs import ENGINE_PARAM, CheckContext
 from trtkit.consistency.findings import Finding
 from trtkit.consistency.repository import RepoModel
 

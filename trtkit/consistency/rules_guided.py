@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trtkit.consistency.context import CheckContext
+from trtkit.consistency.check_inputs import CheckContext
 from trtkit.consistency.findings import Finding
 from trtkit.consistency.tokenizers import has_tokenizer_files
 from trtkit.errors import RepositoryError

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trtkit.consistency.context import ENGINE_PARAM, CheckContext
+from trtkit.consistency.check_inputs import ENGINE_PARAM, CheckContext
 from trtkit.consistency.findings import Finding
 
 _REDEPLOY = "regenerate the repository with `trtkit deploy` (build.backend: pytorch) from the same config"

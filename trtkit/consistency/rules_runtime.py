@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trtkit.consistency.context import CheckContext
+from trtkit.consistency.check_inputs import CheckContext
 from trtkit.consistency.findings import Finding
 from trtkit.consistency.tokenizers import TokenizerInfo, has_tokenizer_files
 

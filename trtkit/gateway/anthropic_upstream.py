@@ -18,14 +18,8 @@ from trtkit.gateway.anthropic_objects import MessageContent, MessageEvents, mess
 from trtkit.gateway.anthropic_protocol import MessagesRequest
 from trtkit.gateway.error_responses import http_error
 from trtkit.gateway.errors import RequestValidationError
-from trtkit.gateway.generation import (
-    CallInfo,
-    Generation,
-    ServingContext,
-    start_generation,
-    stream_chunks,
-    stream_or_wait,
-)
+from trtkit.gateway.finish import stream_chunks, stream_or_wait
+from trtkit.gateway.generation import CallInfo, Generation, ServingParts, start_generation
 from trtkit.gateway.tool_format import ToolSpec
 from trtkit.gateway.tool_splitter import Piece
 from trtkit.governance.vocabulary import GenerationResult, SamplingParams, StreamChunk
@@ -34,7 +28,7 @@ _FINISH = {"length": "max_tokens", "tool_calls": "tool_use", "function_call": "t
 
 
 class RelayedMessages:
-    def __init__(self, ctx: ServingContext) -> None:
+    def __init__(self, ctx: ServingParts) -> None:
         self.ctx = ctx
 
     async def create(self, request: MessagesRequest, call: CallInfo) -> Response:
@@ -49,31 +43,25 @@ class RelayedMessages:
         tools = request.tool_spec()
         body = chat_body(request, messages, tools)
         try:
-            prompt = self.ctx.client.governor.counter.chat_prompt(_for_template(messages),
-                                                                  tools=body.get("tools"))
+            prompt = self.ctx.counter.chat_prompt(_for_template(messages), tools=body.get("tools"))
         except Exception as exc:  # the template refused the conversation (a role it does not know, ...)
             raise RequestValidationError(f"the model's chat template cannot render these messages ({exc}); the "
                                          f"gateway counts every prompt before admission", param="messages") from None
         params = SamplingParams(max_tokens=request.max_tokens,
                                 temperature=1.0 if request.temperature is None else request.temperature,
-                                cacheable=tools is None, upstream_body=body)
-        generation = await start_generation(self.ctx, call, prompt, params, request.user(), dialect="anthropic")
+                                cacheable=tools is None)
+        generation = await start_generation(self.ctx, call, prompt, params, request.user(), dialect="anthropic",
+                                            payload=body)
         message_id, stops = f"msg_{generation.request_id}", request.stop_sequences or []
         reading = Translation(tools)
 
-        async def wait() -> GenerationResult:
-            async for chunk in generation.chunks():
-                reading.take(chunk)
-                if chunk.result is not None:
-                    return chunk.result
-            raise AssertionError("a stream always ends with a final chunk")
-
-        async def answer(result: GenerationResult) -> Response:
-            body = message(message_id, request.model, reading.content, result, stops, reading.stop(result, stops))
-            return JSONResponse(body.model_dump(by_alias=True), headers=generation.headers)
-
-        return await stream_or_wait(self.ctx, generation, call, stream=request.stream, answer=answer, wait=wait,
-                                    events=lambda: self._events(generation, reading, message_id, request.model, stops))
+        events = self._events(generation, reading, message_id, request.model, stops) if request.stream else None
+        result = await stream_or_wait(self.ctx, generation, call, events=events,
+                                      wait=None if request.stream else _read(generation, reading))
+        if isinstance(result, Response):
+            return result
+        answer = message(message_id, request.model, reading.content, result, stops, reading.stop(result, stops))
+        return JSONResponse(answer.model_dump(by_alias=True), headers=generation.headers)
 
     def _events(self, generation: Generation, reading: Translation, message_id: str, model: str,
                 stops: list[str]) -> AsyncIterator[bytes]:
@@ -86,11 +74,22 @@ class RelayedMessages:
             started = True
             return opening + events.pieces(reading.take(chunk))
 
-        async def last(result: GenerationResult) -> bytes:
+        async def last(chunk: StreamChunk) -> bytes:
+            result = chunk.result
+            assert result is not None, "the last chunk carries the result"
             return events.closing(result, stops, reading.stop(result, stops))
 
         return stream_chunks(self.ctx, generation, piece=piece, last=last,
                              failed=lambda exc: sse_error(http_error(exc)))
+
+
+async def _read(generation: Generation, reading: Translation) -> GenerationResult:
+    """The answer read whole into ``reading``; its result."""
+    async for chunk in generation.chunks():
+        reading.take(chunk)
+        if chunk.result is not None:
+            return chunk.result
+    raise AssertionError("a stream always ends with a final chunk")
 
 
 class Translation:

@@ -24,18 +24,18 @@ from trtkit.gateway.anthropic_objects import error_response as anthropic_error
 from trtkit.gateway.anthropic_protocol import CountTokensRequest, MessagesRequest
 from trtkit.gateway.error_responses import HttpError, body_too_large, http_error, validation_error
 from trtkit.gateway.errors import AuthenticationError
-from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingContext, refuse_at_cap
+from trtkit.gateway.generation import PARENT_HEADER, CallInfo, ServingParts, refuse_at_cap
 from trtkit.gateway.keys import ApiKey, key_id_of, secret_matches
 from trtkit.gateway.openapi import openapi_document
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.relay import relay_routes
 from trtkit.gateway.request_body import parse
-from trtkit.gateway.responses_routes import add_response_routes
+from trtkit.gateway.responses_api.routes import add_response_routes
+from trtkit.gateway.responses_api.serving import ServingResponses
 from trtkit.gateway.serving_chat import ServingChat
 from trtkit.gateway.serving_completions import ServingCompletions
 from trtkit.gateway.serving_conversations import ServingConversations, add_conversation_routes
 from trtkit.gateway.serving_messages import ServingMessages
-from trtkit.gateway.serving_responses import ServingResponses
 from trtkit.store import GatewayStore
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class _TooLarge(Exception):
         self.size = size
 
 
-def create_app(ctx: ServingContext, door: Door) -> FastAPI:
+def create_app(ctx: ServingParts, door: Door) -> FastAPI:
     app = FastAPI(title="trtkit gateway", docs_url=None, redoc_url=None, openapi_url=None, **_without_telemetry())
     metrics = ctx.metrics
     # what the server's connection protocol holds each request's head to, and where it counts what it refused
@@ -215,9 +215,9 @@ def create_app(ctx: ServingContext, door: Door) -> FastAPI:
     async def ready() -> Response:
         """Unauthenticated (a load balancer's probe), so it tells nothing of the upstream: where it is stays in the
         log, as in every error body."""
-        if await ctx.client.is_ready():
+        if await ctx.upstream.is_ready():
             return JSONResponse({"status": "ready"})
-        log.warning("not ready: the upstream %s does not answer", ctx.client.url)
+        log.warning("not ready: the upstream %s does not answer", ctx.upstream.address)
         return JSONResponse({"status": "not ready", "reason": "the upstream model server does not answer"},
                             status_code=503)
 
@@ -251,6 +251,6 @@ class _AsHttp(Exception):
         self.error = error
 
 
-def _refused(ctx: ServingContext, error: HttpError, anthropic: bool = False) -> Response:
+def _refused(ctx: ServingParts, error: HttpError, anthropic: bool = False) -> Response:
     ctx.metrics.refusals.labels(error.reason or str(error.status)).inc()
     return anthropic_error(error) if anthropic else error.response()

@@ -24,12 +24,12 @@ from trtkit.gateway.errors import (
 )
 from trtkit.gateway.response_format import ENGINE_GUIDE_INPUT
 from trtkit.gateway.response_format import PARAM as RESPONSE_FORMAT
-from trtkit.transport.setup import ServerUnavailableError
-from trtkit.transport.upstream_errors import (
+from trtkit.transport.openai.errors import (
     UpstreamBrokenError,
     UpstreamStatusError,
     UpstreamUnavailableError,
 )
+from trtkit.transport.triton.retry import ServerUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from trtkit.gateway.openapi_agents import MODELS as AGENT_MODELS
 from trtkit.gateway.openapi_agents import SECURITY as AGENT_SECURITY
 from trtkit.gateway.openapi_agents import agent_paths
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
-from trtkit.gateway.responses_protocol import ResponseRequest
+from trtkit.gateway.responses_api.protocol import ResponseRequest
 
 OPENAPI_VERSION = "3.1.0"
 REF = "#/components/schemas/{model}"

@@ -20,30 +20,20 @@ output at the reservation itself (``governance/output_cap.py``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from trtkit.gateway.errors import RequestValidationError
-from trtkit.gateway.generation import (
-    CallInfo,
-    CancellingStreamResponse,
-    Generation,
-    ServingContext,
-    check_model,
-    observe,
-    run_or_cancel,
-    sse_error,
-    start_generation,
-)
+from trtkit.gateway.finish import stream_chunks, stream_or_wait
+from trtkit.gateway.generation import CallInfo, Generation, ServingParts, check_model, start_generation
 from trtkit.gateway.guide_limits import check_relayed
-from trtkit.gateway.protocol import CompletionRequest
+from trtkit.gateway.openai_objects import SSE_DONE
 from trtkit.gateway.relay_events import AnswerMerger, EventRelay
-from trtkit.gateway.responses import SSE_DONE, LastEvent
-from trtkit.gateway.serving_completions import ServingCompletions
-from trtkit.governance.tokens import RawPrompt
-from trtkit.governance.vocabulary import SamplingParams
+from trtkit.gateway.serving_completions import completion_prompt
+from trtkit.governance.tokens import RawPrompt, TokenIdsPrompt
+from trtkit.governance.vocabulary import GenerationResult, SamplingParams, StreamChunk
 
 MAX_CHOICES = 128  # n: a bound, so that one request cannot reserve without limit
 # length fields engines read instead of (or beside) max_tokens: llama.cpp (n_predict), Hugging Face TGI and
@@ -81,18 +71,17 @@ class RelayCompletionRequest(_RelayFields):
 Create = Callable[[Any, CallInfo], Awaitable[Response]]
 
 
-def relay_routes(ctx: ServingContext) -> tuple[tuple[type[BaseModel], Create], tuple[type[BaseModel], Create]]:
+def relay_routes(ctx: ServingParts) -> tuple[tuple[type[BaseModel], Create], tuple[type[BaseModel], Create]]:
     """(request model, handler) for chat, then completions."""
     return ((RelayChatRequest, RelayEndpoint(ctx, chat=True).create),
             (RelayCompletionRequest, RelayEndpoint(ctx, chat=False).create))
 
 
 class RelayEndpoint:
-    def __init__(self, ctx: ServingContext, *, chat: bool) -> None:
+    def __init__(self, ctx: ServingParts, *, chat: bool) -> None:
         self.ctx, self.chat = ctx, chat
         self.id_prefix = "chatcmpl" if chat else "cmpl"
         self.operation = "chat" if chat else "text_completion"  # gen_ai.operation.name
-        self.completions = ServingCompletions(ctx)  # a completions prompt is read as the Triton path reads it
 
     async def create(self, request: RelayChatRequest | RelayCompletionRequest, call: CallInfo) -> Response:
         check_model(self.ctx, request.model, call.key)
@@ -106,64 +95,57 @@ class RelayEndpoint:
         check_relayed(body, self.ctx.config.gateway.limits)
         params = relay_params(request, body)  # (refusals by field before the prompt is rendered and counted)
         prompt = self._prompt(request)
-        generation = await start_generation(self.ctx, call, prompt, params, request.user)
+        generation = await start_generation(self.ctx, call, prompt, params, request.user, payload=body)
         response_id = f"{self.id_prefix}-{generation.request_id}"
-        if request.stream:
-            relay = EventRelay(response_id, request.model, chat=self.chat, include_usage=include_usage)
-            return CancellingStreamResponse(self._events(generation, relay), generation.headers,
-                                            lambda: self.ctx.metrics.disconnects.labels("true").inc(),
-                                            self.ctx.send_timeout_s)
-        finished, answer = await run_or_cancel(self._answer(generation, response_id, request.model), call.receive)
-        if not finished:
-            self.ctx.metrics.disconnects.labels("false").inc()
-            return Response(status_code=499)
-        return JSONResponse(answer, headers=generation.headers)
+        merger = AnswerMerger(chat=self.chat)
+        events = self._events(generation, EventRelay(response_id, request.model, chat=self.chat,
+                                                     include_usage=include_usage)) if request.stream else None
+        result = await stream_or_wait(self.ctx, generation, call, events=events, operation=self.operation,
+                                      wait=None if request.stream else _merged(generation, merger))
+        if isinstance(result, Response):
+            return result
+        return JSONResponse(merger.body(response_id, request.model, result), headers=generation.headers)
 
-    def _prompt(self, request: RelayChatRequest | RelayCompletionRequest) -> RawPrompt:
-        if isinstance(request, RelayCompletionRequest):
-            return self.completions.prompt_of(cast(CompletionRequest, request))
+    def _prompt(self, request: RelayChatRequest | RelayCompletionRequest) -> RawPrompt | TokenIdsPrompt:
+        if isinstance(request, RelayCompletionRequest):  # read as the Triton path reads it
+            return completion_prompt(request.prompt, self.ctx.counter)
         messages = [_template_message(m, i) for i, m in enumerate(request.messages)]
         try:
-            return self.ctx.client.governor.counter.chat_prompt(messages, tools=request.tools)
+            return self.ctx.counter.chat_prompt(messages, tools=request.tools)
         except Exception as exc:  # the template refused the conversation (a role it does not know, ...)
             raise RequestValidationError(f"the model's chat template cannot render these messages ({exc}); the "
                                          f"gateway counts every prompt before admission", param="messages") from None
 
-    async def _events(self, generation: Generation, relay: EventRelay) -> AsyncIterator[bytes]:
-        chunks = generation.chunks()
-        try:
-            async for chunk in chunks:
-                out = relay.pass_on(chunk.event) if chunk.event is not None else relay.text(chunk.text) \
-                    if chunk.text else b""
-                if out:
-                    yield out
-                if chunk.result is not None:
-                    observe(self.ctx, chunk.result, operation=self.operation, streamed=True,
-                            params=generation.params)
-                    yield LastEvent(relay.finish(chunk.result) + SSE_DONE)
-                    return
-        except Exception as exc:  # the upstream failed mid-stream: OpenAI's error body as the last event
-            yield sse_error(exc)
-        finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
-            await generation.aclose()
+    def _events(self, generation: Generation, relay: EventRelay) -> AsyncIterator[bytes]:
+        """The upstream's events as it sent them (restamped), or the text of a cached answer as events of our own."""
 
-    async def _answer(self, generation: Generation, response_id: str, model: str) -> dict[str, Any]:
-        merger = AnswerMerger(chat=self.chat)
-        async for chunk in generation.chunks():
+        def piece(chunk: StreamChunk) -> bytes:
             if chunk.event is not None:
-                merger.add(chunk.event)
-            elif chunk.text:
-                merger.add_text(chunk.text)
-            if chunk.result is not None:
-                observe(self.ctx, chunk.result, operation=self.operation, streamed=False,
-                        params=generation.params)
-                return merger.body(response_id, model, chunk.result)
-        raise AssertionError("a stream always ends with a final chunk")
+                return relay.pass_on(chunk.event)
+            return relay.text(chunk.text) if chunk.text else b""
+
+        async def last(chunk: StreamChunk) -> bytes:
+            assert chunk.result is not None, "the last chunk carries the result"
+            return relay.finish(chunk.result) + SSE_DONE
+
+        return stream_chunks(self.ctx, generation, piece=piece, last=last, operation=self.operation)
+
+
+async def _merged(generation: Generation, merger: AnswerMerger) -> GenerationResult:
+    """The upstream's events merged into one answer (``merger``); the result."""
+    async for chunk in generation.chunks():
+        if chunk.event is not None:
+            merger.add(chunk.event)
+        elif chunk.text:
+            merger.add_text(chunk.text)
+        if chunk.result is not None:
+            return chunk.result
+    raise AssertionError("a stream always ends with a final chunk")
 
 
 def relay_params(request: RelayChatRequest | RelayCompletionRequest, body: dict[str, Any]) -> SamplingParams:
-    """What governance reads of the request; the body itself goes to the upstream as given."""
+    """What governance reads of the request; the body itself goes to the upstream as given (the request's
+    ``payload``, beside these parameters)."""
     max_tokens = request.max_tokens
     if isinstance(request, RelayChatRequest) and request.max_completion_tokens is not None:
         if max_tokens is not None and max_tokens != request.max_completion_tokens:
@@ -173,8 +155,7 @@ def relay_params(request: RelayChatRequest | RelayCompletionRequest, body: dict[
     _refuse_vendor_lengths(body, max_tokens)
     structured = any(body.get(name) for name in ("tools", "functions", "logprobs", "top_logprobs"))
     return SamplingParams(max_tokens=max_tokens, temperature=1.0 if request.temperature is None else request.temperature,
-                          seed=request.seed, n=request.n, cacheable=request.n == 1 and not structured,
-                          upstream_body=body)
+                          seed=request.seed, n=request.n, cacheable=request.n == 1 and not structured)
 
 
 def _refuse_vendor_lengths(body: dict[str, Any], max_tokens: int | None) -> None:

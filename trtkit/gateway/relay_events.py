@@ -15,7 +15,7 @@ import json
 import time
 from typing import Any
 
-from trtkit.gateway.responses import extension, openai_finish_reason
+from trtkit.gateway.openai_objects import extension, openai_finish_reason
 from trtkit.governance.vocabulary import GenerationResult
 
 

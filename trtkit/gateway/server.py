@@ -1,4 +1,4 @@
-"""`trtkit gateway`: wire the asyncio client, the store, the ledger and the app, and run uvicorn."""
+"""`trtkit gateway`: put together the governor, its upstream, the store, the ledger and the app, and run uvicorn."""
 
 from __future__ import annotations
 
@@ -18,14 +18,16 @@ from trtkit.errors import ConfigError
 from trtkit.gateway.admission import StoreRuleBook, waits_on_network
 from trtkit.gateway.alerts import AlertSender, alert_secret
 from trtkit.gateway.app import Door, create_app
-from trtkit.gateway.generation import ServingContext
+from trtkit.gateway.generation import ServingParts
 from trtkit.gateway.metrics import GatewayMetrics
 from trtkit.gateway.telemetry import Telemetry, open_telemetry
 from trtkit.gateway.upstreams import (
     GATEWAY_TRITON_MODEL as GATEWAY_TRITON_MODEL,  # the tests' and benches' name
 )
-from trtkit.gateway.upstreams import GatewayClient, backend_of, open_gateway_client
+from trtkit.gateway.upstreams import backend_of, open_gateway_upstream
 from trtkit.governance.budgets import BudgetGuard
+from trtkit.governance.client import AsyncClient
+from trtkit.governance.governor import open_governor
 from trtkit.governance.metrics import ClientMetrics
 from trtkit.heap import freeze_startup_heap
 from trtkit.store import GatewayStore, StoreUrl, gateway_store_url, ledger_url, open_gateway_store
@@ -40,7 +42,7 @@ log = logging.getLogger(__name__)
 @dataclass(slots=True)
 class Gateway:
     app: object  # the FastAPI app
-    client: GatewayClient
+    client: AsyncClient  # the governed client every endpoint runs through (its governor and upstream)
     store: GatewayStore
     alerts: AlertSender | None = None
     telemetry: Telemetry | None = None
@@ -89,17 +91,24 @@ def build_gateway(config: ModelConfig, backend: str | None, *, no_auth: bool = F
                              on_settle=None if alerts is None else alerts.saw,
                              alert_at=tuple(t / 100 for t in alerts_config.thresholds),
                              max_concurrent_per_key=config.gateway.limits.max_concurrent_per_key)
-    client = open_gateway_client(config, upstream, ledger=ledger or open_ledger(gateway_ledger_url(config)),
-                                 metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
-    client.governor.default_max_tokens = None  # no max_tokens: all the room the prompt leaves
-    client.governor.max_tokens_overflow = config.gateway.max_tokens_overflow
+    own_ledger = ledger is None
+    governor = open_governor(config, ledger=ledger or open_ledger(gateway_ledger_url(config)),
+                             metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
+    governor.default_max_tokens = None  # no max_tokens: all the room the prompt leaves
+    governor.max_tokens_overflow = config.gateway.max_tokens_overflow
+    try:
+        plug = open_gateway_upstream(config, upstream, governor)
+    except BaseException:
+        if own_ledger and governor.ledger is not None:
+            governor.ledger.close()
+        raise
     if telemetry is None and config.gateway.telemetry.enabled:
         telemetry = open_telemetry(config.gateway.telemetry, upstream)
-    ctx = ServingContext(config, client, rulebook, metrics, telemetry)
+    ctx = ServingParts(config, governor, plug, rulebook, metrics, telemetry)
     app = create_app(ctx, Door(store, require_auth=not no_auth, max_body_bytes=config.gateway.max_body_bytes,
                                    store_in_threads=in_threads, max_json_depth=config.gateway.limits.max_json_depth,
                                    body_timeout_s=config.gateway.limits.body_timeout_seconds))
-    return Gateway(app, client, store, alerts, telemetry)
+    return Gateway(app, ctx.client, store, alerts, telemetry)
 
 
 def gateway_ledger_url(config: ModelConfig) -> StoreUrl:
@@ -129,7 +138,8 @@ def run_gateway(config: ModelConfig, backend: str | None, *, port: int | None = 
     if no_auth:
         log.warning("API keys are OFF (--no-auth): anyone on this machine can use the model")
     upstream = "Triton gRPC" if backend_of(config, backend).scheme == "grpc" else "OpenAI-compatible"
-    log.warning("gateway for '%s' on http://%s:%d/v1 -> %s %s", config.name, bind, port, upstream, gateway.client.url)
+    log.warning("gateway for '%s' on http://%s:%d/v1 -> %s %s", config.name, bind, port, upstream,
+                gateway.client.upstream.address)
     uv_config = uvicorn_config(gateway.app, bind, port)
     freeze_startup_heap()  # full collections skip the imports, the app and the tokenizer: no 30-70 ms pauses
     run_in_loop(_serve(uvicorn.Server(uv_config), gateway), uv_config.get_loop_factory())

@@ -9,9 +9,9 @@ from typing import Any
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall, ChoiceDeltaToolCallFunction
 
-from trtkit.gateway import responses
+from trtkit.gateway import openai_objects
 from trtkit.gateway.errors import RequestValidationError
-from trtkit.gateway.generation import ServingContext
+from trtkit.gateway.generation import ServingParts
 from trtkit.gateway.log_probs import TokenLogProb
 from trtkit.gateway.protocol import ChatCompletionRequest, ChatMessage
 from trtkit.gateway.serving_endpoint import ServingEndpoint
@@ -23,9 +23,9 @@ from trtkit.governance.vocabulary import GenerationResult
 class ServingChat(ServingEndpoint[ChatCompletionRequest]):
     id_prefix = "chatcmpl"
 
-    def __init__(self, ctx: ServingContext) -> None:
+    def __init__(self, ctx: ServingParts) -> None:
         super().__init__(ctx)
-        self.counter = ctx.client.governor.counter
+        self.counter = ctx.counter
 
     def render(self, messages: list[ChatMessage], tools: list[Any] | None = None) -> RawPrompt:
         """The prompt: the whole conversation rendered by the model's chat template, as the token counter
@@ -43,15 +43,15 @@ class ServingChat(ServingEndpoint[ChatCompletionRequest]):
              plan: ToolPlan | None = None) -> ChatCompletion:
         calls = plan.calls(result.text) if plan is not None else None
         if plan is not None and calls:
-            return responses.chat_completion(response_id, self.ctx.model, result, tool_calls=calls,
+            return openai_objects.chat_completion(response_id, self.ctx.model, result, tool_calls=calls,
                                              finish_reason=plan.finish_reason)
-        return responses.chat_completion(response_id, self.ctx.model, result, log_probs)
+        return openai_objects.chat_completion(response_id, self.ctx.model, result, log_probs)
 
     def chunk(self, response_id: str, created: int, **fields: Any) -> ChatCompletionChunk:
-        return responses.chat_chunk(response_id, self.ctx.model, created, **fields)
+        return openai_objects.chat_chunk(response_id, self.ctx.model, created, **fields)
 
     def opening_chunks(self, response_id: str, created: int) -> Iterator[ChatCompletionChunk]:
-        yield responses.chat_chunk(response_id, self.ctx.model, created, text="", role=True)
+        yield openai_objects.chat_chunk(response_id, self.ctx.model, created, text="", role=True)
 
     def tool_stream(self, plan: ToolPlan, response_id: str, created: int) -> ToolCallStream:
         return ToolCallStream(self, plan, response_id, created)
@@ -75,21 +75,21 @@ class ToolCallStream:
             self.call_id = new_call_id()
             first = ChoiceDeltaToolCall(index=0, id=self.call_id, type="function",
                                         function=ChoiceDeltaToolCallFunction(name=self.plan.named, arguments=text))
-            return responses.sse(self._chunk(tool_calls=[first]))
+            return openai_objects.sse(self._chunk(tool_calls=[first]))
         more = ChoiceDeltaToolCall(index=0, function=ChoiceDeltaToolCallFunction(arguments=text))
-        return responses.sse(self._chunk(tool_calls=[more]))
+        return openai_objects.sse(self._chunk(tool_calls=[more]))
 
     def finish(self, result: GenerationResult) -> bytes:
         calls = self.plan.calls(self.text)
         if not calls:
-            events = b"" if self.plan.named is not None else responses.sse(self._chunk(text=self.text))
-            return events + responses.sse(self._chunk(finish_reason=result.finish_reason, result=result))
+            events = b"" if self.plan.named is not None else openai_objects.sse(self._chunk(text=self.text))
+            return events + openai_objects.sse(self._chunk(finish_reason=result.finish_reason, result=result))
         events = b""
         if self.plan.named is None:
             deltas = [ChoiceDeltaToolCall(index=i, id=call.id, type="function", function=ChoiceDeltaToolCallFunction(
                 name=call.function.name, arguments=call.function.arguments)) for i, call in enumerate(calls)]
-            events = responses.sse(self._chunk(tool_calls=deltas))
-        return events + responses.sse(self._chunk(finish_reason=self.plan.finish_reason, result=result))
+            events = openai_objects.sse(self._chunk(tool_calls=deltas))
+        return events + openai_objects.sse(self._chunk(finish_reason=self.plan.finish_reason, result=result))
 
     def _chunk(self, **fields: Any) -> ChatCompletionChunk:
         return self.endpoint.chunk(self.response_id, self.created, **fields)

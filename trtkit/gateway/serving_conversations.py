@@ -1,7 +1,7 @@
 """OpenAI's Conversations API: POST /v1/conversations (with items and metadata), GET / POST (metadata) / DELETE
 /v1/conversations/{id}, its items (GET and POST /v1/conversations/{id}/items, GET and DELETE .../items/{item_id}),
 and POST /v1/conversations/{id}/heartbeat (a trtkit extension). ``conversation`` on POST /v1/responses runs a turn on
-one (``serving_responses``): its items are the context, and the turn's input and output are appended.
+one (``responses_api.serving``): its items are the context, and the turn's input and output are appended.
 
 A conversation lives in the governance store beside the chains (``trtkit.store.conversation_items``), so every
 replica serves it; it has the chains' TTL (``gateway.conversations.ttl_seconds``: every turn, item added, metadata
@@ -24,9 +24,9 @@ from pydantic import BaseModel, ConfigDict
 from trtkit.gateway.errors import PermissionDeniedError, RequestValidationError
 from trtkit.gateway.item_pages import item_list, page_ask
 from trtkit.gateway.keys import ApiKey
-from trtkit.gateway.responses_items import parse_input, resolve, stored_items
-from trtkit.gateway.responses_protocol import BUDGET_METADATA, requested_budget
-from trtkit.gateway.responses_store import StoreCalls, owner_of
+from trtkit.gateway.responses_api.items import parse_input, resolve, stored_items
+from trtkit.gateway.responses_api.protocol import BUDGET_METADATA, requested_budget
+from trtkit.gateway.responses_api.store import StoreCalls, owner_of
 from trtkit.store.conversation_items import ConversationRow
 
 MAX_METADATA_KEYS, MAX_KEY_CHARS, MAX_VALUE_CHARS = 16, 64, 512  # OpenAI's limits on metadata

@@ -1,8 +1,8 @@
 """What the two generating endpoints share: one request in, a JSON body or a stream of SSE chunks out.
 
 ``ServingChat`` and ``ServingCompletions`` differ only in how the prompt is made from the request and
-which ``openai`` types carry the answer; the flow (model check, sampling validation, admission, stream
-or wait, disconnect handling, metrics) is written once here.
+which ``openai`` types carry the answer; the flow (model check, sampling validation, admission) is written once
+here, and the finish (stream or wait, disconnect handling, metrics) is every endpoint's (``finish.py``).
 """
 
 from __future__ import annotations
@@ -15,17 +15,14 @@ from typing import Any, Generic, TypeVar
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from trtkit.gateway import responses
+from trtkit.gateway import openai_objects
+from trtkit.gateway.finish import stream_chunks, stream_or_wait
 from trtkit.gateway.generation import (
     CallInfo,
-    CancellingStreamResponse,
     Generation,
-    ServingContext,
+    ServingParts,
     check_model,
     created_now,
-    observe,
-    run_or_cancel,
-    sse_error,
     start_generation,
 )
 from trtkit.gateway.guide_limits import check_guide
@@ -33,7 +30,7 @@ from trtkit.gateway.log_probs import LogProbReader, TokenLogProb
 from trtkit.gateway.protocol import ChatCompletionRequest, CompletionRequest
 from trtkit.gateway.sampling import sampling_params
 from trtkit.gateway.tool_calls import ToolPlan
-from trtkit.governance.vocabulary import GenerationResult
+from trtkit.governance.vocabulary import GenerationResult, StreamChunk
 
 RequestT = TypeVar("RequestT", ChatCompletionRequest, CompletionRequest)
 
@@ -42,14 +39,14 @@ class ServingEndpoint(Generic[RequestT]):
     id_prefix = ""  # "chatcmpl" / "cmpl", as OpenAI names its response ids
     operation = "chat"  # gen_ai.operation.name: "chat" or "text_completion"
 
-    def __init__(self, ctx: ServingContext) -> None:
+    def __init__(self, ctx: ServingParts) -> None:
         self.ctx = ctx
         self._text_template: BaseModel | None = None  # the text chunk, validated on first use, then restamped
 
-    def text_chunks(self, response_id: str, created: int) -> responses.TextChunks:
+    def text_chunks(self, response_id: str, created: int) -> openai_objects.TextChunks:
         if self._text_template is None:
-            self._text_template = self.chunk("", 0, text=responses.TEXT_MARK)
-        return responses.TextChunks(responses.restamped(self._text_template, response_id, created))
+            self._text_template = self.chunk("", 0, text=openai_objects.TEXT_MARK)
+        return openai_objects.TextChunks(openai_objects.restamped(self._text_template, response_id, created))
 
     # What an endpoint defines -------------------------------------------------------------------------
     def prompt_of(self, request: RequestT) -> str:
@@ -84,7 +81,7 @@ class ServingEndpoint(Generic[RequestT]):
         plan = self.tool_plan(request)
         make = functools.partial(sampling_params, request,
                                  guided_decoding=self.ctx.config.serve.guided_decoding == "xgrammar",
-                                 vocab_size=self.ctx.client.governor.counter.model_vocab_size,
+                                 vocab_size=self.ctx.counter.model_vocab_size,
                                  tool_guide=None if plan is None else plan.guide)
         limits = self.ctx.config.gateway.limits
         if plan is not None:  # the tools' schema as the caller sent it, checked before it becomes a grammar
@@ -100,54 +97,45 @@ class ServingEndpoint(Generic[RequestT]):
         generation = await start_generation(self.ctx, call, prompt, params, request.user, at_admission=at_admission)
         response_id = f"{self.id_prefix}-{generation.request_id}"
         log_probs = self._log_prob_reader() if params.return_log_probs else None
-        if request.stream:
-            include_usage = bool(request.stream_options and request.stream_options.include_usage)
-            return CancellingStreamResponse(self._events(generation, response_id, include_usage, log_probs, plan),
-                                            generation.headers, lambda: self.ctx.metrics.disconnects.labels("true").inc(),
-                                            self.ctx.send_timeout_s)
-        finished, result = await run_or_cancel(generation.result(), call.receive)
-        if not finished:
-            self.ctx.metrics.disconnects.labels("false").inc()
-            return Response(status_code=499)
-        observe(self.ctx, result, operation=self.operation, streamed=False, params=generation.params)
+        include_usage = bool(request.stream and request.stream_options and request.stream_options.include_usage)
+        events = self._events(generation, response_id, include_usage, log_probs, plan) if request.stream else None
+        result = await stream_or_wait(self.ctx, generation, call, events=events, operation=self.operation)
+        if isinstance(result, Response):
+            return result
         entries = None if log_probs is None else log_probs.read(result.log_probs or ())
         return JSONResponse(self.body(response_id, result, entries, plan).model_dump(exclude_none=False),
                             headers=generation.headers)
 
     def _log_prob_reader(self) -> LogProbReader:
-        return LogProbReader(self.ctx.client.governor.counter.token_bytes)
+        return LogProbReader(self.ctx.counter.token_bytes)
 
-    async def _events(self, generation: Generation, response_id: str, include_usage: bool,
-                      log_probs: LogProbReader | None = None, plan: ToolPlan | None = None) -> AsyncIterator[bytes]:
+    def _events(self, generation: Generation, response_id: str, include_usage: bool,
+                log_probs: LogProbReader | None = None, plan: ToolPlan | None = None) -> AsyncIterator[bytes]:
         created = created_now()
-        for opening in self.opening_chunks(response_id, created):
-            yield responses.sse(opening)
-        chunks = generation.chunks()
         texts = self.text_chunks(response_id, created)
         tools = None if plan is None else self.tool_stream(plan, response_id, created)
-        try:
-            tail = b""
-            async for chunk in chunks:
-                if chunk.text and tools is not None:  # the answer is tool calls, not text
-                    yield tools.piece(chunk.text)
-                elif chunk.text and log_probs is not None:  # with its tokens' log-probabilities: built whole
-                    yield responses.sse(self.chunk(response_id, created, text=chunk.text,
-                                                   log_probs=log_probs.read(chunk.log_probs)))
-                elif chunk.text:
-                    yield texts.sse(chunk.text)
-                if chunk.result is not None:  # the last chunk: its events go out with [DONE] in one write
-                    result = chunk.result
-                    observe(self.ctx, result, operation=self.operation, streamed=True,
-                            params=generation.params)
-                    # log-probs of tokens whose text never came (a character the length limit cut) go here
-                    rest = None if log_probs is None else log_probs.read(chunk.log_probs) or None
-                    tail = tools.finish(result) if tools is not None else responses.sse(self.chunk(
-                        response_id, created, finish_reason=result.finish_reason, result=result, log_probs=rest))
-                    if include_usage:
-                        tail += responses.sse(self.chunk(response_id, created, usage=result.usage))
-            yield responses.LastEvent(tail + responses.SSE_DONE)
-        except Exception as exc:  # the backend failed mid-stream: say so in the stream, never a traceback
-            yield sse_error(exc)
-        finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
-            await generation.aclose()
+
+        def piece(chunk: StreamChunk) -> bytes:
+            if not chunk.text:
+                return b""
+            if tools is not None:  # the answer is tool calls, not text
+                return tools.piece(chunk.text)
+            if log_probs is not None:  # with its tokens' log-probabilities: built whole
+                return openai_objects.sse(self.chunk(response_id, created, text=chunk.text,
+                                                     log_probs=log_probs.read(chunk.log_probs)))
+            return texts.sse(chunk.text)
+
+        async def last(chunk: StreamChunk) -> bytes:
+            """The last chunk's events, sent with [DONE] in one write."""
+            result = chunk.result
+            assert result is not None, "the last chunk carries the result"
+            # log-probs of tokens whose text never came (a character the length limit cut) go here
+            rest = None if log_probs is None else log_probs.read(chunk.log_probs) or None
+            tail = tools.finish(result) if tools is not None else openai_objects.sse(self.chunk(
+                response_id, created, finish_reason=result.finish_reason, result=result, log_probs=rest))
+            if include_usage:
+                tail += openai_objects.sse(self.chunk(response_id, created, usage=result.usage))
+            return tail + openai_objects.SSE_DONE
+
+        opening = b"".join(openai_objects.sse(chunk) for chunk in self.opening_chunks(response_id, created))
+        return stream_chunks(self.ctx, generation, piece=piece, last=last, first=opening, operation=self.operation)

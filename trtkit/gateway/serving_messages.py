@@ -27,31 +27,24 @@ from trtkit.gateway.anthropic_protocol import (
 from trtkit.gateway.anthropic_upstream import RelayedMessages
 from trtkit.gateway.error_responses import http_error
 from trtkit.gateway.errors import RequestValidationError
-from trtkit.gateway.generation import (
-    CallInfo,
-    Generation,
-    ServingContext,
-    check_model,
-    start_generation,
-    stream_chunks,
-    stream_or_wait,
-)
+from trtkit.gateway.finish import stream_chunks, stream_or_wait
+from trtkit.gateway.generation import CallInfo, Generation, ServingParts, check_model, start_generation
 from trtkit.gateway.guide_limits import check_guide, check_tool_schemas
 from trtkit.gateway.response_format import ENGINE_GUIDE_INPUT
 from trtkit.gateway.sampling import check_range
 from trtkit.gateway.tool_format import ToolSpec, answer_grammar, tool_grammar
 from trtkit.gateway.tool_prompt import render
 from trtkit.governance.tokens import RawPrompt
-from trtkit.governance.vocabulary import GenerationResult, SamplingParams, StreamChunk
+from trtkit.governance.vocabulary import SamplingParams, StreamChunk
 
 DIALECT = "anthropic"
 MAX_STOP_SEQUENCES = 16
 
 
 class ServingMessages:
-    def __init__(self, ctx: ServingContext) -> None:
+    def __init__(self, ctx: ServingParts) -> None:
         self.ctx = ctx
-        self.counter = ctx.client.governor.counter
+        self.counter = ctx.counter
         self.relayed = RelayedMessages(ctx) if ctx.relays else None
 
     async def create(self, request: MessagesRequest, call: CallInfo) -> Response:
@@ -71,15 +64,15 @@ class ServingMessages:
         message_id = f"msg_{generation.request_id}"
         stops = request.stop_sequences or []
 
-        async def answer(result: GenerationResult) -> Response:
-            content = MessageContent(tools)
-            content.feed(result.text)
-            content.finish()
-            body = message(message_id, request.model, content, result, stops)
-            return JSONResponse(body.model_dump(by_alias=True), headers=generation.headers)
-
-        return await stream_or_wait(self.ctx, generation, call, stream=request.stream, answer=answer,
-                                    events=lambda: self._events(generation, message_id, request.model, tools, stops))
+        events = self._events(generation, message_id, request.model, tools, stops) if request.stream else None
+        result = await stream_or_wait(self.ctx, generation, call, events=events)
+        if isinstance(result, Response):
+            return result
+        content = MessageContent(tools)
+        content.feed(result.text)
+        content.finish()
+        body = message(message_id, request.model, content, result, stops)
+        return JSONResponse(body.model_dump(by_alias=True), headers=generation.headers)
 
     async def count_tokens(self, request: CountTokensRequest, call: CallInfo) -> Response:
         """The exact count of the prompt the engine would get (the chat template and the tools included)."""
@@ -142,8 +135,9 @@ class ServingMessages:
             started = True
             return opening + (events.delta(chunk.text) if chunk.text else b"")
 
-        async def last(result: GenerationResult) -> bytes:
-            return events.closing(result, stops)
+        async def last(chunk: StreamChunk) -> bytes:
+            assert chunk.result is not None, "the last chunk carries the result"
+            return events.closing(chunk.result, stops)
 
         return stream_chunks(self.ctx, generation, piece=piece, last=last,
                              failed=lambda exc: sse_error(http_error(exc)))

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from trtkit.errors import ConfigError
-from trtkit.transport.openai_upstream import UpstreamSettings
-from trtkit.transport.upstream_models import served_models
+from trtkit.transport.openai.served_models import served_models
+from trtkit.transport.openai.upstream import UpstreamSettings
 
 log = logging.getLogger(__name__)
 ModelLister = Callable[[str, str | None, float], list[str] | None]

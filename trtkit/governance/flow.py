@@ -1,10 +1,11 @@
-"""One governed request from its caller to its upstream and back, the one flow of every client: the governor
-admits it (``prepare``), an upstream carries it (``upstream.py``), each delta becomes a chunk for the caller,
-and the governor settles what it cost; an early end is billed for what arrived, or only released when the
-server never worked on it. A client-side stop (the deadline, a cancel) is billed for what the engine generated
-until the stop took: the upstream hands those responses on after the stop, then ends. ``run_governed`` is the
-flow for a blocking upstream, ``arun_governed`` for an asyncio one: they differ in how they wait for the ledger's
-commit, never in what they decide."""
+"""One governed request from its caller to its upstream and back, the one flow of the governed client
+(``client.py``): the governor admits it (``prepare``), an upstream carries it (``upstream.py``), each delta
+becomes a chunk for the caller, and the governor settles what it cost; an early end is billed for what arrived, or
+only released when the server never worked on it. A client-side stop (the deadline, a cancel) is billed for what the
+engine generated until the stop took: the upstream hands those responses on after the stop, then ends. The flow
+only calls down (the governor, the upstream); nothing it calls calls back into it. ``run_governed`` is the flow for
+a blocking upstream, ``arun_governed`` for an asyncio one: they differ in how they wait for the ledger's commit,
+never in what they decide."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import contextlib
 import functools
 import time
 from collections.abc import AsyncGenerator, Callable, Generator
+from typing import Any
 
 from trtkit.governance.accumulate import StreamAccumulator
 from trtkit.governance.governor import Governor, Outcome, PreparedRequest
@@ -78,26 +80,20 @@ class RequestFlow:
         return self.acc.outcome(FINISH_CANCELLED if left else "error")
 
 
-def honours_max_tokens(upstream: object) -> bool:
-    """An upstream declares ``honours_max_tokens = True`` when its engine stops at max_tokens and counts every
-    token it sends (trtkit's Triton contract); any other is metered and cut at its reservation (``output_cap``)."""
-    return bool(getattr(upstream, "honours_max_tokens", False))
-
-
 def run_governed(governor: Governor, upstream: Upstream, prompt: str, params: SamplingParams, caller: Caller,
-                 deadline_s: float, *, server_stream: bool | None) -> Generator[StreamChunk, None, None]:
+                 deadline_s: float, *, server_stream: bool | None,
+                 payload: Any = None) -> Generator[StreamChunk, None, None]:
     """The chunks of one request over a blocking upstream; the last carries the result. The ledger row's commit
     overlaps closing the upstream's stream, and the result is handed over only once the row is durable."""
-    prepared = governor.prepare(prompt, params, caller)
+    prepared = governor.prepare(prompt, params, caller, payload=payload)
     if isinstance(prepared, GenerationResult):
         yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
         return
     flow = RequestFlow(governor, prepared, server_stream=server_stream, deadline_s=deadline_s,
-                       honours_max_tokens=honours_max_tokens(upstream))
+                       honours_max_tokens=upstream.capabilities.honours_max_tokens)
     settled = False
     try:
-        deltas = upstream.deltas(prepared, stream=flow.use_stream, deadline=flow.deadline,
-                                 has_output=lambda: flow.acc.has_output)
+        deltas = upstream.deltas(prepared, stream=flow.use_stream, deadline=flow.deadline)
         with contextlib.closing(deltas):  # closing it stops the request upstream
             for delta in deltas:
                 chunk, over = flow.take(delta)
@@ -123,24 +119,26 @@ def run_governed(governor: Governor, upstream: Upstream, prompt: str, params: Sa
 
 async def arun_governed(governor: Governor, upstream: AsyncUpstream, prompt: str, params: SamplingParams,
                         caller: Caller, deadline_s: float, *, server_stream: bool | None, request_id: str | None = None,
-                        on_admitted: Callable[[], None] | None = None) -> AsyncGenerator[StreamChunk, None]:
+                        on_admitted: Callable[[], None] | None = None,
+                        payload: Any = None) -> AsyncGenerator[StreamChunk, None]:
     """The chunks of one request over an asyncio upstream; the last carries the result. ``on_admitted`` is
-    called once the request passed every limit and budget, before it goes upstream. Nothing here blocks the
-    event loop: a budget store across the network is waited on in a worker thread, the ledger's commit is
+    called once the request passed every limit and budget, before it goes upstream (an asyncio event's ``set``: it
+    runs no code of the caller's). ``payload``: what a relaying upstream sends as the caller sent it. Nothing here
+    blocks the event loop: a budget store across the network is waited on in a worker thread, the ledger's commit is
     awaited, and a cancelled request's row is committed without waiting."""
-    prepare = functools.partial(governor.prepare, prompt, params, caller, record_hit=False, request_id=request_id)
+    prepare = functools.partial(governor.prepare, prompt, params, caller, record_hit=False, request_id=request_id,
+                                payload=payload)
     prepared = await asyncio.to_thread(prepare) if governor.budgets.waits_on_network else prepare()
     if isinstance(prepared, GenerationResult):
         await governor.arecord_hit(prepared, caller)
         yield StreamChunk(prepared.text, prepared.usage, prepared.request_id, prepared)
         return
     flow = RequestFlow(governor, prepared, server_stream=server_stream, deadline_s=deadline_s,
-                       honours_max_tokens=honours_max_tokens(upstream))
+                       honours_max_tokens=upstream.capabilities.honours_max_tokens)
     if on_admitted is not None:
         on_admitted()
     try:
-        deltas = upstream.deltas(prepared, stream=flow.use_stream, deadline=flow.deadline,
-                                 has_output=lambda: flow.acc.has_output)
+        deltas = upstream.deltas(prepared, stream=flow.use_stream, deadline=flow.deadline)
         # aclosing: when this stream is closed early, the request is stopped now, not by a finaliser
         async with contextlib.aclosing(deltas):
             async for delta in deltas:

@@ -3,7 +3,7 @@
 Before: count the prompt with the model's tokenizer, apply the hard input limit, clamp max_tokens
 to max_seq_len, answer from the response cache, reserve prompt + max_tokens in every budget.
 After: confirm the counts against the server's, settle the budgets, write the ledger row, fill
-the cache and the metrics. The transports (grpc_client, aio_client) only move bytes.
+the cache and the metrics. The upstreams (``upstream.py``) only move bytes.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from trtkit.config.schema import ModelConfig
 from trtkit.errors import BudgetExceededError, InputTooLongError
@@ -22,7 +23,7 @@ from trtkit.governance.budgets import BudgetGuard, Reservation
 from trtkit.governance.cache import ResponseCache, cache_key
 from trtkit.governance.guard import RunawayGuard
 from trtkit.governance.limits import clamp_max_tokens, enforce_input_limit
-from trtkit.governance.metrics import ClientMetrics
+from trtkit.governance.metrics import ClientMetrics, UpstreamMetrics
 from trtkit.governance.output_cap import OutputMeter
 from trtkit.governance.prices import PriceBook
 from trtkit.governance.tokens import TokenCounter
@@ -46,6 +47,9 @@ class PreparedRequest:
     started: float = field(default_factory=time.perf_counter)
     truncated_tokens: int = 0
     prompt_ids: list[int] = field(default_factory=list)  # what the token path sends the engine model
+    # the caller's own request, for an upstream that relays it (``Capabilities.relays_body``: the gateway hands an
+    # OpenAI upstream the body its caller sent); governance never reads it, but it keys the response cache
+    payload: Any = None
 
 
 class Governor:
@@ -66,16 +70,18 @@ class Governor:
         self.prices = PriceBook(config.name, c.pricing)
 
     def prepare(self, prompt: str, params: SamplingParams, caller: Caller, *, record_hit: bool = True,
-                request_id: str | None = None) -> PreparedRequest | GenerationResult:
+                request_id: str | None = None, payload: Any = None) -> PreparedRequest | GenerationResult:
         """A request ready to send, or a GenerationResult straight from the cache, recorded as 0 tokens
-        (asyncio callers pass record_hit=False and await ``arecord_hit`` instead)."""
+        (asyncio callers pass record_hit=False and await ``arecord_hit`` instead). ``payload``: what the upstream
+        relays as the caller sent it (``PreparedRequest.payload``); every field of it may change the answer."""
         started = time.perf_counter()
         prompt, ids, truncated = self._fit_input(prompt)
         max_tokens = self._max_tokens(params.max_tokens, len(ids))
         params = params.with_max_tokens(max_tokens)
         key = None
         if self.cache is not None and params.is_deterministic and params.cacheable and not params.return_log_probs:
-            key = cache_key(caller.tenant, self.model, ids, params.identity())  # the engine's input: every form
+            identity = params.identity() if payload is None else params.identity() | {"payload": payload}
+            key = cache_key(caller.tenant, self.model, ids, identity)  # the engine's input: every form
             hit = self.cache.get(key)
             if hit is not None:
                 request_id = request_id or uuid.uuid4().hex
@@ -95,7 +101,7 @@ class Governor:
             self.metrics.budget_rejections.labels(self.model).inc()
             raise
         return PreparedRequest(request_id, prompt, len(ids), params, caller, key, reservation, started, truncated,
-                               list(ids))
+                               list(ids), payload)
 
     def _admit_hit(self, caller: Caller, request_id: str) -> None:
         """A cache hit is a request like any other to the limits that count requests (a key's RPM): admitted
@@ -120,6 +126,10 @@ class Governor:
     def output_meter(self, request: PreparedRequest) -> OutputMeter:
         """The meter that cuts an upstream's output at the request's reservation (``output_cap``)."""
         return OutputMeter(reserved_of(request).completion, self.counter)
+
+    def upstream_metrics(self) -> UpstreamMetrics:
+        """The counters an upstream bumps itself (its retries, how it ended a request early), in these metrics."""
+        return UpstreamMetrics(self.metrics, self.model)
 
     def new_guard(self) -> RunawayGuard | None:
         g = self.config.client.guard

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
@@ -60,3 +61,18 @@ class ClientMetrics:
     def value(self, name: str, **labels: str) -> float:
         found = self.registry.get_sample_value(name, labels)
         return float(found or 0.0)
+
+
+@dataclass(slots=True, frozen=True)
+class UpstreamMetrics:
+    """What an upstream counts itself, in its client's metrics, labelled with the model: retries of a request that
+    failed before its first token, and how a request that ended early was stopped on the server."""
+
+    metrics: ClientMetrics
+    model: str
+
+    def retried(self) -> None:
+        self.metrics.retries.labels(self.model).inc()
+
+    def ended_early(self, how: str) -> None:
+        self.metrics.early_ends.labels(self.model, how).inc()

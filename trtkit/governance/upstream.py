@@ -1,21 +1,24 @@
-"""The seam between governance and whatever carries a request: an upstream.
+"""The seam between governance and whatever carries a request: an upstream, the plug of the governed client.
 
-Governance sees an upstream as "send these ids or this body, stream deltas and counts back, stop". It hands
-the upstream a :class:`~trtkit.governance.governor.PreparedRequest` (its prompt ids, counted exactly as the
-server will, and its text and sampling parameters, for an upstream that takes a body) and reads back
-:class:`Delta` s: the text that came, and the server's counts as they came. A client-side stop (the caller
-cancelled, the deadline passed) comes back as a finish reason instead of a delta; the upstream then stops the
-request, hands on the deltas of what the server generated until the stop took (billed by their counts, their
-text dropped), and ends. Closing the iterator stops
-the request upstream; what that takes (the engine's ``stop`` request, a closed HTTP stream) is the upstream's
-business. The Triton gRPC clients (``trtkit.transport``) implement it, and so does the OpenAI HTTP upstream
-beside them (``trtkit.transport.openai_upstream``: it sends the caller's body, ``SamplingParams.upstream_body``, and
-reads back the upstream's own events and ``usage``); none of them is imported here.
+Governance sees an upstream as "start, stream deltas and counts back, stop". The governed client (``client.py``)
+and its flow (``flow.py``) hand the upstream a :class:`~trtkit.governance.governor.PreparedRequest` (its prompt ids,
+counted exactly as the server will, its text and sampling parameters, and for an upstream that relays it the
+caller's own request, ``payload``) and read back :class:`Delta` s: the text that came, and the server's counts as
+they came. A client-side stop (the caller cancelled, the deadline passed) comes back as a finish reason instead of
+a delta; the upstream then stops the request, hands on the deltas of what the server generated until the stop took
+(billed by their counts, their text dropped), and ends. Closing the iterator stops the request upstream; what that
+takes (the engine's ``stop`` request, a closed HTTP stream) is the upstream's business, and so is whether to retry
+a request that failed before it produced any output (never after: that would generate and bill it twice).
+
+An upstream never calls back into governance: it is handed what it needs when it is made (a token counter to read
+token ids with, the metrics it bumps itself) and says what it takes in :class:`Capabilities`, which the client and
+the gateway ask instead of telling upstream kinds apart. The implementations live in ``trtkit.transport`` (Triton
+gRPC in ``transport/triton/``, OpenAI HTTP in ``transport/openai/``); none of them is imported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,6 +27,18 @@ if TYPE_CHECKING:
 
 FINISH_CANCELLED = "cancelled"  # client-side stops, as an upstream reports them and as the ledger records them
 FINISH_DEADLINE = "deadline"
+
+
+@dataclass(slots=True, frozen=True)
+class Capabilities:
+    """What an upstream takes, declared by the upstream and asked by its callers (never told apart by its type)."""
+
+    # its engine stops at max_tokens and counts every token it sends (trtkit's Triton contract): governance reads its
+    # counts; any other upstream's output is metered and cut at the reservation (``output_cap.py``)
+    honours_max_tokens: bool = False
+    # it takes a caller's OpenAI request as the caller sent it (``PreparedRequest.payload``) and answers with that API's
+    # own events (``Delta.event``): the gateway relays requests to it instead of serving them over the Triton contract
+    relays_body: bool = False
 
 
 @dataclass(slots=True, frozen=True)
@@ -57,23 +72,34 @@ class Delta:
 
 
 class Upstream(Protocol):
-    """A blocking upstream. ``has_output`` says whether anything has arrived (an upstream may retry a request
-    that failed before its first token, never after: that would generate and bill it twice). An upstream whose
-    engine stops at max_tokens and counts what it sends says so with a class attribute ``honours_max_tokens =
-    True``; any other is metered and cut at its reservation (``output_cap.py``)."""
+    """A blocking upstream. ``address`` names where it sends (for messages); ``cancel`` stops a running request from
+    another thread (it ends with finish reason 'cancelled'; False when no such request runs)."""
 
-    def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float,
-               has_output: Callable[[], bool]) -> Generator[Delta | str, None, None]: ...
+    capabilities: Capabilities
+    address: str
+
+    def deltas(self, request: PreparedRequest, *, stream: bool,
+               deadline: float) -> Generator[Delta | str, None, None]: ...
 
     def is_server_failure(self, error: BaseException) -> bool:
         """True when ``error`` ended a request the server had taken and worked on (it is billed for what
         arrived); False when it never got there or was refused (its reservation is only released)."""
 
+    def cancel(self, request_id: str) -> bool: ...
+    def is_ready(self) -> bool: ...
+    def close(self) -> None: ...
+
 
 class AsyncUpstream(Protocol):
-    """An asyncio upstream: ``deltas`` is an async generator, and ``aclose()`` stops the request."""
+    """An asyncio upstream: ``deltas`` is an async generator, and ``aclose()`` of it stops the request (so does
+    cancelling the task that reads it)."""
 
-    def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float,
-               has_output: Callable[[], bool]) -> AsyncGenerator[Delta | str, None]: ...
+    capabilities: Capabilities
+    address: str
+
+    def deltas(self, request: PreparedRequest, *, stream: bool,
+               deadline: float) -> AsyncGenerator[Delta | str, None]: ...
 
     def is_server_failure(self, error: BaseException) -> bool: ...
+    async def is_ready(self) -> bool: ...
+    async def aclose(self) -> None: ...

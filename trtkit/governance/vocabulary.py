@@ -1,13 +1,14 @@
 """The vocabulary of a governed request, in one module (as simonw/llm keeps Prompt, Response and Usage in its
 ``models.py``): who asks (:class:`Caller`), what is asked beside the prompt (:class:`SamplingParams`), what it
 cost (:class:`Usage`, :func:`usage_cost`) and what comes back (:class:`GenerationResult`, and a stream's
-:class:`StreamChunk` s). Every layer that speaks of a request speaks these: the governor, the transports, the
-gateway, the bench, the conversation.
+:class:`StreamChunk` s). Every layer that speaks of a request speaks these: the governor, the upstreams, the
+gateway, the bench, the conversation. None of them names a transport: what an upstream relays as its caller sent
+it travels beside them (``governor.PreparedRequest.payload``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from trtkit.store.records import ModelPrice
@@ -65,9 +66,6 @@ class SamplingParams:
     # False when the answer is more than its text (tool calls, several choices, an upstream's log-probabilities):
     # the response cache keeps text only, so it must not answer such a request
     cacheable: bool = True
-    # the caller's request body, for an upstream that takes one (OpenAI HTTP): sent as given, with max_tokens
-    # set to the governed value; every field of it may change the answer, so the cache key holds it
-    upstream_body: dict[str, Any] | None = field(default=None, compare=False)
 
     def with_max_tokens(self, max_tokens: int) -> SamplingParams:
         return replace(self, max_tokens=max_tokens)

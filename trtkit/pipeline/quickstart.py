@@ -134,10 +134,10 @@ def stream_answer(config: ModelConfig, grpc_url: str, prompt: str, max_tokens: i
                   on_text: Sink) -> GenerationResult:
     """Stream the answer through the token-governing client; returns its final GenerationResult."""
     from trtkit.governance import SamplingParams
-    from trtkit.transport import TritonLLMClient
+    from trtkit.upstreams import connect
 
     final = None
-    with TritonLLMClient(grpc_url, config=config) as client:
+    with connect(grpc_url, config=config) as client:
         for chunk in client.stream(prompt, SamplingParams(max_tokens=max_tokens)):
             if chunk.text:
                 on_text(chunk.text)

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 SchedulerPolicyName = Literal["guaranteed_no_evict", "max_utilization"]
 AttentionPath = Literal["auto", "native", "torch"]
 ATTENTION_PATHS: tuple[str, ...] = get_args(AttentionPath)
+EngineDtype = Literal["float32", "bfloat16", "auto"]
+ENGINE_DTYPES: tuple[str, ...] = get_args(EngineDtype)
+SERVE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "auto": "auto"}  # serve.cpu_dtype -> EngineConfig.dtype
 DEFAULT_CPU_QUEUE_SIZE = 1024
 
 
@@ -29,7 +32,7 @@ class EngineConfig:
     enable_chunked_context: bool = False
     scheduler_policy: SchedulerPolicyName = "guaranteed_no_evict"
     max_queue_size: int = DEFAULT_CPU_QUEUE_SIZE
-    dtype: Literal["float32", "bfloat16"] = "float32"  # compute and KV dtype on CPU
+    dtype: EngineDtype = "float32"  # compute and KV dtype on CPU; auto: bf16 where it is native (engine_setup.py)
     num_threads: int = 0  # torch intra-op threads for the forward pass; 0: every core this process may use
     attention: AttentionPath = "auto"  # decode attention: the native kernel (auto: when it builds) or torch
     # guided decoding: the repository's xgrammar tokenizer-info file (trtkit.tokenizer.grammar_vocab); None: off
@@ -58,8 +61,8 @@ class EngineConfig:
             raise EngineError(f"engine.num_threads: must be >= 0 (0: all usable cores), got {self.num_threads}")
         if self.attention not in ATTENTION_PATHS:
             raise EngineError(f"engine.attention: {self.attention!r} is not one of {', '.join(ATTENTION_PATHS)}")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise EngineError(f"engine.dtype: {self.dtype!r} is not one of float32, bfloat16")
+        if self.dtype not in ENGINE_DTYPES:
+            raise EngineError(f"engine.dtype: {self.dtype!r} is not one of {', '.join(ENGINE_DTYPES)}")
 
     @classmethod
     def from_model_config(cls, config: ModelConfig) -> EngineConfig:
@@ -78,7 +81,7 @@ class EngineConfig:
             enable_chunked_context=bool(serve.enable_chunked_context),
             scheduler_policy=serve.batch_scheduler_policy or "guaranteed_no_evict",
             max_queue_size=serve.max_queue_size or DEFAULT_CPU_QUEUE_SIZE,
-            dtype="bfloat16" if serve.cpu_dtype == "bf16" else "float32",
+            dtype=engine_dtype(serve.cpu_dtype),
             num_threads=serve.cpu_threads,
             attention=serve.cpu_attention,
         )
@@ -88,3 +91,8 @@ class EngineConfig:
         if self.max_tokens_in_paged_kv_cache is not None:
             return -(-self.max_tokens_in_paged_kv_cache // self.tokens_per_block)
         return self.kv_cache_bytes // (bytes_per_token * self.tokens_per_block)
+
+
+def engine_dtype(serve_dtype: str | None) -> EngineDtype:
+    """serve.cpu_dtype (fp32, bf16, auto; as a model parameter, possibly empty) as EngineConfig.dtype."""
+    return SERVE_DTYPES.get(serve_dtype or "fp32", "float32")  # type: ignore[return-value]

@@ -98,8 +98,9 @@ def fuse(parts: list[Linear]) -> Projection:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    variance = x.pow(2).mean(-1, keepdim=True)
-    return x * torch.rsqrt(variance + eps) * weight
+    """As Hugging Face's Llama: in fp32, rounded to x's dtype before the weight (native/layer_ops.c alike)."""
+    wide = x.float()
+    return (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

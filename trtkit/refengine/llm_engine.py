@@ -19,7 +19,7 @@ from trtkit.refengine.block_manager import BlockManager
 from trtkit.refengine.config import EngineConfig
 from trtkit.refengine.cpu_features import usable_cores
 from trtkit.refengine.engine_counters import EngineCounters
-from trtkit.refengine.engine_setup import attention_kernels, compute_dtype, kv_block_count
+from trtkit.refengine.engine_setup import attention_kernels, compute_dtype, kv_block_count, log_dtype_choice
 from trtkit.refengine.guided_decoding import GuidedDecoder
 from trtkit.refengine.model_runner import ModelRunner, PreparedStep
 from trtkit.refengine.outputs import EngineStats, RequestOutput, SamplingParams
@@ -28,6 +28,7 @@ from trtkit.refengine.sampling import choose_tokens_isolated
 from trtkit.refengine.scheduler import ScheduledChunk, Scheduler
 from trtkit.refengine.sequence import Sequence
 from trtkit.refengine.sequence_progress import append_token, take_output
+from trtkit.refengine.thread_binding import bind_compute_threads
 from trtkit.refengine.weights import ModelWeights, load_model
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class LLMEngine:
         self.config = config = config or EngineConfig()
         self.spec = spec = weights.spec
         dtype = compute_dtype(config)
+        log_dtype_choice(config, dtype)
         if weights.embed.dtype != dtype:
             raise EngineError(f"the weights are {weights.embed.dtype} but engine.dtype is {config.dtype}; load them "
                               "with load_model(path, dtype) in the engine's dtype, or use LLMEngine.from_pretrained")
@@ -64,7 +66,7 @@ class LLMEngine:
         self._forward_lock = threading.Lock()  # one forward pass at a time over the shared KV pool
         log.info("CPU engine ready: %d KV blocks x %d tokens, policy %s, reuse %s, chunked context %s, %s on %d "
                  "threads, decode attention in %s", num_blocks, config.tokens_per_block, config.scheduler_policy,
-                 config.enable_kv_cache_reuse, config.enable_chunked_context, config.dtype, torch.get_num_threads(),
+                 config.enable_kv_cache_reuse, config.enable_chunked_context, dtype, torch.get_num_threads(),
                  "the native kernel" if self.runner.model.kernels else "torch")
 
     @classmethod
@@ -72,6 +74,11 @@ class LLMEngine:
         """Load a Hugging Face folder or a TensorRT-LLM checkpoint folder (config.json + rank0.safetensors)."""
         config = config or EngineConfig()
         return cls(load_model(path, compute_dtype(config)), config)
+
+    def bind_compute_threads(self) -> list[int] | None:
+        """From the thread that will step this engine and do nothing else (EngineLoop's): binds its intra-op threads
+        one per core (thread_binding.py); the cores, or None where binding does not apply."""
+        return bind_compute_threads(self.runner.model.kernels)
 
     def add_request(self, prompt_ids: list[int], params: SamplingParams | None = None,
                     request_id: str | None = None, *, grammar: Any = None) -> str:

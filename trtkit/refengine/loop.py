@@ -141,6 +141,10 @@ class EngineLoop:
         self.compiler.shutdown()
 
     def _run(self) -> None:
+        try:
+            self.engine.bind_compute_threads()  # this thread only steps the engine
+        except Exception:  # a binding that fails leaves the threads as they were: slower under contention, not wrong
+            log.exception("binding the CPU engine's threads failed; they stay unbound")
         while True:
             next_bound = self._expire_compiles()
             with self._lock:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from trtkit.refengine.layer_ops import LayerOps
 from trtkit.refengine.layers import (
     Linear,
     fake_quant_fp8,
@@ -121,6 +122,8 @@ class LlamaModel:
         # Layers whose K/V the GPU would store quantized keep the torch path for the rotary embedding and the
         # cache write (the kernel writes K/V as computed).
         self.torch_rope = kernels is None or any(layer.kv_scale is not None for layer in weights.layers)
+        self.layer_ops = kernels.layer_ops if kernels is not None and kernels.layer_ops.handles(
+            dtype, spec.hidden_size, spec.intermediate_size) else None
 
     def forward(self, input_ids: torch.Tensor, batch: AttentionBatch, cache: KVCache) -> torch.Tensor:
         """Next-token logits [S, vocab] for batch.logit_rows."""
@@ -131,6 +134,8 @@ class LlamaModel:
             # index_select, not advanced indexing: it is several times faster for row gathers on CPU.
             rope = (self.cos.index_select(0, batch.positions).unsqueeze(1),  # [T, 1, head_dim]
                     self.sin.index_select(0, batch.positions).unsqueeze(1))
+        if self.layer_ops is not None:
+            return self._forward_fused(x, rope, batch, cache, self.layer_ops)
         for index, layer in enumerate(w.layers):
             h = rms_norm(x, layer.input_norm, w.spec.rms_norm_eps)
             x = x + layer.o_proj(self._attention(layer, h, rope, batch, cache.key[index], cache.value[index]))
@@ -141,6 +146,28 @@ class LlamaModel:
             return x.new_empty((0, w.spec.vocab_size))
         x = rms_norm(x.index_select(0, batch.logit_rows), w.final_norm, w.spec.rms_norm_eps)
         return self._lm_head(x)
+
+    def _forward_fused(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, batch: AttentionBatch,
+                       cache: KVCache, ops: LayerOps) -> torch.Tensor:
+        """forward() with each residual add and the norm after it in one library call, and SiLU * up in one."""
+        w = self.weights
+        eps, layers = w.spec.rms_norm_eps, w.layers
+        h = torch.empty_like(x)
+        ops.residual_rms_norm(x, None, layers[0].input_norm, eps, h)
+        mlp = x
+        for index, layer in enumerate(layers):
+            attended = layer.o_proj(self._attention(layer, h, rope, batch, cache.key[index], cache.value[index]))
+            ops.residual_rms_norm(x, attended, layer.post_norm, eps, h)
+            mlp = layer.down(ops.silu_and_mul(layer.gate_up(h)))
+            if index + 1 < len(layers):
+                ops.residual_rms_norm(x, mlp, layers[index + 1].input_norm, eps, h)
+        if batch.logit_rows.numel() == 0:
+            return x.new_empty((0, w.spec.vocab_size))
+        # the last residual add, only for the rows whose logits are needed
+        last = x.index_select(0, batch.logit_rows).add_(mlp.index_select(0, batch.logit_rows))
+        normed = torch.empty_like(last)
+        ops.residual_rms_norm(last, None, w.final_norm, eps, normed)
+        return self._lm_head(normed)
 
     def _lm_head(self, x: torch.Tensor) -> torch.Tensor:
         return self.lm_head(x)

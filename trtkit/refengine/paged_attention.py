@@ -39,18 +39,23 @@ from pathlib import Path
 import torch
 
 from trtkit.refengine.cpu_features import cpu_flags
+from trtkit.refengine.layer_ops import LayerOps
 from trtkit.refengine.skinny_gemm import SkinnyGemm
 
 log = logging.getLogger(__name__)
 
 NATIVE_DIR = Path(__file__).resolve().parent / "native"
-SOURCES = (NATIVE_DIR / "paged_attention.c", NATIVE_DIR / "prefill_attention.c", NATIVE_DIR / "skinny_gemm.c")
+SOURCES = (NATIVE_DIR / "paged_attention.c", NATIVE_DIR / "prefill_attention.c", NATIVE_DIR / "skinny_gemm.c",
+           NATIVE_DIR / "layer_ops.c", NATIVE_DIR / "threads.c")
 HEADERS = (NATIVE_DIR / "vector.h",)
 FLAGS = ("-O3", "-fPIC", "-fopenmp", "-std=gnu11", "-Wno-psabi")
 NATIVE_ARCH = "native"  # -march: this CPU; the tests also build x86-64-v3 (AVX2) to check the generic vector code
 OPENMP_RUNTIMES = ("libgomp", "libiomp5")  # GNU's, and Intel's (which also exports the GOMP_ entry points)
 ERRORS = {-1: "a shape outside what the kernel handles", -2: "out of memory for the score buffers"}
 LANES, MAX_GROUP, MAX_HEAD_DIM = 16, 16, 256  # the kernel's limits (paged_attention.c)
+# A compile takes seconds on an idle machine; the AVX2 build of prefill_attention.c took 111 s on a 2-core machine
+# loaded nine deep, so a bound of 120 s failed a build that was only slow.
+BUILD_TIMEOUT_S = 600
 
 
 def unsupported_shape(heads: int, kv_heads: int, head_dim: int) -> str | None:
@@ -146,16 +151,9 @@ def build_library(arch: str = NATIVE_ARCH) -> Path:
     os.close(handle)
     objects = [f"{partial[:-3]}-{index}.o" for index in range(len(SOURCES))]
     try:
-        steps = [[cc, *FLAGS, f"-march={arch}", "-c", "-o", obj, str(source)]
-                 for obj, source in zip(objects, SOURCES, strict=True)]
-        steps.append([cc, "-shared", "-o", partial, *objects, *link_arguments(runtime)])
-        for step in steps:
-            # errors="replace": a compiler's curly quotes must not break an interpreter whose locale is ASCII (the
-            # Triton stub's embedded Python), where the build's message is what the user needs to see
-            result = subprocess.run(step, capture_output=True, text=True, errors="replace", timeout=120)
-            if result.returncode != 0:
-                raise KernelUnavailable(f"{cc} could not build the attention kernels in {NATIVE_DIR}: "
-                                        f"{result.stderr.strip()[-2000:]}")
+        _run_together([[cc, *FLAGS, f"-march={arch}", "-c", "-o", obj, str(source)]
+                       for obj, source in zip(objects, SOURCES, strict=True)], cc)
+        _run_together([[cc, "-shared", "-o", partial, *objects, *link_arguments(runtime)]], cc)
         os.replace(partial, target)  # atomic: concurrent builders each rename a complete file
     finally:
         for leftover in (partial, *objects):
@@ -164,16 +162,44 @@ def build_library(arch: str = NATIVE_ARCH) -> Path:
     return target
 
 
+def _run_together(commands: list[list[str]], cc: str) -> None:
+    """The compiler commands side by side (the sources compile in parallel: a first start waits on the slowest);
+    raises KernelUnavailable with the compiler's message when one fails or outlasts BUILD_TIMEOUT_S."""
+    # errors="replace": a compiler's curly quotes must not break an interpreter whose locale is ASCII (the Triton
+    # stub's embedded Python), where the build's message is what the user needs to see
+    running = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
+               for command in commands]
+    failures = []
+    for process in running:
+        try:
+            _, stderr = process.communicate(timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+            stderr = f"no result in {BUILD_TIMEOUT_S} s (a busy machine?): {stderr}"
+        if process.returncode != 0:
+            failures.append(stderr.strip()[-2000:])
+    if failures:
+        raise KernelUnavailable(f"{cc} could not build the attention kernels in {NATIVE_DIR}: {failures[0]}")
+
+
 @dataclass(frozen=True, slots=True)
 class AttentionKernels:
     """The library's entry points: decode and prefill attention over the pool, rotary embedding + the cache
-    write, and the decode-size projections (skinny_gemm.py)."""
+    write, the decode-size projections (skinny_gemm.py) and the layers' elementwise work (layer_ops.py)."""
 
     decode_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     rope_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     prefill_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     gemm: SkinnyGemm
+    layer_ops: LayerOps
+    bind_function: ctypes._CFuncPtr  # type: ignore[name-defined]
     path: Path
+
+    def bind_team(self, cores: list[int]) -> int:
+        """Binds the calling thread's OpenMP team (torch's intra-op threads, len(cores) of them) one thread per
+        core, the caller to cores[0]; returns how many threads were bound."""
+        return int(self.bind_function((ctypes.c_int * len(cores))(*cores), len(cores)))
 
     def decode(self, q: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, tables: torch.Tensor,
                lengths: torch.Tensor, block_size: int, out: torch.Tensor) -> None:
@@ -262,7 +288,11 @@ def load_library(path: Path) -> AttentionKernels:
     rope.argtypes = rope_arguments + [ctypes.c_void_p] * 8 + [ctypes.c_int] * 5
     prefill.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_int64]
                         + [ctypes.c_int] * 5 + [ctypes.c_float, ctypes.c_int])
-    return AttentionKernels(decode, rope, prefill, SkinnyGemm.from_library(library), path)
+    bind = library.bind_team
+    bind.restype = ctypes.c_int
+    bind.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    return AttentionKernels(decode, rope, prefill, SkinnyGemm.from_library(library), LayerOps.from_library(library),
+                            bind, path)
 
 
 def load_kernel() -> AttentionKernels:

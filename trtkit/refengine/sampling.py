@@ -52,13 +52,18 @@ def choose_tokens(seqs: list[Sequence], logits: torch.Tensor, guided: GuidedDeco
     logits = process_logits(seqs, logits.clone())
     if guided is not None:
         end_where_the_grammar_must_end(seqs, logits)
-    tokens, log_probs = greedy_choice(logits)
+    wants = [s.params.return_log_probs for s in seqs]
+    # the log-softmax over the vocabulary only when a row returns log-probabilities (a batch forced to a length by
+    # min_tokens comes here every step, and most ask for none)
+    tokens, log_probs = greedy_choice(logits) if any(wants) else (logits.argmax(dim=-1), None)
     sampled_rows = [row for row, s in enumerate(seqs) if not s.params.is_greedy]
     if sampled_rows:
         sampled, sampled_log_probs = sample_rows([seqs[row] for row in sampled_rows], logits[sampled_rows])
         tokens[sampled_rows] = sampled
-        log_probs[sampled_rows] = sampled_log_probs
-    wants = [s.params.return_log_probs for s in seqs]
+        if log_probs is not None:
+            log_probs[sampled_rows] = sampled_log_probs
+    if log_probs is None:
+        return tokens.tolist(), [None] * len(seqs)
     return tokens.tolist(), [lp if want else None for lp, want in zip(log_probs.tolist(), wants, strict=True)]
 
 

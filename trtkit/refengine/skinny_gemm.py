@@ -64,5 +64,6 @@ class SkinnyGemm:
         code = self.functions[x.dtype][2](x.data_ptr(), rows, in_features, panels.data_ptr(), out_features,
                                           y.data_ptr(), torch.get_num_threads())
         if code != 0:
-            raise RuntimeError(f"skinny_gemm refused a product of {rows} x {in_features} by {out_features}")
+            reason = "out of memory" if code == -2 else "a shape it does not take"
+            raise RuntimeError(f"skinny_gemm refused a product of {rows} x {in_features} by {out_features}: {reason}")
         return y

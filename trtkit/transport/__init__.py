@@ -1,15 +1,20 @@
-"""The clients that carry governed requests to tritonserver over gRPC: ``TritonLLMClient`` (a stream per
-request) and ``AsyncTritonLLMClient`` (every request on one kept call, ``stream_mux``), the text path to the
-ensemble or ``tensorrt_llm_bls`` and the token path to the engine model (``token_wire``).
+"""The upstreams a governed client runs over: plugs that start a request, stream its deltas and counts back, and
+stop it (``trtkit.governance.upstream`` defines the seam; ``trtkit.governance.client`` holds the governor and the
+flow). Two rooms, beside each other, neither importing the other:
 
-    from trtkit.governance import SamplingParams
-    from trtkit.transport import TritonLLMClient
-    with TritonLLMClient("127.0.0.1:8001", config=load_config("model_configs/tiny-llama.yaml")) as client:
-        result = client.generate("Hello", SamplingParams(max_tokens=16))
+- ``triton/``: Triton's gRPC server, blocking (``grpc_upstream.TritonUpstream``, a stream per request) or asyncio
+  (``aio_upstream.AsyncTritonUpstream``, every request on one kept call), the text path to the ensemble or the BLS
+  and the token path to the engine model;
+- ``openai/``: any OpenAI-compatible server over HTTP (``upstream.OpenAIUpstream``: the caller's body up, the
+  upstream's events and usage back).
+
+``blocking.py`` runs an asyncio upstream under the blocking client; ``backoff.py`` is the retry wait both use.
+``trtkit.connect`` / ``trtkit.connect_async`` (``trtkit/upstreams/``) pick the upstream by its address.
+
+The clients this package exported before (``TritonLLMClient``, ``AsyncTritonLLMClient``) still import from here
+for one release, with a DeprecationWarning (``deprecated.py``).
 """
 
-from trtkit.transport.aio_client import AsyncTritonLLMClient
-from trtkit.transport.grpc_client import TritonLLMClient
-from trtkit.transport.setup import ServerUnavailableError
+from trtkit.transport.deprecated import moved
 
-__all__ = ["AsyncTritonLLMClient", "TritonLLMClient", "ServerUnavailableError"]
+__getattr__ = moved(__name__, ("TritonLLMClient", "AsyncTritonLLMClient", "ServerUnavailableError"))

@@ -30,6 +30,7 @@ from trtkit.triton_models.batching import with_batch_index
 from trtkit.triton_models.outputs import text_outputs
 from trtkit.wire import names as n
 from trtkit.wire.engine_request import EngineRequest, batch_tensors
+from trtkit.wire.engine_responses import EngineResponse, PreprocResponse
 from trtkit.wire.engine_run import EngineRun
 from trtkit.wire.request_tensors import (
     InvalidRequest,
@@ -45,7 +46,6 @@ from trtkit.wire.request_tensors import (
     text,
     word_list,
 )
-from trtkit.wire.responses import EngineResponse, PreprocResponse
 from trtkit.wire.tensors import Outputs, Tensors, list_to_words
 
 

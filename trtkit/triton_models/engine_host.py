@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 
 def engine_config(params: dict[str, str]):
     from trtkit.refengine import EngineConfig
+    from trtkit.refengine.config import engine_dtype
 
     def integer(name: str) -> int | None:
         value = params.get(name, "")
@@ -34,7 +35,7 @@ def engine_config(params: dict[str, str]):
         enable_chunked_context=boolean("enable_chunked_context", False),
         scheduler_policy=params.get("batch_scheduler_policy") or "guaranteed_no_evict",  # type: ignore[arg-type]
         max_queue_size=integer("cpu_max_queue_size") or 1024,
-        dtype="bfloat16" if params.get("cpu_dtype") == "bf16" else "float32",
+        dtype=engine_dtype(params.get("cpu_dtype")),
         num_threads=integer("cpu_threads") or 0,
         attention=params.get("cpu_attention") or "auto",  # type: ignore[arg-type]
         # as the C++ backend: guided decoding only with both parameters set

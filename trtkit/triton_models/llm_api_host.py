@@ -89,6 +89,7 @@ def model_vocab_size(model: str) -> int:
 
 
 def _cpu_options(params: dict[str, str]) -> Any:
+    from trtkit.refengine.config import engine_dtype
     from trtkit.refengine.llm_api_options import CpuOptions
 
     def integer(name: str, default: int) -> int:
@@ -97,7 +98,7 @@ def _cpu_options(params: dict[str, str]) -> Any:
 
     backend = params.get("guided_decoding_backend") == "xgrammar"
     return CpuOptions(kv_cache_bytes=integer("cpu_kv_cache_bytes", 256 << 20),
-                      dtype="bfloat16" if params.get("cpu_dtype") == "bf16" else "float32",
+                      dtype=engine_dtype(params.get("cpu_dtype")),
                       num_threads=integer("cpu_threads", 0), attention=params.get("cpu_attention") or "auto",
                       max_queue_size=integer("cpu_max_queue_size", 1024),
                       min_step_ms=float(params.get("cpu_min_step_ms") or 0),

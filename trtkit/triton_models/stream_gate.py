@@ -25,8 +25,8 @@ from trtkit.triton_models.batching import with_batch_index
 from trtkit.triton_models.token_gate import TokenGate
 from trtkit.wire import names as n
 from trtkit.wire.engine_request import EngineRequest
+from trtkit.wire.engine_responses import cached_tokens_from_reused_blocks
 from trtkit.wire.request_tensors import Tensors, same_for_all
-from trtkit.wire.responses import cached_tokens_from_reused_blocks
 from trtkit.wire.tensors import Outputs
 
 # asked of the engine on every call (COUNT_FLAGS): the counts and the reused blocks this step turns into exact figures

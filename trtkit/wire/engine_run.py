@@ -1,7 +1,7 @@
 """The ``tensorrt_llm`` model's responses read as text, as both sides of Triton read them.
 
-:class:`EngineRun`: one request's engine responses (:class:`~trtkit.wire.responses.EngineResponse`) turned
-into text deltas and exact counts. The BLS runs it inside Triton; the clients' token path (``trtkit.transport.token_wire``: the gateway's route to the engine model) runs the
+:class:`EngineRun`: one request's engine responses (:class:`~trtkit.wire.engine_responses.EngineResponse`) turned
+into text deltas and exact counts. The BLS runs it inside Triton; the clients' token path (``trtkit.transport.triton.token_path``: the gateway's route to the engine model) runs the
 same code in the client, so both answer the same text and the same counts.
 
 Token counts (TensorRT-LLM 1.2 backend contract, see trtkit/contracts/trtllm_1.2_rules.json): the C++
@@ -22,7 +22,7 @@ import numpy as np
 
 from trtkit.tokenizer.detokenizer import IncrementalDetokenizer
 from trtkit.tokenizer.stopping import StopFilter
-from trtkit.wire.responses import EngineResponse, cached_tokens_from_reused_blocks
+from trtkit.wire.engine_responses import EngineResponse, cached_tokens_from_reused_blocks
 
 
 @dataclass(slots=True)

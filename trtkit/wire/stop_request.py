@@ -12,7 +12,7 @@ and waits for the context's ``mu_``; StreamInferResponseComplete holds ``mu_`` a
 ``step_mtx_``: triton-inference-server/server src/grpc/stream_infer_handler.cc, read at 68d4c01e4 and
 unchanged at e1db8a603). The stuck stream never ends. trtkit's clients and gateway therefore stop
 requests with this request; when the stop did not end the stream in time, the sync client cancels the
-request's own call and the asyncio client (one kept call for all its requests: transport/stream_mux.py) lets
+request's own call and the asyncio client (one kept call for all its requests: transport/triton/stream_mux.py) lets
 the request go.
 
 Imports only numpy and the contract's names, so the Triton adapters and the clients share it."""

@@ -17,8 +17,12 @@ from trtkit.bench.backends.base import StreamResult
 from trtkit.bench.workloads import BenchRequest
 from trtkit.errors import BenchError
 from trtkit.governance.vocabulary import SamplingParams
-from trtkit.transport.protocol import is_final_response, parse_response, request_inputs
-from trtkit.transport.setup import declared_inputs
+from trtkit.transport.triton.protocol import (
+    declared_inputs,
+    is_final_response,
+    parse_response,
+    request_inputs,
+)
 
 
 class TritonGrpcBackend:

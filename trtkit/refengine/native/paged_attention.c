@@ -37,63 +37,57 @@ static inline vf sum_each(const vf v[LANES]) {
            __builtin_shufflevector(d[0], d[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
 
-/* Walks a block table token by token without a division per token. */
-typedef struct {
-    const int64_t *table;
-    int64_t block, offset, block_size, row;
-} Cursor;
-
-static inline int64_t next_slot_base(Cursor *cursor) {
-    const int64_t base = (cursor->table[cursor->block] * cursor->block_size + cursor->offset) * cursor->row;
-    if (++cursor->offset == cursor->block_size) {
-        cursor->offset = 0;
-        cursor->block++;
+/* Each token's element offset in the cache (slot * row + the KV head's offset), from the block table once per item:
+   the key pass and the value pass read the same slots. */
+static void token_offsets(const int64_t *table, int64_t length, int64_t block_size, int64_t row, int64_t head,
+                          int64_t *offsets) {
+    for (int64_t b = 0, t = 0; t < length; b++) {
+        const int64_t base = table[b] * block_size * row + head;
+        for (int64_t i = 0; i < block_size && t < length; i++, t++) offsets[t] = base + i * row;
     }
-    return base;
 }
 
-/* A cursor that also prefetches the row PREFETCH_TOKENS tokens ahead of it. A sequence's blocks lie anywhere in
-   the pool and hold 16 or 32 rows each, too short a run for the hardware prefetcher to learn before the walk
-   jumps to the next block. The prefetch goes to L2 (prefetcht1), whose miss queue is deeper than L1's. Measured
-   (12 sequences of 200-700 tokens, 30 layers, 2 threads, Zen 4): fp32 12.7 GB/s without, 14.8 into L1 at 12
-   rows ahead, 21-22 into L2 at 32; bf16 9.4, 13.3, 17.1. */
+/* The rows of one pass, prefetched PREFETCH_TOKENS tokens ahead. A sequence's blocks lie anywhere in the pool and
+   hold 16 or 32 rows each, too short a run for the hardware prefetcher to learn before the walk jumps to the next
+   block. The prefetch goes to L2 (prefetcht1), whose miss queue is deeper than L1's. Measured (12 sequences of
+   200-700 tokens, 30 layers, 2 threads, Zen 4): fp32 12.7 GB/s without, 14.8 into L1 at 12 rows ahead, 21-22 into
+   L2 at 32; bf16 9.4, 13.3, 17.1. (The offsets come from token_offsets: a cursor stepping through the block table
+   for each pass and for its prefetches cost more instructions per token than the bf16 arithmetic.) */
 #define PREFETCH_TOKENS 32
 typedef struct {
-    Cursor now, ahead;
-    int64_t ahead_left; /* rows the ahead cursor may still visit */
-    const char *base;   /* the cache, offset to this KV head */
+    const char *base;
+    const int64_t *offsets;
+    int64_t length;
     int element, lines;
-} Walker;
+} Rows;
 
-static inline void prefetch_ahead(Walker *walker) {
-    if (walker->ahead_left <= 0) return;
-    walker->ahead_left--;
-    const char *row = walker->base + next_slot_base(&walker->ahead) * walker->element;
-    for (int l = 0; l < walker->lines; l++) __builtin_prefetch(row + 64 * l, 0, 2);
+static inline void prefetch_row(const Rows *rows, int64_t t) {
+    if (t >= rows->length) return;
+    const char *row = rows->base + rows->offsets[t] * rows->element;
+    for (int l = 0; l < rows->lines; l++) prefetch_l2(row + 64 * l);
 }
 
-static inline Walker start_walk(Cursor start, int64_t length, const void *cache, int64_t head_offset, int bf16,
-                                int dim) {
+static inline Rows start_rows(const void *cache, const int64_t *offsets, int64_t length, int bf16, int dim) {
     const int element = bf16 ? 2 : 4;
-    Walker walker = {start, start, length, (const char *)cache + head_offset * element, element,
-                     (dim * element + 63) / 64};
-    for (int i = 0; i < PREFETCH_TOKENS; i++) prefetch_ahead(&walker);
-    return walker;
+    const Rows rows = {(const char *)cache, offsets, length, element, (dim * element + 63) / 64};
+    for (int64_t t = 0; t < PREFETCH_TOKENS; t++) prefetch_row(&rows, t);
+    return rows;
 }
 
-static inline int64_t walk(Walker *walker) {
-    prefetch_ahead(walker);
-    return next_slot_base(&walker->now);
+/* token t's element offset, prefetching the row PREFETCH_TOKENS tokens after it */
+static inline int64_t row_at(const Rows *rows, int64_t t) {
+    prefetch_row(rows, t + PREFETCH_TOKENS);
+    return rows->offsets[t];
 }
 
 /* One (sequence, KV head) item; chunks = head_dim / 16, a constant where the caller is specialised. */
-static inline __attribute__((always_inline)) void attend(const Job *job, float *scores, int64_t item,
-                                                         const int chunks) {
+static inline __attribute__((always_inline)) void attend(const Job *job, float *scores, int64_t *offsets,
+                                                         int64_t item, const int chunks) {
     const int group = job->heads / job->kv_heads, kvh = job->kv_heads, dim = job->head_dim, bf16 = job->bf16;
     const int64_t row = (int64_t)kvh * dim, stride = job->max_len;
     const int64_t seq = item / kvh, length = job->lengths[seq];
     const int h = (int)(item % kvh);
-    const Cursor start = {job->tables + seq * job->max_blocks, 0, 0, job->block_size, row};
+    token_offsets(job->tables + seq * job->max_blocks, length, job->block_size, row, (int64_t)h * dim, offsets);
     vf q[MAX_GROUP][MAX_CHUNKS], acc[MAX_GROUP][MAX_CHUNKS], keys[LANES][MAX_CHUNKS], dots[LANES];
     vf best[MAX_GROUP];
     float total[MAX_GROUP];
@@ -112,13 +106,13 @@ static inline __attribute__((always_inline)) void attend(const Job *job, float *
                                                  c * 2 * LANES);
 #endif
     /* scores, 16 tokens at a time: their keys in fp32, then each query head's 16 dot products summed together */
-    Walker cursor = start_walk(start, length, job->key, (int64_t)h * dim, bf16, dim);
+    Rows rows = start_rows(job->key, offsets, length, bf16, dim);
     for (int64_t first = 0; first < length; first += LANES) {
         const int count = length - first < LANES ? (int)(length - first) : LANES;
 #ifdef __AVX512BF16__
         if (paired) {
             for (int o = 0; o < count; o++) {
-                const uint16_t *row = (const uint16_t *)job->key + walk(&cursor) + (int64_t)h * dim;
+                const uint16_t *row = (const uint16_t *)job->key + row_at(&rows, first + o);
                 for (int c = 0; c < chunks / 2; c++) raw_keys[o][c] = _mm512_loadu_si512(row + c * 2 * LANES);
             }
             for (int o = count; o < LANES; o++)
@@ -127,7 +121,7 @@ static inline __attribute__((always_inline)) void attend(const Job *job, float *
 #endif
         {
             for (int o = 0; o < count; o++) {
-                const int64_t base = walk(&cursor) + (int64_t)h * dim;
+                const int64_t base = row_at(&rows, first + o);
                 for (int c = 0; c < chunks; c++) keys[o][c] = load16(job->key, base + c * LANES, bf16);
             }
             for (int o = count; o < LANES; o++)
@@ -165,17 +159,26 @@ static inline __attribute__((always_inline)) void attend(const Job *job, float *
         total[g] = exp_in_place(scores + g * stride, length, hmax(best[g]));
         for (int c = 0; c < chunks; c++) acc[g][c] = (vf){0};
     }
-    cursor = start_walk(start, length, job->value, (int64_t)h * dim, bf16, dim);
+    rows = start_rows(job->value, offsets, length, bf16, dim);
 #ifdef __AVX512BF16__
     if (paired) {
+        /* each head's weights rounded to bf16 once, in place (a bf16 row fits in the front half of its fp32 row,
+           and each 16 are read before they are overwritten), with a zero after the last: a pair of weights is
+           then one 32-bit load instead of two conversions per head per pair of tokens */
+        for (int g = 0; g < group; g++) {
+            float *weights = scores + g * stride;
+            int64_t t = 0;
+            for (; t + LANES <= length; t += LANES) store16(weights, t, load16(weights, t, 0), 1);
+            for (; t < length; t++) ((uint16_t *)weights)[t] = bf16_bits(weights[t]);
+            ((uint16_t *)weights)[length] = 0;
+        }
         /* two tokens per step: their value rows interleaved word by word, their bf16 weights as one pair, so
            the dot-product instruction adds p0 v0[d] + p1 v1[d] into each lane. The interleave works within
            128-bit lanes, so the accumulators hold dimensions in the order the store below undoes. */
         for (int64_t t = 0; t < length; t += 2) {
             const int two = t + 1 < length;
-            const uint16_t *first_row = (const uint16_t *)job->value + walk(&cursor) + (int64_t)h * dim;
-            const uint16_t *second_row =
-                two ? (const uint16_t *)job->value + walk(&cursor) + (int64_t)h * dim : NULL;
+            const uint16_t *first_row = (const uint16_t *)job->value + row_at(&rows, t);
+            const uint16_t *second_row = two ? (const uint16_t *)job->value + row_at(&rows, t + 1) : NULL;
             __m512i low[MAX_CHUNKS / 2], high[MAX_CHUNKS / 2];
             for (int c = 0; c < chunks / 2; c++) {
                 const __m512i a = _mm512_loadu_si512(first_row + c * 2 * LANES);
@@ -184,8 +187,8 @@ static inline __attribute__((always_inline)) void attend(const Job *job, float *
                 high[c] = _mm512_unpackhi_epi16(a, b);
             }
             for (int g = 0; g < group; g++) {
-                const uint32_t pair = bf16_bits(scores[g * stride + t]) |
-                                      (two ? (uint32_t)bf16_bits(scores[g * stride + t + 1]) << 16 : 0u);
+                uint32_t pair; /* weights t and t + 1 (zero past the last) */
+                memcpy(&pair, (const uint16_t *)(scores + g * stride) + t, sizeof pair);
                 const __m512bh weights = (__m512bh)_mm512_set1_epi32((int)pair);
                 for (int c = 0; c < chunks / 2; c++) {
                     __m512 a, b;
@@ -210,7 +213,7 @@ static inline __attribute__((always_inline)) void attend(const Job *job, float *
     }
 #endif
     for (int64_t t = 0; t < length; t++) {
-        const int64_t base = walk(&cursor) + (int64_t)h * dim;
+        const int64_t base = row_at(&rows, t);
         vf value[MAX_CHUNKS];
         for (int c = 0; c < chunks; c++) value[c] = load16(job->value, base + c * LANES, bf16);
         for (int g = 0; g < group; g++) {
@@ -226,21 +229,23 @@ static inline __attribute__((always_inline)) void attend(const Job *job, float *
     }
 }
 
-static void run_items(const Job *job, float *scores) {
+static void run_items(const Job *job, float *scores, int64_t *offsets) {
     for (int64_t item = job->first; item < job->last; item++) {
-        if (job->head_dim == 64) attend(job, scores, item, 4);
-        else if (job->head_dim == 128) attend(job, scores, item, 8);
-        else attend(job, scores, item, job->head_dim / LANES);
+        if (job->head_dim == 64) attend(job, scores, offsets, item, 4);
+        else if (job->head_dim == 128) attend(job, scores, offsets, item, 8);
+        else attend(job, scores, offsets, item, job->head_dim / LANES);
     }
 }
 
 static void *worker(void *arg) {
     const Job *job = (const Job *)arg;
     float *scores = malloc(sizeof(float) * (size_t)(job->heads / job->kv_heads) * (size_t)job->max_len);
-    if (!scores) return (void *)1;
-    run_items(job, scores);
+    int64_t *offsets = malloc(sizeof(int64_t) * (size_t)job->max_len);
+    void *failed = scores && offsets ? NULL : (void *)1;
+    if (!failed) run_items(job, scores, offsets);
     free(scores);
-    return NULL;
+    free(offsets);
+    return failed;
 }
 
 /* 0 on success; -1 when a shape is outside what this kernel handles; -2 when memory ran out. */
@@ -298,6 +303,28 @@ __attribute__((optimize("fp-contract=off"))) static void rope_head(const void *x
     }
 }
 
+/* rope_head for a head_dim that is a multiple of 32: 16 lanes of each half at a time, the same operations and
+   roundings (measured: the scalar loop took 0.8 s of a 32 s bf16 serving run on one core) */
+__attribute__((optimize("fp-contract=off"))) static void rope_head_vec(const void *x, int64_t x_offset,
+                                                                        const void *cos, const void *sin,
+                                                                        int64_t table_offset, int dim, int bf16,
+                                                                        void *out, int64_t out_offset) {
+    const int half = dim / 2;
+    for (int c = 0; c < half; c += LANES) {
+        const vf x1 = load16(x, x_offset + c, bf16), x2 = load16(x, x_offset + half + c, bf16);
+        vf a1 = x1 * load16(cos, table_offset + c, bf16), b1 = ((vf){0} - x2) * load16(sin, table_offset + c, bf16);
+        vf a2 = x2 * load16(cos, table_offset + half + c, bf16), b2 = x1 * load16(sin, table_offset + half + c, bf16);
+        if (bf16) {
+            a1 = round_bf16(a1);
+            b1 = round_bf16(b1);
+            a2 = round_bf16(a2);
+            b2 = round_bf16(b2);
+        }
+        store16(out, out_offset + c, a1 + b1, bf16);
+        store16(out, out_offset + half + c, a2 + b2, bf16);
+    }
+}
+
 static void copy_row(const void *src, int64_t src_offset, void *dst, int64_t dst_offset, int count, int bf16) {
     const size_t size = bf16 ? 2 : 4;
     memcpy((char *)dst + (size_t)dst_offset * size, (const char *)src + (size_t)src_offset * size, size * (size_t)count);
@@ -312,15 +339,16 @@ int rope_and_store(const void *qkv, int64_t tokens, int64_t row_stride, const vo
                    void *value_cache, int heads, int kv_heads, int head_dim, int bf16, int threads) {
     if (head_dim % 2 || threads < 1) return -1;
     const int64_t kv_row = (int64_t)kv_heads * head_dim;
+    void (*rope)(const void *, int64_t, const void *, const void *, int64_t, int, int, void *, int64_t) =
+        head_dim % (2 * LANES) == 0 ? rope_head_vec : rope_head;
 #pragma omp parallel for num_threads(threads) schedule(static) if (tokens >= 64)
     for (int64_t t = 0; t < tokens; t++) {
         const int64_t in = t * row_stride, table = positions[t] * head_dim;
         for (int h = 0; h < heads; h++)
-            rope_head(qkv, in + (int64_t)h * head_dim, cos, sin, table, head_dim, bf16, q_out,
-                      (t * heads + h) * head_dim);
+            rope(qkv, in + (int64_t)h * head_dim, cos, sin, table, head_dim, bf16, q_out, (t * heads + h) * head_dim);
         for (int h = 0; h < kv_heads; h++)
-            rope_head(qkv, in + (int64_t)(heads + h) * head_dim, cos, sin, table, head_dim, bf16, k_out,
-                      (t * kv_heads + h) * head_dim);
+            rope(qkv, in + (int64_t)(heads + h) * head_dim, cos, sin, table, head_dim, bf16, k_out,
+                 (t * kv_heads + h) * head_dim);
         copy_row(k_out, t * kv_row, key_cache, slots[t] * kv_row, (int)kv_row, bf16);
         copy_row(qkv, in + (int64_t)(heads + kv_heads) * head_dim, value_cache, slots[t] * kv_row, (int)kv_row, bf16);
     }

@@ -142,6 +142,37 @@ static inline float hmax(vf v) {
 /* lane by lane: yes where mask is set, else no */
 static inline vf pick(vi mask, vf yes, vf no) { return (vf)((mask & (vi)yes) | (~mask & (vi)no)); }
 
+/* A prefetch into L2 that the compiler keeps: GCC 12 deletes a loop whose body is only __builtin_prefetch calls
+   (it has no side effects to the optimizer), which silently left the attention walk with no prefetch at all. */
+static inline void prefetch_l2(const void *address) {
+#if defined(__x86_64__)
+    __asm__ volatile("prefetcht1 %0" : : "m"(*(const char *)address));
+#else
+    __builtin_prefetch(address, 0, 2);
+#endif
+}
+
+/* a vector of 16 values rounded to bf16 and back (round to nearest even), as a bf16 store and load would */
+static inline vf round_bf16(vf value) {
+    vu bits;
+    memcpy(&bits, &value, sizeof bits);
+    bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+/* 16 values stored in the dtype (bf16: rounded to nearest even, as torch rounds) */
+static inline void store16(void *base, int64_t offset, vf value, int bf16) {
+    if (bf16) {
+        vu bits;
+        memcpy(&bits, &value, sizeof bits);
+        const vh half = __builtin_convertvector((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16, vh);
+        memcpy((uint16_t *)base + offset, &half, sizeof half);
+    } else {
+        memcpy((float *)base + offset, &value, sizeof value);
+    }
+}
+
 static inline float bf16_round(float value) {
     const uint32_t bits = (uint32_t)bf16_bits(value) << 16;
     memcpy(&value, &bits, sizeof value);
