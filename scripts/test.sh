@@ -12,9 +12,9 @@ bash scripts/setup_env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 if [ "$quick" = "1" ]; then
-  # the tests marked `server` (they run tritonserver, PostgreSQL, llama-server, Dynamo or Chromium: tests/server_guard.py
-  # marks them, and fails one that starts a server unmarked), `slow` (the bundled SmolLM2) and `gpu` are left out; the
-  # others run in two halves (tests/shards.py: every other module), one process per core, the second's output last
+  # the tests marked `server` (tritonserver, PostgreSQL, llama-server, Dynamo or Chromium: tests/server_guard.py marks
+  # them, and fails one that starts a server unmarked), `slow` (the bundled SmolLM2) and `gpu` are left out; the others
+  # run in two halves (tests/shards.py: whole modules, balanced by test count), one process per core
   echo "== ruff" && ruff check trtkit tests benchmarks scripts
   echo "== mypy" && mypy trtkit
   echo "== pytest (quick)"

@@ -1,9 +1,11 @@
-"""A pytest plugin (loaded by tests/conftest.py): ``--shard I/N`` keeps every N-th test module, from the I-th (0-based),
-and deselects the others. The quick command (``bash scripts/test.sh --quick``) runs its two halves in two processes,
+"""A pytest plugin (loaded by tests/conftest.py): ``--shard I/N`` keeps the I-th (0-based) of N shards of the test
+modules, and deselects the others; each module goes, the largest first, to the shard with the fewest tests so far. The quick command (``bash scripts/test.sh --quick``) runs its two halves in two processes,
 one per core: its tests start no server, so nothing is started twice. Whole modules, so that a module's fixtures are
 made once, in one process."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 
@@ -30,8 +32,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if shard is None:
         return
     index, count = parse_shard(shard)
-    modules = sorted({item.nodeid.split("::", 1)[0] for item in items})
-    mine = {module for position, module in enumerate(modules) if position % count == index}
+    sizes = Counter(item.nodeid.split("::", 1)[0] for item in items)
+    loads, owner = [0] * count, {}
+    for module in sorted(sizes, key=lambda m: (-sizes[m], m)):  # the largest module first, to the lightest shard
+        shard = loads.index(min(loads))
+        owner[module] = shard
+        loads[shard] += sizes[module]
+    mine = {module for module, shard in owner.items() if shard == index}
     kept = [item for item in items if item.nodeid.split("::", 1)[0] in mine]
     config.hook.pytest_deselected(items=[item for item in items if item.nodeid.split("::", 1)[0] not in mine])
     items[:] = kept
