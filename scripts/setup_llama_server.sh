@@ -21,6 +21,15 @@ if [ -x "$OUT/llama-server" ] && [ "$(cat "$OUT/stamp" 2>/dev/null)" = "$want" ]
   echo "$OUT"
   exit 0
 fi
+# One build at a time per cache: a second caller (scripts/test.sh builds it in the background while a test asks for
+# it) waits for the first, then finds its stamp
+mkdir -p "$CACHE_ROOT/llama-server"
+exec 9>"$CACHE_ROOT/llama-server/.lock"
+flock 9
+if [ -x "$OUT/llama-server" ] && [ "$(cat "$OUT/stamp" 2>/dev/null)" = "$want" ]; then
+  echo "$OUT"
+  exit 0
+fi
 if ! command -v cmake >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing cmake and g++ (Debian packages) to build llama-server" >&2

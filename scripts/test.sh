@@ -1,34 +1,66 @@
 #!/usr/bin/env bash
 # The one test command: set up .venv, then lint (ruff), types (mypy on the package), tests (pytest).
+#   bash scripts/test.sh           every test, against the real servers (figures: docs/setup.md#the-test-command)
+#   bash scripts/test.sh --quick   the edit-test loop: ruff, mypy and the tests that start no server (under 2 minutes)
+#   bash scripts/test.sh ARGS      pytest ARGS (a folder, -k, ...) after ruff and mypy
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
 bash scripts/setup_env.sh
 . "${TRTKIT_VENV:-.venv}/bin/activate"
-# llama.cpp's llama-server, the independent OpenAI-compatible upstream of tests/upstreams: built once per machine
-# (~6-16 min on 2 cores), then cached under $TRTKIT_TEST_CACHE (or .trtkit-cache)/llama-server/<version>/
-bash scripts/setup_llama_server.sh >/dev/null
-# NVIDIA Dynamo 1.6.1 from PyPI in .venv-dynamo (its runtime pins pydantic below the project's): tests/dynamo run its
-# frontend, its mocker and trtkit's worker in it; built once, then cached by a stamp
-bash scripts/setup_dynamo_env.sh
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+if [ "$quick" = "1" ]; then
+  # the tests marked `server` (tritonserver, PostgreSQL, llama-server, Dynamo or Chromium: tests/server_guard.py marks
+  # them, and fails one that starts a server unmarked), `slow` (the bundled SmolLM2) and `gpu` are left out; the others
+  # run in two halves (tests/shards.py: whole modules, balanced by test count), one process per core
+  echo "== ruff" && ruff check trtkit tests benchmarks scripts
+  echo "== mypy" && mypy trtkit
+  echo "== pytest (quick)"
+  half=$(mktemp "${TMPDIR:-/tmp}/trtkit-quick.XXXXXX")
+  python -m pytest -q -m "not server and not slow and not gpu" --shard 1/2 "$@" > "$half" 2>&1 & other=$!
+  rc=0 && python -m pytest -q -m "not server and not slow and not gpu" --shard 0/2 "$@" || rc=$?
+  wait "$other" || rc=$((rc == 0 ? $? : rc))
+  echo "== pytest (quick), the other half" && cat "$half" && rm -f "$half"
+  exit "$rc"
+fi
+
+pins=${TRTKIT_PINS:-$([ $# -eq 0 ] && echo 1 || echo 0)}
+# What only some tests need is set up in the background while the others run (tests/background_setup.py: those
+# tests run last and wait for it): llama.cpp's llama-server, the independent OpenAI-compatible upstream of
+# tests/upstreams (built once per machine, ~9 min on 2 cores, then cached under $TRTKIT_TEST_CACHE or .trtkit-cache);
+# NVIDIA Dynamo 1.6.1 from PyPI in .venv-dynamo (its runtime pins pydantic below the project's: tests/dynamo run its
+# frontend and trtkit's worker in it). Each is built once, then found by its stamp in a second. The pins stage
+# (scripts/test_pins.sh: .venv-pins, then the checkpoint tests under the GPU container's pins) runs beside pytest.
+state=$(mktemp -d "${TMPDIR:-/tmp}/trtkit-setup.XXXXXX")
+export TRTKIT_SETUP_STATE="$state"
+background_pids=()
+in_background() {  # NAME SCRIPT: runs it at nice 10 in a process group of its own, its output to $state/NAME.log,
+  : > "$state/$1.log"  # its exit status to $state/NAME.rc
+  setsid nice -n 10 bash -c 'bash "$1" > "$2.log" 2>&1; echo $? > "$2.rc"' _ "$2" "$state/$1" &
+  background_pids+=($!)
+}
+stop_background() {  # a run that ends early (a failed lint, Ctrl-C) stops what it started; a set-up cut short
+  for pid in "${background_pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done  # starts again next time
+  rm -rf "$state"
+}
+trap stop_background EXIT
+in_background dynamo scripts/setup_dynamo_env.sh
+in_background llama-server scripts/setup_llama_server.sh
+[ "$pins" = "1" ] && in_background pins scripts/test_pins.sh
+
 echo "== ruff" && ruff check trtkit tests benchmarks scripts
 echo "== mypy" && mypy trtkit
 echo "== pytest" && python -m pytest -q "$@"
 
-# The checkpoint stage once more under the GPU container's pins (nvidia-modelopt 0.37, transformers 4.57.3), in
-# .venv-pins (scripts/setup_pins_env.sh: built once, then cached). On by default for the whole suite; a run on a
-# subset skips it unless TRTKIT_PINS=1. Its model folders are written by transformers 4.57, as on a GPU host;
-# the last run reads the folders that transformers 5 wrote above, as a GPU host reads a folder made on a CPU box.
-if [ "${TRTKIT_PINS:-$([ $# -eq 0 ] && echo 1 || echo 0)}" = "1" ]; then
-  bash scripts/setup_pins_env.sh
-  pins_python="${TRTKIT_PINS_VENV:-.venv-pins}/bin/python"
-  echo "== pytest under the GPU container's pins: $("$pins_python" -c 'import importlib.metadata as m
-print(", ".join(f"{p} {m.version(p)}" for p in ("nvidia-modelopt", "transformers", "torch")))')"
-  # everything of the checkpoint stage but the slow tests, then the one slow test that is its point: the only fp8
-  # and int8_sq calibration of a real model (the bundled SmolLM2) under ModelOpt 0.37 and transformers 4.57.3
-  TRTKIT_PINS_ENV=1 TRTKIT_TEST_CACHE="${TRTKIT_PINS_TEST_CACHE:-$PWD/.trtkit-cache-pins}" \
-    "$pins_python" -m pytest -q -p no:cacheprovider -m "not slow" tests/checkpoint tests/test_sources.py
-  TRTKIT_PINS_ENV=1 TRTKIT_TEST_CACHE="${TRTKIT_PINS_TEST_CACHE:-$PWD/.trtkit-cache-pins}" \
-    "$pins_python" -m pytest -q -p no:cacheprovider tests/checkpoint/test_smollm2.py
-  "$pins_python" -m pytest -q -p no:cacheprovider tests/test_sources.py -k under_the_containers_transformers
+# The pins stage (on by default for the whole suite; a run on a subset skips it unless TRTKIT_PINS=1): its output,
+# then the model folders that transformers 5 wrote above read by the container's transformers 4.57, as a GPU host
+# reads a folder made on a CPU box
+if [ "$pins" = "1" ]; then
+  while [ ! -f "$state/pins.rc" ]; do sleep 1; done
+  cat "$state/pins.log"
+  [ "$(cat "$state/pins.rc")" = "0" ] || { echo "scripts/test_pins.sh failed (exit $(cat "$state/pins.rc"))" >&2; exit 1; }
+  "${TRTKIT_PINS_VENV:-.venv-pins}/bin/python" -m pytest -q -p no:cacheprovider tests/test_sources.py \
+    -k under_the_containers_transformers
 fi

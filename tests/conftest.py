@@ -13,8 +13,11 @@ import pytest
 from deadlines import deadline
 from hypothesis import settings
 
-# ci_skips: under CI=true a skipped postgres or chromium test fails the run; pytester: its own test
-pytest_plugins = ["ci_skips", "pytester"]
+# ci_skips: under CI=true a skipped postgres or chromium test fails the run; server_guard: the tests that run a server
+# are marked `server` (the quick command leaves them out), and one that starts a server unmarked fails;
+# background_setup: the tests that need what scripts/test.sh sets up in the background run last, and wait for it;
+# shards: --shard I/N (the quick command's two halves); pytester: their own tests
+pytest_plugins = ["ci_skips", "server_guard", "background_setup", "shards", "pytester"]
 
 # Property tests draw the same examples on every machine and every run: CI must not pass or fail by luck
 # (and no per-example deadline: a busy machine is not a failure).

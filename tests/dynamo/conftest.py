@@ -25,8 +25,11 @@ MIN_STEP_MS = 20.0
 
 
 def dynamo_python_or_skip() -> Path:
+    from background_setup import wait_for
+
     from trtkit.dynamo.environment import dynamo_python
 
+    wait_for("dynamo")  # scripts/test.sh builds .venv-dynamo while the other tests run
     try:
         return dynamo_python()
     except ConfigError as exc:

@@ -44,6 +44,7 @@ def _faults(mode: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # ~20 s on 2 cores: left out of the quick command (docs/setup.md#the-test-command)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt is Linux-only")
 def test_freed_step_memory_is_reused_instead_of_faulting_again() -> None:
     """glibc adapts its thresholds as it goes, so how often the default faults varies from run to run (80k to 570k

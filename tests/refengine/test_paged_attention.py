@@ -114,6 +114,7 @@ def test_without_a_compiler_auto_falls_back_and_native_says_why(make_engine: Eng
         native._load.cache_clear()
 
 
+@pytest.mark.slow  # a whole compile, ~15 s on 2 cores: left out of the quick command (docs/setup.md)
 def test_a_build_is_reused_and_an_unwritable_cache_falls_back_to_tmp(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path: Path) -> None:
     blocked = tmp_path / "file"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from background_setup import wait_for
 
 from tests.conftest import REPO_ROOT, SHARED_CACHE
 from tests.gateway.conftest import RunningGateway
@@ -21,6 +22,7 @@ MODEL = "smollm2-135m"  # the name the gateway serves (the config's); llama-serv
 
 @pytest.fixture(scope="session")
 def llama_tools() -> Path:
+    wait_for("llama-server")  # scripts/test.sh builds it while the other tests run (once per machine)
     return llama_server_dir()
 
 
