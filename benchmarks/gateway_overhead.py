@@ -149,7 +149,7 @@ def start_stack(layout: str, server, env: dict[str, str], work: Path, split: Spl
 
 def start_servers(work: Path, max_batch: int, layouts: list[str], split: Split | None):  # type: ignore[no-untyped-def]
     """The config, {layout: TritonServer} for the tiny model, and the echo TritonServer (not started)."""
-    from tests.repository.echo_model import build_echo_model
+    from tests.helpers.echo_model import build_echo_model
     from trtkit.config import load_config
     from trtkit.repository import deploy_repository
     from trtkit.serve import TritonServer

@@ -189,7 +189,7 @@ def llama_tools() -> Path:
 
 
 def gguf_for(tools: Path, hf_dir: Path, precision: str, cache: Path) -> Path:
-    """``hf_dir`` as a GGUF at ``precision`` (llama.cpp's converter, cached as tests/upstreams/llama.py does)."""
+    """``hf_dir`` as a GGUF at ``precision`` (llama.cpp's converter, cached as tests/helpers/llama.py does)."""
     outtype = GGUF_TYPES[precision]
     out = cache / "llama-gguf" / f"{hf_dir.name}-{tools.name}.{outtype}.gguf"
     if out.is_file():

@@ -124,7 +124,7 @@ def paced_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture(scope="session")
 def echo_model_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.repository.echo_model import build_echo_model
+    from tests.helpers.echo_model import build_echo_model
 
     out = tmp_path_factory.mktemp("echo-model")
     build_echo_model(tiny_llama_dir, out)
@@ -134,7 +134,7 @@ def echo_model_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="session")
 def live(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """ONE tritonserver for every live test on the echo model (its output is known token for token)."""
-    from tests.repository.live_client import Live
+    from tests.helpers.live_client import Live
     from trtkit.config import load_config
     from trtkit.repository import deploy_repository
     from trtkit.serve import TritonServer
@@ -149,7 +149,7 @@ def live(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # typ
 def live_batch(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """The echo model served with max_batch_size 8: a batched request of B elements needs B <= max_batch_size
     (Triton's rule), and the shared ``live`` server keeps the latency profile's 4."""
-    from tests.repository.live_client import Live
+    from tests.helpers.live_client import Live
     from trtkit.config import load_config
     from trtkit.repository import deploy_repository
     from trtkit.serve import TritonServer
@@ -222,7 +222,7 @@ def bytelevel_tokenizer(tiny_llama_dir: Path):
 
 @pytest.fixture(scope="session")
 def sentencepiece_tokenizer(tmp_path_factory: pytest.TempPathFactory):
-    from tests.repository.tokenizers_for_tests import sentencepiece_tokenizer as build
+    from tests.helpers.tokenizers_for_tests import sentencepiece_tokenizer as build
 
     return build(tmp_path_factory.mktemp("sp-tokenizer"))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.conftest import RunningGateway
+from tests.helpers.gateways import RunningGateway
 from trtkit.bench.outputs.files import read_run
 from trtkit.bench.session import run_bench
 from trtkit.bench.spec import BenchSpec, parse_endpoint, parse_points

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TINY_CONFIG
-from tests.repository.echo_model import CYCLE_TEXT
+from tests.helpers.echo_model import CYCLE_TEXT
 from trtkit.bench.outputs.files import read_run
 from trtkit.bench.workloads import LengthDist, WorkloadSpec
 from trtkit.cli.main import main

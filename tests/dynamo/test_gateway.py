@@ -17,7 +17,7 @@ import pytest
 
 from tests.dynamo.conftest import MODEL
 from tests.dynamo.test_cluster import PREFIX, wait_for, worker_state
-from tests.gateway.conftest import RunningGateway
+from tests.helpers.gateways import RunningGateway
 from trtkit.config.schema import ModelConfig
 from trtkit.dynamo import DynamoCluster
 from trtkit.errors import ConfigError

@@ -5,34 +5,18 @@ an agent's tool round trip through Anthropic's Messages API on either replica, i
 
 from __future__ import annotations
 
-import secrets
 from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
 import openai
-import psycopg
 import pytest
 
-from tests.fleet.replicas import replica_config, start_replicas
-from tests.fleet.test_responses_replicas import new_key, sdks
-from trtkit.store import open_database, parse_store_url
+from tests.helpers.replicas import sdks
+from tests.helpers.stores import add_key, query
 
 pytestmark = pytest.mark.slow
 
 MODEL = "tiny-llama"
-
-
-@pytest.fixture(scope="module")
-def two_replicas(live_server, postgres_cluster, tmp_path_factory):  # type: ignore[no-untyped-def]
-    folder = tmp_path_factory.mktemp("conversations-fleet")
-    name = f"conversations_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres_cluster.url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    store_url = postgres_cluster.url_for(name)
-    replicas = start_replicas(2, replica_config(folder, store_url, store_url, 5.0), live_server.grpc_url, folder)
-    yield replicas, store_url
-    for replica in replicas:
-        replica.stop()
 
 
 def texts(items) -> list[str]:  # type: ignore[no-untyped-def]
@@ -41,8 +25,8 @@ def texts(items) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_a_conversation_lives_on_both_replicas_and_only_for_its_key(two_replicas) -> None:
     replicas, store_url = two_replicas
-    one, two = sdks(replicas, new_key(store_url))
-    thieves = sdks(replicas, new_key(store_url))
+    one, two = sdks(replicas, add_key(store_url)[1])
+    thieves = sdks(replicas, add_key(store_url)[1])
     conversation = one.conversations.create(items=[{"role": "user", "content": "Bonjour"}], metadata={"on": "one"})
     assert two.conversations.retrieve(conversation.id).metadata == {"on": "one"}
     two.conversations.items.create(conversation.id, items=[{"role": "assistant", "content": "Salut"}])
@@ -73,7 +57,7 @@ def test_a_conversation_lives_on_both_replicas_and_only_for_its_key(two_replicas
 
 def test_concurrent_turns_from_both_replicas_keep_each_turn_together(two_replicas) -> None:
     replicas, store_url = two_replicas
-    clients = sdks(replicas, new_key(store_url))
+    clients = sdks(replicas, add_key(store_url)[1])
     conversation = clients[0].conversations.create()
 
     def turn(n: int) -> str:
@@ -90,7 +74,7 @@ def test_concurrent_turns_from_both_replicas_keep_each_turn_together(two_replica
 
 def test_a_tool_round_trip_over_anthropics_api_on_either_replica(two_replicas) -> None:
     replicas, store_url = two_replicas
-    secret = new_key(store_url)
+    key, secret = add_key(store_url)
     one, two = (anthropic.Anthropic(base_url=r.url, api_key=secret, max_retries=0) for r in replicas)
     weather = {"name": "get_weather", "input_schema": {"type": "object", "required": ["city"],
                                                        "properties": {"city": {"enum": ["Paris", "Oslo"]}}}}
@@ -104,11 +88,6 @@ def test_a_tool_round_trip_over_anthropics_api_on_either_replica(two_replicas) -
                                                                            "tool_use_id": use.id,  # type: ignore[union-attr]
                                                                            "content": "Snow"}]}])
     assert called.stop_reason == "tool_use" and answered.content[0].type == "text"
-    db = open_database(parse_store_url(store_url, "gateway.store"))
-    try:
-        rows = db.read(lambda s: s.execute("SELECT completion_tokens, dialect FROM requests WHERE dialect = ? "
-                                           "ORDER BY id", ("anthropic",)).fetchall())
-    finally:
-        db.close()
-    assert [tuple(r) for r in rows][-2:] == [(called.usage.output_tokens, "anthropic"),
-                                             (answered.usage.output_tokens, "anthropic")]
+    rows = query(store_url, "SELECT completion_tokens, dialect FROM requests WHERE dialect = ? AND key_id = ? "
+                            "ORDER BY id", ("anthropic", key.name))
+    assert rows == [(called.usage.output_tokens, "anthropic"), (answered.usage.output_tokens, "anthropic")]

@@ -8,7 +8,6 @@ server in this process; every wait is a polled condition.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -23,10 +22,12 @@ import httpx
 import pytest
 import yaml
 
-from tests.fleet.replicas import Replica, replica_config, start_replicas, wait_for
+from tests.helpers.replicas import Replica, replica_config, send_together, start_replicas
+from tests.helpers.stores import add_key, new_database, query
+from tests.helpers.waits import wait_for
 from trtkit.gateway.alerts import SIGNATURE_HEADER, verify_signature
-from trtkit.gateway.keys import ApiKey, hash_secret, new_secret
-from trtkit.store import open_database, open_gateway_store, parse_store_url
+from trtkit.gateway.keys import ApiKey
+from trtkit.store import open_gateway_store
 from trtkit.store.records import Scope
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -106,21 +107,10 @@ class Fleet:
         return tag
 
     def key(self, project: str | None = None) -> tuple[ApiKey, str]:
-        key_id, secret = new_secret()
-        key = ApiKey(key_id, f"k-{secrets.token_hex(4)}", created_at=time.time(), project=project)
-        store = open_gateway_store(self.store_url, keep_leases=False)
-        try:
-            store.add_key(key, hash_secret(secret))
-        finally:
-            store.close()
-        return key, secret
+        return add_key(self.store_url, "k", project=project)
 
     def query(self, sql: str, params: tuple = ()) -> list[tuple]:
-        db = open_database(parse_store_url(self.store_url, "gateway.store"))
-        try:
-            return [tuple(r) for r in db.read(lambda s: s.execute(sql, params).fetchall())]
-        finally:
-            db.close()
+        return query(self.store_url, sql, params)
 
     def metric(self, name: str) -> float:
         total = 0.0
@@ -133,13 +123,8 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(paced_server, postgres_cluster, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    import psycopg
-
     folder = tmp_path_factory.mktemp("hierarchy-fleet")
-    name = f"hierarchy_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres_cluster.url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    store_url = postgres_cluster.url_for(name)
+    store_url = new_database(postgres_cluster, "hierarchy")
     webhook = Webhook()
     threading.Thread(target=webhook.serve_forever, daemon=True).start()
     config_path = replica_config(folder, store_url, store_url, 5.0)
@@ -160,23 +145,6 @@ def fleet(paced_server, postgres_cluster, tmp_path_factory: pytest.TempPathFacto
 def body(**extra: object) -> dict:
     return {"model": "tiny-llama", "prompt": PROMPT, "max_tokens": MAX_TOKENS, "min_tokens": MAX_TOKENS,
             "temperature": 0, **extra}
-
-
-async def _burst(targets: list[tuple[str, str]], count: int) -> list[httpx.Response]:
-    """``count`` requests released together, round-robin over (replica URL, secret) pairs."""
-    limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(300.0), limits=limits) as http:
-        start = asyncio.Event()
-
-        async def one(i: int) -> httpx.Response:
-            url, secret = targets[i % len(targets)]
-            await start.wait()
-            return await http.post(f"{url}/v1/completions", json=body(), headers={"authorization": f"Bearer {secret}"})
-
-        tasks = [asyncio.create_task(one(i)) for i in range(count)]
-        await asyncio.sleep(0)
-        start.set()
-        return list(await asyncio.gather(*tasks))
 
 
 def per_request_tokens(fleet: Fleet) -> int:
@@ -204,7 +172,7 @@ def hammer(fleet: Fleet, level: str, name: str, budget: int, keys: list[tuple[Ap
     """Two keys, each on its own replicas, against one budget: exactly what fits, never more; refusals name it."""
     urls = [r.url for r in fleet.replicas]
     targets = [(urls[0], keys[0][1]), (urls[1], keys[1][1]), (urls[2], keys[0][1]), (urls[2], keys[1][1])]
-    responses = asyncio.run(_burst(targets, BURST))
+    responses = send_together(targets, BURST, body())
     admitted = [r for r in responses if r.status_code == 200]
     refused = [r for r in responses if r.status_code != 200]
     per_request = admitted[0].json()["usage"]["total_tokens"]
@@ -246,7 +214,7 @@ def test_a_threshold_crossed_on_three_replicas_sends_one_signed_webhook(fleet: F
     tag = fleet.tree(t1={"budget_tokens": 20 * per_request, "alert_at": (0.5,)})
     keys = [fleet.key(f"p1-{tag}") for _ in range(3)]
     targets = [(r.url, secret) for r, (_, secret) in zip(fleet.replicas, keys, strict=True)]
-    responses = asyncio.run(_burst(targets, 15))  # 15 of 20 fit: 75%, past 50% on every replica at once
+    responses = send_together(targets, 15, body())  # 15 of 20 fit: 75%, past 50% on every replica at once
     assert all(r.status_code == 200 for r in responses)
     account = f"team:t1-{tag}"
     wait_for(lambda: fleet.query("SELECT COUNT(*) FROM spend_alerts WHERE account = ? AND sent_at IS NOT NULL",

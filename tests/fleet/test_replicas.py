@@ -10,9 +10,7 @@ when the test acts on it.
 
 from __future__ import annotations
 
-import asyncio
 import math
-import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -21,9 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fleet.replicas import Replica, replica_config, start_replicas, wait_for
-from trtkit.gateway.keys import ApiKey, hash_secret, new_secret
-from trtkit.store import open_database, open_gateway_store, parse_store_url
+from tests.helpers.replicas import Replica, replica_config, send_together, start_replicas
+from tests.helpers.stores import add_key, new_database, query
+from tests.helpers.waits import wait_for
+from trtkit.gateway.keys import ApiKey
 
 pytestmark = pytest.mark.slow
 
@@ -42,21 +41,10 @@ class Fleet:
     folder: Path
 
     def key(self, **limits: object) -> tuple[ApiKey, str]:
-        key_id, secret = new_secret()
-        key = ApiKey(key_id, f"fleet-{secrets.token_hex(4)}", created_at=time.time(), **limits)  # type: ignore[arg-type]
-        store = open_gateway_store(self.store_url, keep_leases=False)
-        try:
-            store.add_key(key, hash_secret(secret))
-        finally:
-            store.close()
-        return key, secret
+        return add_key(self.store_url, **limits)
 
     def query(self, sql: str, params: tuple = ()) -> list[tuple]:
-        db = open_database(parse_store_url(self.store_url, "gateway.store"))
-        try:
-            return [tuple(r) for r in db.read(lambda s: s.execute(sql, params).fetchall())]
-        finally:
-            db.close()
+        return query(self.store_url, sql, params)
 
     def live(self) -> list[Replica]:
         return [r for r in self.replicas if r.process.poll() is None]
@@ -71,13 +59,7 @@ def fleet(request: pytest.FixtureRequest, paced_server, tmp_path_factory: pytest
     if backend_name == "sqlite":
         store_url = f"sqlite:///{folder / 'governance.db'}"
     else:
-        import psycopg
-
-        cluster = request.getfixturevalue("postgres_cluster")
-        name = f"fleet_{secrets.token_hex(4)}"
-        with psycopg.connect(cluster.url, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-        store_url = cluster.url_for(name)
+        store_url = new_database(request.getfixturevalue("postgres_cluster"), "fleet")
     # One database holds keys, budgets, windows, holds and the ledger (SQLite: one file, one replica).
     config = replica_config(folder, store_url, store_url, LEASE_SECONDS)
     # the paced server (tests/conftest.py): a generation of N tokens takes at least N x MIN_STEP_MS on any machine
@@ -93,24 +75,8 @@ def body(**extra: object) -> dict:
             "temperature": 0, **extra}
 
 
-async def _burst(urls: list[str], secret: str, count: int) -> list[httpx.Response]:
-    limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(300.0), limits=limits) as http:
-        start = asyncio.Event()
-
-        async def one(i: int) -> httpx.Response:
-            await start.wait()
-            return await http.post(f"{urls[i % len(urls)]}/v1/completions", json=body(),
-                                   headers={"authorization": f"Bearer {secret}"})
-
-        tasks = [asyncio.create_task(one(i)) for i in range(count)]
-        await asyncio.sleep(0)  # every task waits on the event: they are released together
-        start.set()
-        return list(await asyncio.gather(*tasks))
-
-
 def burst(fleet: Fleet, secret: str) -> tuple[list[httpx.Response], list[httpx.Response]]:
-    responses = asyncio.run(_burst([r.url for r in fleet.live()], secret, BURST))
+    responses = send_together([(r.url, secret) for r in fleet.live()], BURST, body())
     admitted = [r for r in responses if r.status_code == 200]
     refused = [r for r in responses if r.status_code != 200]
     assert all(r.status_code == 429 for r in refused), {r.status_code: r.text for r in refused}

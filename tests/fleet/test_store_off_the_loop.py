@@ -10,7 +10,7 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from tests.gateway.conftest import RunningGateway
+from tests.helpers.gateways import RunningGateway
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.gateway.conftest import RunningGateway
+from tests.helpers.gateways import RunningGateway
 from tests.upstreams.hostile import chat, hostile_config, post
 from trtkit.testing.hostile_upstream import HostileUpstream
 

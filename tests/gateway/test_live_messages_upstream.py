@@ -14,7 +14,7 @@ from dataclasses import replace
 import anthropic
 import pytest
 
-from tests.gateway.conftest import RunningGateway, _config
+from tests.helpers.gateways import RunningGateway, gateway_config
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 def relayed(gateway, tiny_config, tmp_path_factory):  # type: ignore[no-untyped-def]
     back_key, back_secret = gateway.key(name="front-gateway")
     os.environ[KEY_ENV] = back_secret
-    base = _config(tiny_config, cache=False)
+    base = gateway_config(tiny_config, cache=False)
     upstream = replace(base.gateway.upstream, model=MODEL, api_key_env=KEY_ENV, read_timeout_seconds=120.0)
     running = RunningGateway(replace(base, gateway=replace(base.gateway, upstream=upstream)), f"{gateway.url}/v1",
                              tmp_path_factory.mktemp("gw-front"))

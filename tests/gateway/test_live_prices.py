@@ -9,14 +9,14 @@ from dataclasses import replace
 import openai
 import pytest
 
-from tests.gateway.conftest import RunningGateway, _config
 from tests.gateway.prices import check_costs, priced
+from tests.helpers.gateways import RunningGateway, gateway_config
 
 pytestmark = pytest.mark.slow
 
 
 def test_costs_on_triton_are_prices_times_counts(live_server, tiny_config, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    gateway = RunningGateway(priced(_config(tiny_config, cache=False)), live_server.grpc_url, tmp_path / "gw")
+    gateway = RunningGateway(priced(gateway_config(tiny_config, cache=False)), live_server.grpc_url, tmp_path / "gw")
     try:
         check_costs(gateway, tiny_config.name)
     finally:

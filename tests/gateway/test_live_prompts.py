@@ -11,7 +11,7 @@ from dataclasses import replace
 import openai
 import pytest
 
-from tests.gateway.conftest import RunningGateway
+from tests.helpers.gateways import RunningGateway
 from trtkit.gateway.server import GATEWAY_TRITON_MODEL
 from trtkit.governance import RawPrompt, SamplingParams
 from trtkit.upstreams import connect

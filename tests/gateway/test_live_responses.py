@@ -10,7 +10,7 @@ from dataclasses import replace
 import openai
 import pytest
 
-from tests.gateway.conftest import RunningGateway, _config
+from tests.helpers.gateways import RunningGateway, gateway_config
 from trtkit.gateway.responses_api.items import chat_messages
 
 pytestmark = pytest.mark.slow
@@ -36,7 +36,7 @@ class StoreClock:
 @pytest.fixture(scope="module")
 def responses_gateway(live_server, tiny_config, tmp_path_factory):  # type: ignore[no-untyped-def]
     """No response cache (every turn reaches the engine), the default tail strategy, a clock tests may move."""
-    config = replace(_config(tiny_config, cache=False),
+    config = replace(gateway_config(tiny_config, cache=False),
                      gateway=replace(tiny_config.gateway, conversations=replace(tiny_config.gateway.conversations,
                                                                                 ttl_seconds=600.0)))
     running = RunningGateway(config, live_server.grpc_url, tmp_path_factory.mktemp("gw-responses"))

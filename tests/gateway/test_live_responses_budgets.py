@@ -11,7 +11,7 @@ from dataclasses import replace
 import openai
 import pytest
 
-from tests.gateway.conftest import RunningGateway, _config
+from tests.helpers.gateways import RunningGateway, gateway_config
 from trtkit.config.schema import BudgetRule
 from trtkit.store.conversations import budget_account
 
@@ -25,7 +25,7 @@ BURST = 20
 @pytest.fixture(scope="module")
 def rules_gateway(live_server, tiny_config, tmp_path_factory):  # type: ignore[no-untyped-def]
     """Every conversation gets 400 tokens in all (a client.budgets rule of scope session)."""
-    base = _config(tiny_config, cache=False)
+    base = gateway_config(tiny_config, cache=False)
     config = replace(base, client=replace(base.client, budgets=[BudgetRule("session", "total", 400, None)]))
     running = RunningGateway(config, live_server.grpc_url, tmp_path_factory.mktemp("gw-session-rule"))
     yield running

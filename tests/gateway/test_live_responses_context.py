@@ -9,7 +9,7 @@ from dataclasses import replace
 import openai
 import pytest
 
-from tests.gateway.conftest import RunningGateway, _config
+from tests.helpers.gateways import RunningGateway, gateway_config
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ FILLER = ["Tell me about the lighthouse keeper and his long winter nights by the
 
 @pytest.fixture(scope="module", params=["tail", "summary", "retrieval"])
 def strategy_gateway(request, live_server, tiny_config, tmp_path_factory):  # type: ignore[no-untyped-def]
-    base = _config(tiny_config, cache=False)
+    base = gateway_config(tiny_config, cache=False)
     context = replace(base.client.context, strategy=request.param, summary_max_tokens=24, retrieval_top_k=2)
     running = RunningGateway(replace(base, client=replace(base.client, context=context)), live_server.grpc_url,
                              tmp_path_factory.mktemp(f"gw-{request.param}"))

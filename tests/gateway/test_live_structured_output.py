@@ -12,7 +12,7 @@ from dataclasses import replace
 import openai
 import pytest
 
-from tests.gateway.conftest import RunningGateway, _config
+from tests.helpers.gateways import RunningGateway, gateway_config
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ def test_bad_formats_are_400s_naming_response_format(gateway) -> None:
 
 def test_a_deployment_without_guided_decoding_refuses_before_admission(live_server, tiny_config,
                                                                       tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
-    config = _config(tiny_config, cache=False)
+    config = gateway_config(tiny_config, cache=False)
     off = RunningGateway(replace(config, serve=replace(config.serve, guided_decoding="none")), live_server.grpc_url,
                          tmp_path_factory.mktemp("gw-no-guides"))
     try:

@@ -9,7 +9,7 @@ from dataclasses import replace
 import openai
 import pytest
 
-from tests.gateway.conftest import RunningGateway, _config
+from tests.helpers.gateways import RunningGateway, gateway_config
 from trtkit.gateway.telemetry import Telemetry
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,7 @@ def test_genai_metrics_and_one_span_per_request(live_server, tiny_config, tmp_pa
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     telemetry = Telemetry(MeterProvider(metric_readers=[reader]), tracer_provider,
                           parse_upstream_url(live_server.grpc_url, "--backend", ("grpc", "http")))
-    gateway = RunningGateway(_config(tiny_config, cache=False), live_server.grpc_url, tmp_path / "gw",
+    gateway = RunningGateway(gateway_config(tiny_config, cache=False), live_server.grpc_url, tmp_path / "gw",
                              telemetry=telemetry)
     try:
         _, secret = gateway.key()

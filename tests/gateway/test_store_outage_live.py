@@ -6,14 +6,14 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.gateway.conftest import RunningGateway, _config
+from tests.helpers.gateways import RunningGateway, gateway_config
 
 pytestmark = pytest.mark.slow
 
 
 def test_store_down_answers_503_and_recovers_by_itself(live_server, tiny_config, tmp_path, postgres_cluster,
                                                         postgres_db: str) -> None:
-    running = RunningGateway(_config(tiny_config, cache=False), live_server.grpc_url, tmp_path / "gw",
+    running = RunningGateway(gateway_config(tiny_config, cache=False), live_server.grpc_url, tmp_path / "gw",
                              store_url=postgres_db)
     try:
         key, secret = running.key(budget_tokens=10_000)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import uuid
 from dataclasses import replace
@@ -12,6 +11,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from server_gauges import settled_engine
 
+from tests.helpers.streams import cancel_mid_stream
 from trtkit.conversation import Conversation, SessionExpiredError, SessionStore
 from trtkit.errors import BudgetExceededError, InputTooLongError
 from trtkit.governance import Caller, ClientMetrics, SamplingParams, budget_scope
@@ -251,26 +251,9 @@ def test_async_client_batch_order_and_task_cancellation(live_server, nocache_con
             singles = [await client.generate(p, SamplingParams(max_tokens=5)) for p in prompts[:2]]
             return batch, singles
 
-    async def cancel_mid_stream() -> list[int]:
+    async def one_cancelled() -> list[int]:
         async with connect_async(live_server.grpc_url, config=nocache_config, model_name=BLS) as client:
-            started, never = asyncio.Event(), asyncio.Event()
-            received: list[int] = []
-
-            async def long_stream() -> None:
-                # aclosing: the stream is closed (its request cancelled, its ledger row written) when the
-                # cancellation leaves the loop body, not later by the event loop's finaliser
-                async with contextlib.aclosing(client.stream("Go on", LONG_PARAMS)) as stream:
-                    async for chunk in stream:
-                        received.append(chunk.usage.completion_tokens)
-                        started.set()
-                        await never.wait()  # suspended mid-stream until cancelled
-
-            task = asyncio.create_task(long_stream())
-            await asyncio.wait_for(started.wait(), 60)  # tokens arrived: the request is running server-side
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            return received
+            return await cancel_mid_stream(client, "Go on", LONG_PARAMS)
 
     batch, singles = asyncio.run(in_order())
     assert [r.text for r in batch[:2]] == [r.text for r in singles]  # in order, greedy == one at a time
@@ -278,7 +261,7 @@ def test_async_client_batch_order_and_task_cancellation(live_server, nocache_con
     assert [r[0] for r in ledger_rows("finish_reason")] == ["length"] * 8
     for _ in range(5):
         before = settled_engine(live_server.metrics_url, after_iteration=-1)
-        received = asyncio.run(cancel_mid_stream())
+        received = asyncio.run(one_cancelled())
         engine = settled_engine(live_server.metrics_url, after_iteration=before.iteration)
         finish, completion = ledger_rows("finish_reason, completion_tokens")[-1]
         assert received and finish in ("cancelled", "length") and completion <= LONG

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.repository.live_client import Live, inputs
+from tests.helpers.live_client import Live, inputs
 from trtkit.context import fit_prompt
 from trtkit.governance import SamplingParams
 from trtkit.governance.tokens import prompt_form

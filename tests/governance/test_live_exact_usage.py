@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.repository.echo_model import CYCLE_TEXT
+from tests.helpers.echo_model import CYCLE_TEXT
 from trtkit.governance import SamplingParams
 from trtkit.governance.guard import FINISH_REPETITION
 from trtkit.upstreams import connect

@@ -33,7 +33,7 @@ def pytorch_config():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 def llm_api_echo(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """The echo model (its output known token for token, CJK split over byte tokens) behind the LLM-API adapter."""
-    from tests.repository.live_client import Live
+    from tests.helpers.live_client import Live
 
     with _serve(echo_model_dir, tmp_path_factory.mktemp("llm-api-echo")) as server:
         yield Live(server, echo_model_dir)
@@ -44,7 +44,7 @@ def llm_api_paced_echo(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFa
     """The echo model behind the LLM-API adapter, every engine step at least MIN_STEP_MS long (tests/conftest.py):
     a 400-token generation lasts at least 8 s on any machine, so a test cancels or stops it while it surely runs."""
     from tests.conftest import MIN_STEP_MS
-    from tests.repository.live_client import Live
+    from tests.helpers.live_client import Live
 
     with _serve(echo_model_dir, tmp_path_factory.mktemp("llm-api-paced"), min_step_ms=MIN_STEP_MS) as server:
         yield Live(server, echo_model_dir)

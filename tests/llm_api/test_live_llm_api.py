@@ -19,8 +19,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from server_gauges import settled_engine
 
-from tests.repository.echo_model import CYCLE_TEXT
-from tests.repository.live_client import Live, inputs
+from tests.helpers.echo_model import CYCLE_TEXT
+from tests.helpers.live_client import Live, inputs
 from trtkit.governance import SamplingParams
 from trtkit.governance.client import Client
 from trtkit.transport.triton.protocol import stop_inputs
@@ -218,7 +218,7 @@ def test_the_gateway_bills_exactly_through_the_llm_api_engine(llm_api_echo: Live
                                                               tmp_path_factory) -> None:
     """The gateway tokenizes once and calls the engine model with ids (its token path): usage and the ledger row
     equal the tokenizer's count of the prompt and the forced completion length, streamed and not."""
-    from tests.gateway.conftest import RunningGateway
+    from tests.helpers.gateways import RunningGateway
 
     config = _client_config(pytorch_config)
     gateway = RunningGateway(config, llm_api_echo.server.grpc_url, tmp_path_factory.mktemp("gw-llm-api"))

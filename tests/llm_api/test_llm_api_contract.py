@@ -10,13 +10,13 @@ those, so that it stands in for tensorrt_llm.LLM honestly).
 from __future__ import annotations
 
 import dataclasses
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.llm_api.engine_calls import Sink, engine_tensors
 from trtkit.config.llm_api import llm_api_contract
 from trtkit.refengine import llm_api
 from trtkit.triton_models.engine_model import EngineModel
@@ -90,33 +90,6 @@ def recorded(tiny_llama_dir: Path):  # type: ignore[no-untyped-def]
     port.shutdown()
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.outputs: list[dict] = []
-
-    def send(self, outputs: dict, final: bool) -> None:
-        self.outputs.append(outputs)
-        if final:
-            self.done.set()
-
-    def close(self) -> None:
-        self.done.set()
-
-    def fail(self, message: str) -> None:
-        self.outputs.append({"error": message})
-        self.done.set()
-
-    def is_cancelled(self) -> bool:
-        return False
-
-
-def _request(ids: list[int], n: int, **extra: Any) -> dict[str, np.ndarray]:
-    tensors = {"input_ids": np.array([ids], dtype=np.int32), "input_lengths": np.array([[len(ids)]], dtype=np.int32),
-               "request_output_len": np.array([[n]], dtype=np.int32), "streaming": np.array([[True]])}
-    return tensors | {k: np.array([[v]]) for k, v in extra.items()}
-
-
 def test_the_adapter_uses_only_recorded_llm_api_names(recorded, tiny_llama_dir: Path) -> None:  # type: ignore[no-untyped-def]
     from trtkit.tokenizer.detokenizer import find_anchor
     from trtkit.tokenizer.fast_tokenizer import FastTokenizer
@@ -125,10 +98,10 @@ def test_the_adapter_uses_only_recorded_llm_api_names(recorded, tiny_llama_dir: 
     tokenizer = FastTokenizer(tiny_llama_dir)
     engine = EngineModel(port, tokenizer, find_anchor(tokenizer), tokens_per_block=16, exclude_input_default=True,
                          decoupled=True)
-    requests = [_request([1, 2, 3, 4, 5], 6, runtime_top_k=1, return_log_probs=True),
-                _request([7, 8, 9], 5, temperature=0.8, runtime_top_p=0.9, seed=3, min_tokens=2, end_id=0, pad_id=0),
-                _request([1, 2, 3], 8, guided_decoding_guide_type=b"json"),
-                _request([1, 2, 3], 4, stop_words_list=np.array([[[5, 6], [1, 2]]], dtype=np.int32)[0])]
+    requests = [engine_tensors([1, 2, 3, 4, 5], 6, runtime_top_k=1, return_log_probs=True),
+                engine_tensors([7, 8, 9], 5, temperature=0.8, runtime_top_p=0.9, seed=3, min_tokens=2, end_id=0, pad_id=0),
+                engine_tensors([1, 2, 3], 8, guided_decoding_guide_type=b"json"),
+                engine_tensors([1, 2, 3], 4, stop_words_list=np.array([[[5, 6], [1, 2]]], dtype=np.int32)[0])]
     for tensors in requests:
         sink = Sink()
         engine.submit(tensors, sink)
@@ -139,9 +112,9 @@ def test_the_adapter_uses_only_recorded_llm_api_names(recorded, tiny_llama_dir: 
                         "repetition_penalty"), (dict(frequency_penalty=0.1), "frequency_penalty"),
                         (dict(bad_words_list=np.array([[[5], [1]]], dtype=np.int32)[0]), "bad_words_list")):
         with pytest.raises(InvalidRequest, match=f"^{name}.*PyTorch sampler ignores it"):
-            engine.submit(_request([1, 2, 3], 4, **extra), Sink())
+            engine.submit(engine_tensors([1, 2, 3], 4, **extra), Sink())
     sink = Sink()
-    engine.submit(_request([1, 2, 3], 200, min_tokens=200), sink)
+    engine.submit(engine_tensors([1, 2, 3], 200, min_tokens=200), sink)
     engine.stop(next(iter(engine.engine_ids)))  # the stop request: abort()
     assert sink.done.wait(60) and sink.outputs[-1]["finish_reason"].item() == b"cancelled"
     assert seen.llm <= LLM_NAMES | {"vocab_size"}, seen.llm - LLM_NAMES

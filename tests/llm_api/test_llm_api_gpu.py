@@ -5,41 +5,14 @@ the contract (test_llm_api_contract.py); scripts/gpu_smoke.sh runs it through tr
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.llm_api.engine_calls import Sink, engine_tensors
 
 pytestmark = pytest.mark.gpu  # skipped, with the reason, off a GPU host with TensorRT-LLM 1.2.x (tests/gpu_host.py)
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.done, self.outputs = threading.Event(), []
-
-    def send(self, outputs: dict, final: bool) -> None:
-        self.outputs.append(outputs)
-        if final:
-            self.done.set()
-
-    def close(self) -> None:
-        self.done.set()
-
-    def fail(self, message: str) -> None:
-        self.outputs.append({"error": message})
-        self.done.set()
-
-    def is_cancelled(self) -> bool:
-        return False
-
-
-def _request(ids: list[int], n: int, **extra: object) -> dict[str, np.ndarray]:
-    return {"input_ids": np.array([ids], dtype=np.int32), "input_lengths": np.array([[len(ids)]], dtype=np.int32),
-            "request_output_len": np.array([[n]], dtype=np.int32), "streaming": np.array([[True]]),
-            **{k: np.array([[v]]) for k, v in extra.items()}}
 
 
 @pytest.fixture(scope="module")
@@ -74,19 +47,19 @@ def test_exact_counts_finish_reasons_and_cached_tokens_on_tensorrt_llm(engine) -
     model, tokenizer = engine
     ids = tokenizer.encode("The capital of France is Paris. " * 12, add_special_tokens=False)
     for n in (1, 7, 32):
-        outputs = _run(model, _request(ids, n, min_tokens=n, runtime_top_k=1))
+        outputs = _run(model, engine_tensors(ids, n, min_tokens=n, runtime_top_k=1))
         final = outputs[-1]
         assert int(final["num_output_tokens"].item()) == n and int(final["num_input_tokens"].item()) == len(ids)
         assert final["finish_reason"].item() == b"length"
         assert sum(o["output_ids"].size for o in outputs) <= n  # deltas, never more tokens than generated
-    again = _run(model, _request(ids, 4, runtime_top_k=1))[-1]
+    again = _run(model, engine_tensors(ids, 4, runtime_top_k=1))[-1]
     assert int(again["num_cached_tokens"].item()) > 0  # the repeated prompt came from the KV cache
 
 
 def test_a_stop_aborts_the_request_on_tensorrt_llm(engine) -> None:  # type: ignore[no-untyped-def]
     model, tokenizer = engine
     sink = Sink()
-    model.submit(_request(tokenizer.encode("Count to a thousand:", add_special_tokens=False), 1000, min_tokens=1000),
+    model.submit(engine_tensors(tokenizer.encode("Count to a thousand:", add_special_tokens=False), 1000, min_tokens=1000),
                  sink)
     rid = next(iter(model.engine_ids))
     model.stop(rid)

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from tests.helpers.stores import StoreClock
 from trtkit.gateway.responses_api.items import message_item
 from trtkit.store import open_gateway_store
 from trtkit.store.conversation_items import ConversationNotFound
@@ -15,18 +16,10 @@ from trtkit.store.conversations import ConversationExpired, ConversationFull, In
 TTL = 60.0
 
 
-class StoreClock:
-    def __init__(self) -> None:
-        self.now = 2_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def store(store_url: str):  # type: ignore[no-untyped-def]
     opened = open_gateway_store(store_url, keep_leases=False)
-    opened.conversations.clock = StoreClock()
+    opened.conversations.clock = StoreClock(2_000_000.0)
     yield opened
     opened.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.stores import StoreClock
 from trtkit.gateway.responses_api.items import message_item, stored_items
 from trtkit.store import BudgetLimit, open_gateway_store
 from trtkit.store.conversations import (
@@ -16,14 +17,6 @@ from trtkit.store.conversations import (
 )
 
 TTL = 60.0
-
-
-class StoreClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

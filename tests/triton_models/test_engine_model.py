@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.repository.echo_model import CYCLE_TEXT
+from tests.helpers.echo_model import CYCLE_TEXT
 from trtkit.tokenizer.detokenizer import decode_continuation, find_anchor
 from trtkit.tokenizer.fast_tokenizer import FastTokenizer
 from trtkit.triton_models.engine_model import EngineModel

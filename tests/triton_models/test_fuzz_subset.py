@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.repository.live_client import Live
+from tests.helpers.live_client import Live
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from server_gauges import model_requests_released, settled_engine, wait_for_released
 
-from tests.repository.echo_model import CYCLE_TEXT
-from tests.repository.live_client import Live, inputs, tensor
+from tests.helpers.echo_model import CYCLE_TEXT
+from tests.helpers.live_client import Live, inputs, tensor
 
 pytestmark = pytest.mark.slow
 MODELS = ("ensemble", "tensorrt_llm_bls")

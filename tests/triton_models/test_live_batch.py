@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.repository.echo_model import CYCLE_TEXT
-from tests.repository.live_client import DTYPES, Live
+from tests.helpers.echo_model import CYCLE_TEXT
+from tests.helpers.live_client import DTYPES, Live
 
 pytestmark = pytest.mark.slow
 MODELS = ("ensemble", "tensorrt_llm_bls")

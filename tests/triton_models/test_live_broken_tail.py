@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from tests.repository.echo_model import CYCLE_TEXT
-from tests.repository.live_client import Live, inputs
+from tests.helpers.echo_model import CYCLE_TEXT
+from tests.helpers.live_client import Live, inputs
 from trtkit.tokenizer.detokenizer import decode_continuation, find_anchor
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.repository.echo_model import CYCLE_TEXT
-from tests.repository.live_client import Live, inputs, tensor
+from tests.helpers.echo_model import CYCLE_TEXT
+from tests.helpers.live_client import Live, inputs, tensor
 from trtkit.config import load_config
 from trtkit.governance import Caller, SamplingParams
 from trtkit.upstreams import connect

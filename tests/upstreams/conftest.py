@@ -1,5 +1,5 @@
-"""The gateway in front of an independent OpenAI-compatible server: ONE llama-server per session (tests/upstreams/
-llama.py) serving SmolLM2 converted to GGUF, and gateways in this process (tests/gateway/conftest.py's
+"""The gateway in front of an independent OpenAI-compatible server: ONE llama-server per session (tests/helpers/
+llama.py) serving SmolLM2 converted to GGUF, and gateways in this process (tests/helpers/gateways.py's
 RunningGateway) pointed at it with ``--backend http://.../v1``."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from background_setup import wait_for
 
 from tests.conftest import REPO_ROOT, SHARED_CACHE
-from tests.gateway.conftest import RunningGateway
-from tests.upstreams.llama import ALIAS, LlamaServer, convert_to_gguf, llama_server_dir
+from tests.helpers.gateways import RunningGateway
+from tests.helpers.llama import ALIAS, LlamaServer, convert_to_gguf, llama_server_dir
 from trtkit.config.schema import ModelConfig
 
 SMOLLM2_CONFIG = REPO_ROOT / "model_configs" / "smollm2-135m.yaml"

@@ -8,8 +8,11 @@ import urllib.request
 from dataclasses import replace
 from typing import Any
 
-from tests.gateway.conftest import RunningGateway
+import pytest
+
+from tests.helpers.gateways import RunningGateway
 from trtkit.config.schema import ModelConfig
+from trtkit.testing.hostile_upstream import HostileUpstream
 
 MODEL = "tiny-llama"
 
@@ -22,6 +25,24 @@ def hostile_config(base: ModelConfig, **limits: Any) -> ModelConfig:
     if limits:
         gateway = replace(gateway, limits=replace(gateway.limits, **limits))
     return replace(base, client=client, gateway=gateway)
+
+
+def hostile_pair(folder: str):  # type: ignore[no-untyped-def]
+    """A module's two fixtures: ``upstream`` (the hostile upstream, its behaviour set by each test) and ``relay`` (a
+    gateway in front of it, its store and ledger under a temp folder named ``folder``)."""
+
+    @pytest.fixture(scope="module", name="upstream")
+    def upstream():  # type: ignore[no-untyped-def]
+        with HostileUpstream() as server:
+            yield server
+
+    @pytest.fixture(scope="module", name="relay")
+    def relay(upstream, tiny_config, tmp_path_factory):  # type: ignore[no-untyped-def]
+        running = RunningGateway(hostile_config(tiny_config), upstream.url, tmp_path_factory.mktemp(folder))
+        yield running
+        running.stop()
+
+    return upstream, relay
 
 
 def post(gateway: RunningGateway, secret: str, body: dict[str, Any], path: str = "/v1/chat/completions",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.gateway.conftest import RunningGateway
+from tests.helpers.gateways import RunningGateway
 from tests.upstreams.conftest import relay_config, sdk
 from trtkit.gateway.server import free_port
 

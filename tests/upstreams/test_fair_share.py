@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from tests.fleet.replicas import wait_for
-from tests.gateway.conftest import RunningGateway
+from tests.helpers.gateways import RunningGateway
+from tests.helpers.waits import wait_for
 from tests.upstreams.hostile import chat, holds, hostile_config, post
 from trtkit.testing.hostile_upstream import Behaviour, HostileUpstream
 

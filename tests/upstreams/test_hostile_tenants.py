@@ -8,25 +8,12 @@ import http.client
 import json
 from dataclasses import replace
 
-import pytest
-
-from tests.gateway.conftest import RunningGateway
-from tests.upstreams.hostile import chat, hostile_config, post
+from tests.helpers.gateways import RunningGateway
+from tests.upstreams.hostile import chat, hostile_config, hostile_pair, post
 from trtkit.gateway.server import free_port
-from trtkit.testing.hostile_upstream import Behaviour, HostileUpstream
+from trtkit.testing.hostile_upstream import Behaviour
 
-
-@pytest.fixture(scope="module")
-def upstream():  # type: ignore[no-untyped-def]
-    with HostileUpstream() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def relay(upstream, tiny_config, tmp_path_factory):  # type: ignore[no-untyped-def]
-    running = RunningGateway(hostile_config(tiny_config), upstream.url, tmp_path_factory.mktemp("tenants"))
-    yield running
-    running.stop()
+upstream, relay = hostile_pair("tenants")
 
 
 def test_a_parent_request_of_another_key_is_refused_and_not_told(relay, upstream) -> None:

@@ -14,23 +14,12 @@ import urllib.request
 
 import pytest
 
-from tests.fleet.replicas import wait_for
-from tests.gateway.conftest import RunningGateway
-from tests.upstreams.hostile import ROW, chat, holds, hostile_config, post, sse_events
-from trtkit.testing.hostile_upstream import Behaviour, HostileUpstream
+from tests.helpers.gateways import RunningGateway
+from tests.helpers.waits import wait_for
+from tests.upstreams.hostile import ROW, chat, holds, hostile_pair, post, sse_events
+from trtkit.testing.hostile_upstream import Behaviour
 
-
-@pytest.fixture(scope="module")
-def upstream():  # type: ignore[no-untyped-def]
-    with HostileUpstream() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def relay(upstream, tiny_config, tmp_path_factory):  # type: ignore[no-untyped-def]
-    running = RunningGateway(hostile_config(tiny_config), upstream.url, tmp_path_factory.mktemp("hostile"))
-    yield running
-    running.stop()
+upstream, relay = hostile_pair("hostile")
 
 
 @pytest.fixture(autouse=True)

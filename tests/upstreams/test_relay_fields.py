@@ -24,7 +24,7 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "description"
 @pytest.fixture(scope="module")
 def recorded(llama, smollm2_config, tmp_path_factory):  # type: ignore[no-untyped-def]
     """A gateway whose upstream is llama-server behind a recording relay: what the gateway sent, as it arrived."""
-    from tests.gateway.conftest import RunningGateway
+    from tests.helpers.gateways import RunningGateway
     from tests.upstreams.conftest import relay_config
     from tests.upstreams.recording import RecordingProxy
 
@@ -135,7 +135,7 @@ def test_the_upstreams_refusal_comes_back_as_its_4xx(relay) -> None:
 
 @pytest.fixture(scope="module")
 def cached(llama, smollm2_config, tmp_path_factory):  # type: ignore[no-untyped-def]
-    from tests.gateway.conftest import RunningGateway
+    from tests.helpers.gateways import RunningGateway
     from tests.upstreams.conftest import relay_config
 
     running = RunningGateway(relay_config(smollm2_config, cache=True), llama.api, tmp_path_factory.mktemp("cached"))

@@ -1,13 +1,11 @@
 """Budgets and RPM/TPM in front of llama-server stay exact under a concurrent burst: one gateway on SQLite, and
-three gateway replicas (separate `trtkit gateway --backend http://...` processes, tests/fleet/replicas.py) sharing one
+three gateway replicas (separate `trtkit gateway --backend http://...` processes, tests/helpers/replicas.py) sharing one
 PostgreSQL database. Every admitted generation runs to exactly max_tokens (``ignore_eos``) and its prompt is counted
 before admission exactly as llama-server counts it, so a request spends exactly what it reserved."""
 
 from __future__ import annotations
 
-import asyncio
 import math
-import secrets
 import time
 from pathlib import Path
 
@@ -15,11 +13,12 @@ import httpx
 import pytest
 import yaml
 
-from tests.fleet.replicas import start_replicas, wait_for
+from tests.helpers.llama import ALIAS
+from tests.helpers.replicas import send_together, start_replicas
+from tests.helpers.stores import add_key, new_database, query
+from tests.helpers.waits import wait_for
 from tests.upstreams.conftest import MODEL, SMOLLM2_CONFIG
-from tests.upstreams.llama import ALIAS
-from trtkit.gateway.keys import ApiKey, hash_secret, new_secret
-from trtkit.store import open_database, open_gateway_store, parse_store_url
+from trtkit.gateway.keys import ApiKey
 
 pytestmark = pytest.mark.slow
 
@@ -28,24 +27,8 @@ BODY = {"model": MODEL, "prompt": "Count the waves that reach the shore.", "max_
         "temperature": 0, "ignore_eos": True}
 
 
-async def _burst(urls: list[str], secret: str, count: int) -> list[httpx.Response]:
-    limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as http:
-        start = asyncio.Event()
-
-        async def one(i: int) -> httpx.Response:
-            await start.wait()
-            return await http.post(f"{urls[i % len(urls)]}/v1/completions", json=BODY,
-                                   headers={"authorization": f"Bearer {secret}"})
-
-        tasks = [asyncio.create_task(one(i)) for i in range(count)]
-        await asyncio.sleep(0)  # every task waits on the event: they are released together
-        start.set()
-        return list(await asyncio.gather(*tasks))
-
-
 def burst(urls: list[str], secret: str, count: int) -> tuple[list[httpx.Response], list[httpx.Response]]:
-    responses = asyncio.run(_burst(urls, secret, count))
+    responses = send_together([(url, secret) for url in urls], count, BODY, timeout_s=600.0)
     admitted = [r for r in responses if r.status_code == 200]
     refused = [r for r in responses if r.status_code != 200]
     assert all(r.status_code == 429 for r in refused), {r.status_code: r.text for r in refused}
@@ -74,13 +57,8 @@ def test_a_budget_holds_under_a_concurrent_burst(relay) -> None:
 
 @pytest.fixture(scope="module")
 def fleet(llama, postgres_cluster, smollm2_dir, tmp_path_factory):  # type: ignore[no-untyped-def]
-    import psycopg
-
     folder: Path = tmp_path_factory.mktemp("relay-fleet")
-    name = f"relay_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres_cluster.url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    store_url = postgres_cluster.url_for(name)
+    store_url = new_database(postgres_cluster, "relay")
     config = yaml.safe_load(SMOLLM2_CONFIG.read_text())
     config["client"] |= {"store": store_url, "cache": {"enabled": False}, "guard": {"enabled": False}}
     config["gateway"] = {"store": store_url, "lease_seconds": 5, "upstream": {"model": ALIAS}}
@@ -92,22 +70,7 @@ def fleet(llama, postgres_cluster, smollm2_dir, tmp_path_factory):  # type: igno
 
 
 def fleet_key(store_url: str, **limits: object) -> tuple[ApiKey, str]:
-    key_id, secret = new_secret()
-    key = ApiKey(key_id, f"relay-{secrets.token_hex(4)}", created_at=time.time(), **limits)  # type: ignore[arg-type]
-    store = open_gateway_store(store_url, keep_leases=False)
-    try:
-        store.add_key(key, hash_secret(secret))
-    finally:
-        store.close()
-    return key, secret
-
-
-def query(store_url: str, sql: str, params: tuple = ()) -> list[tuple]:
-    db = open_database(parse_store_url(store_url, "gateway.store"))
-    try:
-        return [tuple(r) for r in db.read(lambda s: s.execute(sql, params).fetchall())]
-    finally:
-        db.close()
+    return add_key(store_url, "relay", **limits)
 
 
 def windows_of(key: ApiKey, store_url: str, column: str) -> list[int]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gateway.conftest import RunningGateway
 from tests.gateway.prices import check_costs, priced
+from tests.helpers.gateways import RunningGateway
 from tests.upstreams.conftest import MODEL, relay_config
 
 pytestmark = pytest.mark.slow

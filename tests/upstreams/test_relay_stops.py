@@ -13,10 +13,10 @@ import time
 import openai
 import pytest
 
-from tests.fleet.replicas import wait_for
-from tests.gateway.conftest import RunningGateway
+from tests.helpers.gateways import RunningGateway
+from tests.helpers.llama import LlamaServer
+from tests.helpers.waits import wait_for
 from tests.upstreams.conftest import MODEL, relay_config, sdk
-from tests.upstreams.llama import LlamaServer
 from trtkit.gateway.server import free_port
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.llama import LlamaServer
 from tests.upstreams.conftest import MODEL, sdk
-from tests.upstreams.llama import LlamaServer
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from tests.governance.conftest import client_config
-from tests.repository.live_client import Live, inputs
+from tests.helpers.live_client import Live, inputs
 from trtkit.errors import TrtkitError
 from trtkit.governance import SamplingParams
 from trtkit.upstreams import connect

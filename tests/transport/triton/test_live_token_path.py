@@ -14,7 +14,7 @@ import pytest
 from server_gauges import settled_engine
 
 from tests.governance.conftest import client_config
-from tests.repository.echo_model import CYCLE_TEXT
+from tests.helpers.echo_model import CYCLE_TEXT
 from trtkit.governance import SamplingParams
 from trtkit.governance.client import Client
 from trtkit.governance.vocabulary import GenerationResult

@@ -9,7 +9,6 @@ id, read its stream to its own end, and cancel the call only when that fails.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import queue
 import uuid
 from dataclasses import replace
@@ -19,6 +18,7 @@ import tritonclient.grpc as grpcclient
 from server_gauges import settled_engine
 
 from tests.governance.conftest import client_config
+from tests.helpers.streams import cancel_mid_stream
 from trtkit.governance import ClientMetrics, SamplingParams
 from trtkit.transport.triton.protocol import stop_inputs
 from trtkit.upstreams import connect, connect_async
@@ -120,21 +120,7 @@ def test_the_async_client_stops_on_task_cancel_and_on_its_deadline(live_server, 
     async def run() -> tuple[list[int], str]:
         async with connect_async(live_server.grpc_url, config=config, metrics=metrics,
                                         model_name=model) as client:
-            started, never = asyncio.Event(), asyncio.Event()
-            received: list[int] = []
-
-            async def long_stream() -> None:
-                async with contextlib.aclosing(client.stream("Go on", LONG_PARAMS)) as stream:
-                    async for chunk in stream:
-                        received.append(chunk.usage.completion_tokens)
-                        started.set()
-                        await never.wait()  # suspended mid-stream until cancelled
-
-            task = asyncio.create_task(long_stream())
-            await asyncio.wait_for(started.wait(), 60)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
+            received = await cancel_mid_stream(client, "Go on", LONG_PARAMS)
             # a deadline shorter than the generation (min_tokens keeps it going): the local deadline ends it
             late = await client.generate("Go on", LONG_PARAMS, deadline_s=0.5)
             return received, late.finish_reason

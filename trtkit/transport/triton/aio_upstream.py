@@ -20,13 +20,13 @@ import tritonclient.grpc.aio as aiogrpc
 from trtkit.governance.governor import PreparedRequest
 from trtkit.governance.metrics import UpstreamMetrics
 from trtkit.governance.tokens import TokenCounter
-from trtkit.governance.upstream import Capabilities, Delta
+from trtkit.governance.upstream import Delta
 from trtkit.transport.triton.exchange import END as EXCHANGE_END
 from trtkit.transport.triton.exchange import AsyncCallIO, Op, Step, TritonTarget, advance, exchange
 from trtkit.transport.triton.protocol import stop_inputs, stop_outcome
-from trtkit.transport.triton.request_path import RequestPath, TextReader, TokenReader, path_for
-from trtkit.transport.triton.retry import is_server_failure
+from trtkit.transport.triton.request_path import RequestPath, TextReader, TokenReader
 from trtkit.transport.triton.stream_mux import END, RequestInbox, ResponseQueue, StreamMux
+from trtkit.transport.triton.upstream_base import TritonUpstreamBase
 from trtkit.wire.stop_request import ENGINE_MODEL
 
 
@@ -49,20 +49,12 @@ class CallReader(ResponseQueue):
             self.items.put_nowait(END)
 
 
-class AsyncTritonUpstream:
-    """The asyncio upstream of one served model. ``counter``: the governor's token counter (the token path
-    detokenizes with it); ``metrics``: where retries and early ends are counted."""
-
-    # the Triton contract: the engine stops at max_tokens and counts every token it sends
-    capabilities = Capabilities(honours_max_tokens=True)
+class AsyncTritonUpstream(TritonUpstreamBase):
+    """The asyncio upstream of one served model (what both Triton upstreams share: upstream_base.py)."""
 
     def __init__(self, target: TritonTarget, counter: TokenCounter, metrics: UpstreamMetrics | None = None) -> None:
-        self.target = target
-        self.address = target.url
-        self.counter = counter
-        self.metrics = metrics
+        super().__init__(target, counter, metrics)
         self._client: aiogrpc.InferenceServerClient | None = None
-        self._path: RequestPath | None = None
         self._metadata_lock: asyncio.Lock | None = None  # made in the running loop, on first use
         self._mux: StreamMux | None = None  # every request on one kept call (made in the running loop)
 
@@ -72,9 +64,6 @@ class AsyncTritonUpstream:
         the stop does not end in time is let go: the shared call is never cancelled for one request."""
         return adrive(exchange(self.target, request.request_id, deadline, "let_go", self.metrics),
                       _MuxCall(self, request, stream))
-
-    def is_server_failure(self, error: BaseException) -> bool:
-        return is_server_failure(error)
 
     async def is_ready(self) -> bool:
         """True when the server is up and the served model is ready."""
@@ -138,8 +127,8 @@ class AsyncTritonUpstream:
             self._metadata_lock = asyncio.Lock()
         async with self._metadata_lock:
             if self._path is None:
-                metadata = await client.get_model_metadata(self.target.model_name, as_json=True)
-                self._path = path_for(metadata, self.counter, self.target.tokens_per_block)
+                self._path_from(await client.get_model_metadata(self.target.model_name, as_json=True))
+            assert self._path is not None
             return self._path
 
 

@@ -19,33 +19,25 @@ import tritonclient.grpc as grpcclient
 from trtkit.governance.governor import PreparedRequest
 from trtkit.governance.metrics import UpstreamMetrics
 from trtkit.governance.tokens import TokenCounter
-from trtkit.governance.upstream import Capabilities, Delta
+from trtkit.governance.upstream import Delta
 from trtkit.transport.triton.exchange import CANCELLED, CallIO, Op, Step, TritonTarget, advance, exchange
 from trtkit.transport.triton.protocol import is_final_response, stop_inputs, stop_outcome
-from trtkit.transport.triton.request_path import RequestPath, TextReader, TokenReader, path_for
-from trtkit.transport.triton.retry import is_server_failure
+from trtkit.transport.triton.request_path import TextReader, TokenReader
+from trtkit.transport.triton.upstream_base import TritonUpstreamBase
 from trtkit.wire.stop_request import ENGINE_MODEL, STOP_GRACE_S
 
 _CANCEL = object()
 _POLL_S = 0.05
 
 
-class TritonUpstream:
-    """The blocking upstream of one served model. ``counter``: the governor's token counter (the token path
-    detokenizes with it); ``metrics``: where retries and early ends are counted."""
-
-    # the Triton contract: the engine stops at max_tokens and counts every token it sends
-    capabilities = Capabilities(honours_max_tokens=True)
+class TritonUpstream(TritonUpstreamBase):
+    """The blocking upstream of one served model (what both Triton upstreams share: upstream_base.py)."""
 
     def __init__(self, target: TritonTarget, counter: TokenCounter, metrics: UpstreamMetrics | None = None) -> None:
-        self.target = target
-        self.address = target.url
-        self.counter = counter
-        self.metrics = metrics
+        super().__init__(target, counter, metrics)
         self._idle: queue.SimpleQueue[grpcclient.InferenceServerClient] = queue.SimpleQueue()
         self._active: dict[str, queue.SimpleQueue] = {}
         self._lock = threading.Lock()
-        self._path: RequestPath | None = None
 
     def deltas(self, request: PreparedRequest, *, stream: bool, deadline: float) -> Generator[Delta | str, None, None]:
         """The request's responses (exchange.py decides; _StreamCall carries). Closing it early stops the
@@ -55,9 +47,6 @@ class TritonUpstream:
             yield from drive(exchange(self.target, request.request_id, deadline, "call_cancel", self.metrics), call)
         finally:
             call.forget()
-
-    def is_server_failure(self, error: BaseException) -> bool:
-        return is_server_failure(error)
 
     def cancel(self, request_id: str) -> bool:
         """Cancel a running request (its result gets finish_reason 'cancelled'); False if not running."""
@@ -92,17 +81,15 @@ class TritonUpstream:
     def _send(self, client: grpcclient.InferenceServerClient, request: PreparedRequest, stream: bool,
               inbox: queue.SimpleQueue, deadline: float) -> TextReader | TokenReader:
         model = self.target.model_name
-        if self._path is None:
-            self._path = path_for(client.get_model_metadata(model, as_json=True), self.counter,
-                                  self.target.tokens_per_block)
-        inputs, outputs = self._path.request(request, stream=stream)
+        path = self._path or self._path_from(client.get_model_metadata(model, as_json=True))
+        inputs, outputs = path.request(request, stream=stream)
         client.start_stream(callback=lambda result, error: inbox.put((result, error)),
                             # past our own deadline and the time a stop may take: the local deadline and the stop
                             # end the request, never gRPC's deadline (a cancel: see trtkit/wire/stop_request.py)
                             stream_timeout=max(0.001, deadline - time.monotonic()) + STOP_GRACE_S + 1.0)
         client.async_stream_infer(model, inputs, outputs=outputs, request_id=request.request_id,
                                   enable_empty_final_response=True)
-        return self._path.reader(request)
+        return path.reader(request)
 
     def _send_stop(self, request_id: str, until: float) -> str:
         """One stop request on its own stream (this client's streams carry one request each)."""

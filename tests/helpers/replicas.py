@@ -1,4 +1,5 @@
-"""Gateway replicas as separate OS processes (`trtkit gateway CONFIG --backend ... --port P`) on one store.
+"""Gateway replicas as separate OS processes (`trtkit gateway CONFIG --backend ... --port P`) on one store, bursts of
+requests released together, and SDK clients for each replica (the stores they share: tests/helpers/stores.py).
 
 Each replica is its own Python process with its own store connections and lease keeper, exactly as a
 fleet runs them; `kill()` is a real SIGKILL, so nothing of the replica's clean-up code runs.
@@ -6,6 +7,7 @@ fleet runs them; `kill()` is a real SIGKILL, so nothing of the replica's clean-u
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -96,10 +98,29 @@ def start_replicas(count: int, config: Path, backend: str, folder: Path) -> list
     return replicas
 
 
-def wait_for(condition, timeout_s: float = 90.0, what: object = "condition") -> None:  # type: ignore[no-untyped-def]
-    """Poll under a generous deadline: a busy machine is slow, never wrong."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what() if callable(what) else what}")
-        time.sleep(0.1)
+def send_together(targets: list[tuple[str, str]], count: int, body: dict, timeout_s: float = 300.0) -> list[httpx.Response]:
+    """``count`` completions released together, round-robin over (replica URL, secret) pairs."""
+    async def run() -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
+        async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits) as http:
+            start = asyncio.Event()
+
+            async def one(i: int) -> httpx.Response:
+                url, secret = targets[i % len(targets)]
+                await start.wait()
+                return await http.post(f"{url}/v1/completions", json=body,
+                                       headers={"authorization": f"Bearer {secret}"})
+
+            tasks = [asyncio.create_task(one(i)) for i in range(count)]
+            await asyncio.sleep(0)  # every task waits on the event: they are released together
+            start.set()
+            return list(await asyncio.gather(*tasks))
+
+    return asyncio.run(run())
+
+
+def sdks(replicas: list[Replica], secret: str):  # type: ignore[no-untyped-def]
+    """One OpenAI SDK client per replica, all with the same key."""
+    import openai
+
+    return [openai.OpenAI(base_url=f"{r.url}/v1", api_key=secret, max_retries=0) for r in replicas]
