@@ -11,18 +11,29 @@ bash scripts/setup_env.sh
 . "${TRTKIT_VENV:-.venv}/bin/activate"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
+run_shards() {  # N PYTEST-ARGS...: pytest in N processes, shard I of N each (tests/shards.py: whole modules, balanced
+  local n=$1 i rc=0 outputs=() pids=()  # by the seconds each took, servers started once where that balances); the
+  shift                                   # first one's output live, each other's after it
+  for ((i = 1; i < n; i++)); do
+    outputs+=("$(mktemp "${TMPDIR:-/tmp}/trtkit-shard.XXXXXX")")
+    python -m pytest -q --shard "$i/$n" "$@" > "${outputs[-1]}" 2>&1 & pids+=($!)
+  done
+  python -m pytest -q --shard "0/$n" "$@" || rc=$?
+  for ((i = 1; i < n; i++)); do
+    wait "${pids[i - 1]}" || rc=$((rc == 0 ? $? : rc))
+    echo "== pytest, shard $i of $n" && cat "${outputs[i - 1]}" && rm -f "${outputs[i - 1]}"
+  done
+  return "$rc"
+}
+
 if [ "$quick" = "1" ]; then
   # the tests marked `server` (tritonserver, PostgreSQL, llama-server, Dynamo or Chromium: tests/server_guard.py marks
   # them, and fails one that starts a server unmarked), `slow` (the bundled SmolLM2) and `gpu` are left out; the others
-  # run in two halves (tests/shards.py: whole modules, balanced by test count), one process per core
+  # run in two halves (tests/shards.py: whole modules, balanced by the seconds each took), one process per core
   echo "== ruff" && ruff check trtkit tests benchmarks scripts
   echo "== mypy" && mypy trtkit
   echo "== pytest (quick)"
-  half=$(mktemp "${TMPDIR:-/tmp}/trtkit-quick.XXXXXX")
-  python -m pytest -q -m "not server and not slow and not gpu" --shard 1/2 "$@" > "$half" 2>&1 & other=$!
-  rc=0 && python -m pytest -q -m "not server and not slow and not gpu" --shard 0/2 "$@" || rc=$?
-  wait "$other" || rc=$((rc == 0 ? $? : rc))
-  echo "== pytest (quick), the other half" && cat "$half" && rm -f "$half"
+  rc=0 && run_shards 2 -m "not server and not slow and not gpu" "$@" || rc=$?
   exit "$rc"
 fi
 
@@ -52,7 +63,12 @@ in_background llama-server scripts/setup_llama_server.sh
 
 echo "== ruff" && ruff check trtkit tests benchmarks scripts
 echo "== mypy" && mypy trtkit
-echo "== pytest" && python -m pytest -q "$@"
+# The whole suite in one process per core (at most TRTKIT_TEST_PROCESSES, 2 by default); a run on a subset in one
+processes=${TRTKIT_TEST_PROCESSES:-2}
+[ "$(nproc)" -lt "$processes" ] && processes=$(nproc)
+[ $# -gt 0 ] && processes=1
+echo "== pytest ($processes processes)"
+if [ "$processes" -gt 1 ]; then run_shards "$processes" "$@"; else python -m pytest -q "$@"; fi
 
 # The pins stage (on by default for the whole suite; a run on a subset skips it unless TRTKIT_PINS=1): its output,
 # then the model folders that transformers 5 wrote above read by the container's transformers 4.57, as a GPU host

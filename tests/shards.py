@@ -1,18 +1,36 @@
 """A pytest plugin (loaded by tests/conftest.py): ``--shard I/N`` keeps the I-th (0-based) of N shards of the test
-modules, and deselects the others; each module goes, the largest first, to the shard with the fewest tests so far. The quick command (``bash scripts/test.sh --quick``) runs its two halves in two processes,
-one per core: its tests start no server, so nothing is started twice. Whole modules, so that a module's fixtures are
-made once, in one process."""
+modules and deselects the others, so that N processes, one per core, run the suite together (scripts/test.sh: the
+quick command's two halves, and the full run's). Whole modules, so that a module's fixtures are made once, in one
+process.
+
+Each module costs what it took in a whole run (``tests/durations.json``, written by ``--record-durations``; a module
+not in it costs ``DEFAULT_TEST_S`` a test), plus ``SERVER_START_S`` for each session server (tests/server_guard.py's
+``SERVER_FIXTURES``: a tritonserver, PostgreSQL, llama-server, the Dynamo cluster) that its shard has not started
+yet. The modules go, the costliest first, to the shard where they add the least: a shard's modules share its servers,
+and a server is started twice only where that balances the halves better than one more module on one side.
+Every process computes the same split from the same collection, so each test runs exactly once."""
 
 from __future__ import annotations
 
-from collections import Counter
+import json
+from collections import defaultdict
+from pathlib import Path
 
 import pytest
+from server_guard import SERVER_FIXTURES
+
+DURATIONS = Path(__file__).with_name("durations.json")
+DEFAULT_TEST_S = 0.3
+SERVER_START_S = 15.0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--shard", default=None, metavar="I/N",
-                     help="run only the I-th of N shards of the test modules (0-based; the quick command's halves)")
+                     help="run only the I-th of N shards of the test modules (0-based: scripts/test.sh runs N "
+                          "processes, one per core)")
+    parser.addoption("--record-durations", default=None, metavar="PATH",
+                     help="write each module's seconds (setup + call + teardown) to PATH as JSON, merged into what "
+                          "PATH holds (tests/durations.json is what --shard balances by)")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -26,19 +44,68 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def recorded_durations(path: Path = DURATIONS) -> dict[str, float]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def split_modules(costs: dict[str, float], servers: dict[str, frozenset[str]], count: int) -> dict[str, int]:
+    """Each module's shard: the costliest first, each to the shard where it adds the least (its cost, and the start
+    of each server it uses that the shard has not started); ties to the lower shard."""
+    loads = [0.0] * count
+    started: list[set[str]] = [set() for _ in range(count)]
+    owner: dict[str, int] = {}
+    for module in sorted(costs, key=lambda m: (-costs[m], m)):
+        added = [costs[module] + SERVER_START_S * len(servers[module] - started[s]) for s in range(count)]
+        shard = min(range(count), key=lambda s: (loads[s] + added[s], s))
+        loads[shard] += added[shard]
+        started[shard] |= servers[module]
+        owner[module] = shard
+    return owner
+
+
 @pytest.hookimpl(trylast=True)  # after the other plugins have ordered and marked the items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     shard = config.getoption("--shard")
     if shard is None:
         return
     index, count = parse_shard(shard)
-    sizes = Counter(item.nodeid.split("::", 1)[0] for item in items)
-    loads, owner = [0] * count, {}
-    for module in sorted(sizes, key=lambda m: (-sizes[m], m)):  # the largest module first, to the lightest shard
-        shard = loads.index(min(loads))
-        owner[module] = shard
-        loads[shard] += sizes[module]
-    mine = {module for module, shard in owner.items() if shard == index}
-    kept = [item for item in items if item.nodeid.split("::", 1)[0] in mine]
-    config.hook.pytest_deselected(items=[item for item in items if item.nodeid.split("::", 1)[0] not in mine])
+    recorded = recorded_durations()
+    tests: dict[str, int] = defaultdict(int)
+    servers: dict[str, set[str]] = defaultdict(set)
+    for item in items:
+        module = module_of(item.nodeid)
+        tests[module] += 1
+        servers[module] |= SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
+    costs = {m: recorded.get(m, n * DEFAULT_TEST_S) for m, n in tests.items()}
+    owner = split_modules(costs, {m: frozenset(s) for m, s in servers.items()}, count)
+    kept = [item for item in items if owner[module_of(item.nodeid)] == index]
+    config.hook.pytest_deselected(items=[item for item in items if owner[module_of(item.nodeid)] != index])
     items[:] = kept
+
+
+class DurationRecorder:
+    """Each module's seconds (setup + call + teardown of its tests), written at the end of the session."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.spent: dict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.spent[module_of(report.nodeid)] += report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        merged = recorded_durations(self.path) | {m: round(s, 1) for m, s in self.spent.items()}
+        self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if path := config.getoption("--record-durations"):
+        config.pluginmanager.register(DurationRecorder(Path(path)), "shards-duration-recorder")

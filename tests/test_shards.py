@@ -28,3 +28,29 @@ def test_a_bad_shard_is_a_usage_error(pytester: pytest.Pytester, shard: str) -> 
     result = pytester.runpytest_inprocess("-p", "shards", "-p", "no:cacheprovider", "--shard", shard)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*--shard '{shard}'*"])
+
+
+def test_modules_that_share_a_server_stay_together_unless_that_unbalances_the_halves() -> None:
+    from shards import SERVER_START_S, split_modules
+
+    servers = {"a": frozenset({"live_server"}), "b": frozenset({"live_server"}), "c": frozenset(), "d": frozenset()}
+    together = split_modules({"a": 10.0, "b": 10.0, "c": 20.0, "d": 0.0}, servers, 2)
+    assert together["a"] == together["b"] != together["c"]  # one tritonserver started, on the half without c
+    # a module far heavier than a server's start: the second user of the server goes to the other half
+    heavy = split_modules({"a": 10 * SERVER_START_S, "b": 5 * SERVER_START_S, "c": 1.0, "d": 1.0}, servers, 2)
+    assert heavy["a"] != heavy["b"]
+
+
+def test_the_durations_recorded_are_what_the_shards_balance_by(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(**MODULES)
+    record = pytester.path / "durations.json"
+    record.write_text('{"gone.py": 3.0}')
+    pytester.runpytest_inprocess("-p", "shards", "-p", "no:cacheprovider", "--record-durations", str(record))
+    import json
+
+    from shards import recorded_durations
+
+    recorded = recorded_durations(record)
+    assert set(recorded) == {"gone.py", *(f"{name}.py" for name in MODULES)} and recorded["gone.py"] == 3.0
+    assert all(seconds >= 0 for seconds in recorded.values())
+    assert json.loads(record.read_text()) == recorded
