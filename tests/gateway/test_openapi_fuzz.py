@@ -6,13 +6,16 @@ Each answer must be no 5xx (bad input is a 4xx naming the field), in the content
 in the shape it declares: the ``openai`` package's own response types for answers, OpenAI's error object for
 refusals. Bounded: FUZZ_EXAMPLES examples per operation (``TRTKIT_FUZZ_EXAMPLES`` raises it for a longer hunt),
 each request at most REQUEST_TIMEOUT_S, and the generated max_tokens held low in the test's copy of the document so
-valid requests stay short (the gateway's own range checks still meet every invalid value).
+valid requests stay short (the gateway's own range checks still meet every invalid value); a request that names no
+max_tokens gets the gateway's default, set as low here (``gateway.default_max_tokens``; with the usual default, all the
+room the prompt leaves, each such request generated for seconds: half of the module's two minutes).
 """
 
 from __future__ import annotations
 
 import copy
 import os
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -21,11 +24,23 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import content_type_conformance, not_a_server_error, response_schema_conformance
 
+from tests.helpers.gateways import RunningGateway, gateway_config
+
 pytestmark = pytest.mark.slow
 
 FUZZ_EXAMPLES = int(os.environ.get("TRTKIT_FUZZ_EXAMPLES", "25"))
 REQUEST_TIMEOUT_S = 60
 SHORT = 8  # the most tokens a valid generated request asks for
+
+
+@pytest.fixture(scope="module")
+def gateway(live_server, tiny_config, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The plain gateway (tests/gateway/conftest.py's), but with gateway.default_max_tokens = SHORT."""
+    config = gateway_config(tiny_config, cache=False)
+    config = replace(config, gateway=replace(config.gateway, default_max_tokens=SHORT))
+    running = RunningGateway(config, live_server.grpc_url, tmp_path_factory.mktemp("gw-fuzz"))
+    yield running
+    running.stop()
 
 
 def test_the_document_is_built_from_the_validating_models(gateway) -> None:
@@ -52,6 +67,14 @@ def test_an_empty_prompt_is_a_400_naming_the_field(gateway) -> None:
                             json={"model": "tiny-llama", "prompt": prompt, "max_tokens": 4}, timeout=60)
         assert answer.status_code == 400, answer.text
         assert answer.json()["error"]["param"].startswith("prompt")
+
+
+def test_a_request_without_max_tokens_gets_the_configured_default(gateway) -> None:
+    _, secret = gateway.key()
+    answer = httpx.post(f"{gateway.url}/v1/completions", headers={"authorization": f"Bearer {secret}"},
+                        json={"model": "tiny-llama", "prompt": "Count on and on:", "min_tokens": 100}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["usage"]["completion_tokens"] == SHORT  # min_tokens past it: the default is the bound
 
 
 @pytest.fixture(scope="module")

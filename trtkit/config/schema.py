@@ -276,6 +276,9 @@ class GatewaySection:
     max_body_bytes: int = bounded(262144, ge=1024, doc="larger request bodies get 413 before any parsing")
     max_tokens_overflow: Literal["clamp", "reject"] = described(
         "clamp", doc="max_tokens beyond the context: clamp to what fits, or answer 400")
+    default_max_tokens: int | None = bounded(None, ge=1, doc="a request that names no max_tokens gets at most this "
+                                             "many (and reserves as many); default: all the room the prompt leaves, "
+                                             "as OpenAI's API does")
     store: str | None = described(None, doc="keys/budgets/rate-limit store: sqlite:///PATH or postgresql://...; "
                                         "$TRTKIT_GATEWAY_STORE wins; default $TRTKIT_HOME/gateway.db")
     lease_seconds: float = bounded(30.0, ge=1.0, le=3600.0, doc="a budget hold's lease: renewed while its request "

@@ -94,7 +94,8 @@ def build_gateway(config: ModelConfig, backend: str | None, *, no_auth: bool = F
     own_ledger = ledger is None
     governor = open_governor(config, ledger=ledger or open_ledger(gateway_ledger_url(config)),
                              metrics=ClientMetrics(registry), budgets=BudgetGuard([], None, rulebook))
-    governor.default_max_tokens = None  # no max_tokens: all the room the prompt leaves
+    # no max_tokens: all the room the prompt leaves, or at most gateway.default_max_tokens
+    governor.default_max_tokens = config.gateway.default_max_tokens
     governor.max_tokens_overflow = config.gateway.max_tokens_overflow
     try:
         plug = open_gateway_upstream(config, upstream, governor)
