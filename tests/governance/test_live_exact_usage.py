@@ -9,6 +9,7 @@ guard (finish reason ``guard_repetition``), not miscounted: the second test pins
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -23,24 +24,27 @@ from .conftest import client_config
 pytestmark = pytest.mark.slow
 
 LENGTHS = list(range(1, 41))
+IN_FLIGHT = 4  # the echo server's max_batch_size (the latency profile)
 
 
 @pytest.mark.parametrize("model", ["ensemble", "tensorrt_llm_bls"])
 def test_forced_lengths_count_every_engine_token(live, tiny_config, model: str) -> None:
     config = client_config(tiny_config, cache=replace(tiny_config.client.cache, enabled=False))
     assert config.client.guard.enabled  # the default path: generate streams internally for the guard
-    wrong = []
     with connect(live.server.grpc_url, config=config, model_name=model, ledger=False) as client:
-        for n in LENGTHS:
+        def counted(n: int) -> tuple:
             params = SamplingParams(max_tokens=n, min_tokens=n)
             plain = client.generate(CYCLE_TEXT, params)
-            chunks = list(client.stream(CYCLE_TEXT, params))
-            streamed = chunks[-1].result
+            streamed = list(client.stream(CYCLE_TEXT, params))[-1].result
             assert streamed is not None
-            seen = (plain.usage.completion_tokens, streamed.usage.completion_tokens, plain.finish_reason,
+            return (plain.usage.completion_tokens, streamed.usage.completion_tokens, plain.finish_reason,
                     streamed.finish_reason, plain.text, streamed.text)
-            if seen != (n, n, "length", "length", live.expected(n), live.expected(n)):
-                wrong.append((n, seen))
+
+        # several lengths in flight at once (the engine batches them, as it would any callers'): each still counted
+        with ThreadPoolExecutor(IN_FLIGHT) as pool:
+            seen = dict(zip(LENGTHS, pool.map(counted, LENGTHS), strict=True))
+    wrong = [(n, got) for n, got in seen.items()
+             if got != (n, n, "length", "length", live.expected(n), live.expected(n))]
     assert not wrong
     assert len(ends_inside_a_character(live)) >= 10  # the lengths above do cover broken tails
 
