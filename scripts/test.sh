@@ -16,7 +16,9 @@ run_shards() {  # N PYTEST-ARGS...: pytest in N processes, shard I of N each (te
   shift                                   # first one's output live, each other's after it
   for ((i = 1; i < n; i++)); do
     outputs+=("$(mktemp "${TMPDIR:-/tmp}/trtkit-shard.XXXXXX")")
-    python -m pytest -q --shard "$i/$n" "$@" > "${outputs[-1]}" 2>&1 & pids+=($!)
+    # `&` would start it with SIGINT ignored (no job control): Ctrl-C stops it too, and its tests see what a
+    # foreground run sees
+    (trap - INT; exec python -m pytest -q --shard "$i/$n" "$@") > "${outputs[-1]}" 2>&1 & pids+=($!)
   done
   python -m pytest -q --shard "0/$n" "$@" || rc=$?
   for ((i = 1; i < n; i++)); do
@@ -64,9 +66,10 @@ in_background llama-server scripts/setup_llama_server.sh
 echo "== ruff" && ruff check trtkit tests benchmarks scripts
 echo "== mypy" && mypy trtkit
 # The whole suite in one process per core (at most TRTKIT_TEST_PROCESSES, 2 by default); a run on a subset in one
-processes=${TRTKIT_TEST_PROCESSES:-2}
+# unless TRTKIT_TEST_PROCESSES says otherwise (tests/durations.json is recorded so: TRTKIT_TEST_PROCESSES=2 bash
+# scripts/test.sh --record-durations tests/durations.json)
+processes=${TRTKIT_TEST_PROCESSES:-$([ $# -gt 0 ] && echo 1 || echo 2)}
 [ "$(nproc)" -lt "$processes" ] && processes=$(nproc)
-[ $# -gt 0 ] && processes=1
 echo "== pytest ($processes processes)"
 if [ "$processes" -gt 1 ]; then run_shards "$processes" "$@"; else python -m pytest -q "$@"; fi
 

@@ -12,6 +12,7 @@ Every process computes the same split from the same collection, so each test run
 
 from __future__ import annotations
 
+import fcntl
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -102,8 +103,10 @@ class DurationRecorder:
         self.spent[module_of(report.nodeid)] += report.duration
 
     def pytest_sessionfinish(self) -> None:
-        merged = recorded_durations(self.path) | {m: round(s, 1) for m, s in self.spent.items()}
-        self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
+        with open(self.path.with_name(self.path.name + ".lock"), "w") as lock:  # the shards finish together
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            merged = recorded_durations(self.path) | {m: round(s, 1) for m, s in self.spent.items()}
+            self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -33,16 +33,17 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def _with_sigint(sigint: signal.Handlers, command: list[str]) -> list[str]:
-    """``command`` started with SIGINT at ``sigint``, as a shell's `&` hands it ignored.
+    """``command`` started with SIGINT at ``sigint``: ignored, as a shell's `&` hands it, or at its default, set
+    explicitly (this test process may itself run with SIGINT ignored: scripts/test.sh starts its second pytest with `&`).
 
     Not ``preexec_fn``: that forks this process, whose gRPC threads (the session's clients) may be mid-call, and gRPC's
     post-fork handler then aborts the child before it execs ("Epoll1Poller ... epoll_wait error: Bad file
-    descriptor", seen in CI). A shell's ``trap '' INT`` sets the disposition in a process that holds no gRPC, and an
-    ignored signal stays ignored across ``exec``. SIG_DFL needs nothing: exec resets handled signals to default."""
-    if sigint == signal.SIG_DFL:
-        return command
-    assert sigint == signal.SIG_IGN, sigint
-    return ["sh", "-c", "trap '' INT; exec \"$@\"", "sh", *command]
+    descriptor", seen in CI). A small process that holds no gRPC sets the disposition and execs the command: an
+    ignored signal stays ignored across ``exec``, a default one stays default."""
+    assert sigint in (signal.SIG_IGN, signal.SIG_DFL), sigint
+    setting = "SIG_IGN" if sigint == signal.SIG_IGN else "SIG_DFL"
+    return [sys.executable, "-c", f"import os, signal, sys; signal.signal(signal.SIGINT, signal.{setting}); "
+            "os.execvp(sys.argv[1], sys.argv[1:])", *command]
 
 
 def test_a_command_started_with_sigint_ignored_inherits_it() -> None:
