@@ -43,14 +43,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine_checks import decode_steps_ms  # noqa: E402
-from peer_load import Request, Result, make_workload, run_load, summarize  # noqa: E402
-from peer_report import report  # noqa: E402
-from peer_servers import llama_stack, process_cpu_seconds, trtkit_stack, vllm_stack  # noqa: E402
-from roofline import ModelShape, decode_roofline_ms, measure_machine  # noqa: E402
-
-from trtkit.sources.resolve import resolve_model_dir  # noqa: E402
-
 CACHE = Path(os.environ.get("TRTKIT_TEST_CACHE") or Path(__file__).resolve().parent.parent / ".trtkit-cache")
 ENGINE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 STACKS = ("trtkit", "vllm", "llama")
@@ -81,6 +73,19 @@ def parse_args() -> argparse.Namespace:
         if unknown := [name for name in given if name not in known]:
             parser.error(f"{option}: unknown {', '.join(unknown)}; give a comma-separated list of {', '.join(known)}")
     return args
+
+
+
+if __name__ == "__main__":
+    parse_args()  # a bad flag is refused before the imports below (torch, transformers: seconds)
+
+from engine_checks import decode_steps_ms  # noqa: E402
+from peer_load import Request, Result, make_workload, run_load, summarize  # noqa: E402
+from peer_report import report  # noqa: E402
+from peer_servers import llama_stack, process_cpu_seconds, trtkit_stack, vllm_stack  # noqa: E402
+from roofline import ModelShape, decode_roofline_ms, measure_machine  # noqa: E402
+
+from trtkit.sources.resolve import resolve_model_dir  # noqa: E402
 
 
 @contextlib.contextmanager

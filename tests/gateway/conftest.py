@@ -5,9 +5,11 @@ Each gateway has its own store and ledger under a session temp folder; tests cre
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from tests.helpers.gateways import RunningGateway, gateway_config
+from tests.helpers.gateways import FUZZ_DEFAULT_MAX_TOKENS, RunningGateway, gateway_config
 
 
 @pytest.fixture(scope="session")
@@ -15,6 +17,16 @@ def gateway(live_server, tiny_config, tmp_path_factory):  # noqa: F811
     """No response cache, no guard: every request reaches the engine."""
     running = RunningGateway(gateway_config(tiny_config, cache=False), live_server.grpc_url,
                              tmp_path_factory.mktemp("gw-plain"))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+def fuzz_gateway(live_server, tiny_config, tmp_path_factory):  # noqa: F811
+    """As ``gateway``, with gateway.default_max_tokens = FUZZ_DEFAULT_MAX_TOKENS: for the fuzz tests."""
+    config = gateway_config(tiny_config, cache=False)
+    config = replace(config, gateway=replace(config.gateway, default_max_tokens=FUZZ_DEFAULT_MAX_TOKENS))
+    running = RunningGateway(config, live_server.grpc_url, tmp_path_factory.mktemp("gw-fuzz"))
     yield running
     running.stop()
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import replace
 
 import httpx
 import pytest
@@ -24,23 +23,19 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import content_type_conformance, not_a_server_error, response_schema_conformance
 
-from tests.helpers.gateways import RunningGateway, gateway_config
+from tests.helpers.gateways import FUZZ_DEFAULT_MAX_TOKENS
 
 pytestmark = pytest.mark.slow
 
 FUZZ_EXAMPLES = int(os.environ.get("TRTKIT_FUZZ_EXAMPLES", "25"))
 REQUEST_TIMEOUT_S = 60
-SHORT = 8  # the most tokens a valid generated request asks for
+SHORT = FUZZ_DEFAULT_MAX_TOKENS  # the most tokens a valid generated request asks for, or gets by default
 
 
 @pytest.fixture(scope="module")
-def gateway(live_server, tiny_config, tmp_path_factory):  # type: ignore[no-untyped-def]
-    """The plain gateway (tests/gateway/conftest.py's), but with gateway.default_max_tokens = SHORT."""
-    config = gateway_config(tiny_config, cache=False)
-    config = replace(config, gateway=replace(config.gateway, default_max_tokens=SHORT))
-    running = RunningGateway(config, live_server.grpc_url, tmp_path_factory.mktemp("gw-fuzz"))
-    yield running
-    running.stop()
+def gateway(fuzz_gateway):  # type: ignore[no-untyped-def]
+    """This module's gateway: tests/gateway/conftest.py's fuzz_gateway (gateway.default_max_tokens = SHORT)."""
+    return fuzz_gateway
 
 
 def test_the_document_is_built_from_the_validating_models(gateway) -> None:

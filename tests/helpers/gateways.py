@@ -19,6 +19,11 @@ from trtkit.gateway.server import free_port, run_in_loop, uvicorn_config
 from trtkit.store import open_gateway_store
 from trtkit.store.ledger import Ledger
 
+# A request that names no max_tokens gets all the room its prompt leaves: the tiny random model then generates to its
+# context, seconds a request. The fuzzers send many such requests (what they prove is the answers' shapes and codes,
+# not long generations), so their gateway bounds the default (gateway.default_max_tokens).
+FUZZ_DEFAULT_MAX_TOKENS = 8
+
 
 class RunningGateway:
     def __init__(self, config: ModelConfig, backend: str, folder: Path, store_url: str | None = None,
