@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one test command: set up .venv, then lint (ruff), types (mypy on the package), tests (pytest).
+# The one test command: set up .venv, then lint (ruff), types (mypy on the package), tests (pytest): scripts/lint.sh
+# first for the quick command and a subset's run, beside the tests for the whole suite.
 #   bash scripts/test.sh           every test, against the real servers (figures: docs/setup.md#the-test-command)
 #   bash scripts/test.sh --quick   the edit-test loop: ruff, mypy and the tests that start no server (under 2 minutes)
 #   bash scripts/test.sh ARGS      pytest ARGS (a folder, -k, ...) after ruff and mypy
@@ -32,8 +33,7 @@ if [ "$quick" = "1" ]; then
   # the tests marked `server` (tritonserver, PostgreSQL, llama-server, Dynamo or Chromium: tests/server_guard.py marks
   # them, and fails one that starts a server unmarked), `slow` (the bundled SmolLM2) and `gpu` are left out; the others
   # run in two halves (tests/shards.py: whole modules, balanced by the seconds each took), one process per core
-  echo "== ruff" && ruff check trtkit tests benchmarks scripts
-  echo "== mypy" && mypy trtkit
+  bash scripts/lint.sh
   echo "== pytest (quick)"
   rc=0 && run_shards 2 -m "not server and not slow and not gpu" "$@" || rc=$?
   exit "$rc"
@@ -62,9 +62,8 @@ trap stop_background EXIT
 in_background dynamo scripts/setup_dynamo_env.sh
 in_background llama-server scripts/setup_llama_server.sh
 [ "$pins" = "1" ] && in_background pins scripts/test_pins.sh
-
-echo "== ruff" && ruff check trtkit tests benchmarks scripts
-echo "== mypy" && mypy trtkit
+# ruff and mypy: beside the whole suite (their output, and a failure, come after the tests), before a subset's tests
+if [ $# -eq 0 ]; then in_background lint scripts/lint.sh; else bash scripts/lint.sh; fi
 # The whole suite in one process per core (at most TRTKIT_TEST_PROCESSES, 2 by default); a run on a subset in one
 # unless TRTKIT_TEST_PROCESSES says otherwise (tests/durations.json is recorded so: TRTKIT_TEST_PROCESSES=2 bash
 # scripts/test.sh --record-durations tests/durations.json)
@@ -72,6 +71,12 @@ processes=${TRTKIT_TEST_PROCESSES:-$([ $# -gt 0 ] && echo 1 || echo 2)}
 [ "$(nproc)" -lt "$processes" ] && processes=$(nproc)
 echo "== pytest ($processes processes)"
 if [ "$processes" -gt 1 ]; then run_shards "$processes" "$@"; else python -m pytest -q "$@"; fi
+
+if [ -f "$state/lint.log" ]; then
+  while [ ! -f "$state/lint.rc" ]; do sleep 1; done
+  cat "$state/lint.log"
+  [ "$(cat "$state/lint.rc")" = "0" ] || { echo "scripts/lint.sh failed (exit $(cat "$state/lint.rc"))" >&2; exit 1; }
+fi
 
 # The pins stage (on by default for the whole suite; a run on a subset skips it unless TRTKIT_PINS=1): its output,
 # then the model folders that transformers 5 wrote above read by the container's transformers 4.57, as a GPU host
