@@ -4,10 +4,11 @@ quick command's two halves, and the full run's). Whole modules, so that a module
 process.
 
 Each module costs what it took in a whole run (``tests/durations.json``, written by ``--record-durations``; a module
-not in it costs ``DEFAULT_TEST_S`` a test), plus ``SERVER_START_S`` for each session server (tests/server_guard.py's
-``SERVER_FIXTURES``: a tritonserver, PostgreSQL, llama-server, the Dynamo cluster) that its shard has not started
-yet. The modules go, the costliest first, to the shard where they add the least: a shard's modules share its servers,
-and a server is started twice only where that balances the halves better than one more module on one side.
+not in it costs ``DEFAULT_TEST_S`` a test), plus the start of each session server (tests/server_guard.py's
+``SERVER_FIXTURES``: a tritonserver, PostgreSQL, llama-server, the Dynamo cluster; ``SERVER_START_S``, ``STARTS_S``)
+that its shard has not started yet. The modules go, the costliest first, to the shard where they add the least: a
+shard's modules share its servers, and a server is started twice only where that balances the halves better than one
+more module on one side. Then modules move from the heaviest shard to the lightest while that lowers the heaviest.
 Every process computes the same split from the same collection, so each test runs exactly once."""
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from server_guard import SERVER_FIXTURES
 
 DURATIONS = Path(__file__).with_name("durations.json")
 DEFAULT_TEST_S = 0.3
-SERVER_START_S = 15.0
+SERVER_START_S = 5.0  # a tritonserver on the tiny model starts in 3 s of wall and 3.5 s of CPU (measured); the
+# first module to use a server already carries its start in its recorded seconds
+STARTS_S = {"dynamo_cluster": 20.0}  # Dynamo's frontend and two workers, each loading the engine: seconds more
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,16 +62,51 @@ def recorded_durations(path: Path = DURATIONS) -> dict[str, float]:
 
 def split_modules(costs: dict[str, float], servers: dict[str, frozenset[str]], count: int) -> dict[str, int]:
     """Each module's shard: the costliest first, each to the shard where it adds the least (its cost, and the start
-    of each server it uses that the shard has not started); ties to the lower shard."""
+    of each server it uses that the shard has not started); ties to the lower shard. Then modules move from the
+    heaviest shard to the lightest while that lowers the heaviest's load (a greedy split leaves the last big module's
+    difference)."""
     loads = [0.0] * count
     started: list[set[str]] = [set() for _ in range(count)]
     owner: dict[str, int] = {}
     for module in sorted(costs, key=lambda m: (-costs[m], m)):
-        added = [costs[module] + SERVER_START_S * len(servers[module] - started[s]) for s in range(count)]
+        added = [costs[module] + start_cost(servers[module] - started[s]) for s in range(count)]
         shard = min(range(count), key=lambda s: (loads[s] + added[s], s))
         loads[shard] += added[shard]
         started[shard] |= servers[module]
         owner[module] = shard
+    return rebalanced(owner, costs, servers, count)
+
+
+def start_cost(servers: set[str] | frozenset[str]) -> float:
+    return sum(STARTS_S.get(server, SERVER_START_S) for server in servers)
+
+
+def shard_loads(owner: dict[str, int], costs: dict[str, float], servers: dict[str, frozenset[str]],
+                count: int) -> list[float]:
+    """Each shard's cost: its modules', and each server it starts once."""
+    loads = [0.0] * count
+    started: list[set[str]] = [set() for _ in range(count)]
+    for module, shard in owner.items():
+        loads[shard] += costs[module]
+        started[shard] |= servers[module]
+    return [load + start_cost(started[s]) for s, load in enumerate(loads)]
+
+
+def rebalanced(owner: dict[str, int], costs: dict[str, float], servers: dict[str, frozenset[str]],
+                count: int) -> dict[str, int]:
+    owner = dict(owner)
+    for _ in range(len(owner)):  # each move lowers the heaviest load: a bounded walk
+        loads = shard_loads(owner, costs, servers, count)
+        heavy, light = loads.index(max(loads)), loads.index(min(loads))
+        best, best_max = None, max(loads)
+        for module in sorted(m for m, s in owner.items() if s == heavy):
+            moved = owner | {module: light}
+            worst = max(shard_loads(moved, costs, servers, count))
+            if worst < best_max - 1e-9:
+                best, best_max = module, worst
+        if best is None:
+            break
+        owner[best] = light
     return owner
 
 

@@ -54,3 +54,12 @@ def test_the_durations_recorded_are_what_the_shards_balance_by(pytester: pytest.
     assert set(recorded) == {"gone.py", *(f"{name}.py" for name in MODULES)} and recorded["gone.py"] == 3.0
     assert all(seconds >= 0 for seconds in recorded.values())
     assert json.loads(record.read_text()) == recorded
+
+
+def test_modules_move_from_the_heaviest_shard_while_that_lowers_it() -> None:
+    from shards import rebalanced, shard_loads
+
+    costs = {"a": 7.0, "b": 5.0, "c": 4.0, "d": 3.0, "e": 1.0}
+    servers = {m: frozenset() for m in costs}
+    owner = rebalanced(dict.fromkeys(costs, 0), costs, servers, 2)
+    assert sorted(shard_loads(owner, costs, servers, 2)) == [10.0, 10.0]
