@@ -77,6 +77,20 @@ TINY_CONFIG = REPO_ROOT / "model_configs" / "tiny-llama.yaml"
 # The live servers are defined here, once, so that every test folder shares the same session instance
 # (a fixture imported into a second conftest would be a second fixture, and start a second server).
 @pytest.fixture(scope="session")
+def stopped_together():  # type: ignore[no-untyped-def]
+    """The session's tritonservers (a list their fixtures add to), stopped together when the session ends: each takes
+    about 3 s to stop (its stubs unload), and one after another the session's end waited for all of them. Set up
+    before the servers that use it, so torn down after them (and after the gateways in front of them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    servers: list = []
+    yield servers
+    if servers:
+        with ThreadPoolExecutor(len(servers)) as pool:
+            list(pool.map(lambda server: server.stop(), servers))
+
+
+@pytest.fixture(scope="session")
 def tiny_config(tiny_llama_dir: Path):  # type: ignore[no-untyped-def]
     from trtkit.config import load_config
 
@@ -91,7 +105,7 @@ def tiny_counter(tiny_llama_dir: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def live_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def live_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory, stopped_together):  # type: ignore[no-untyped-def]
     """ONE tritonserver for every live test on the tiny reference engine: its CPU repository (ensemble + BLS)."""
     from trtkit.config import load_config
     from trtkit.repository import deploy_repository
@@ -99,8 +113,9 @@ def live_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 
     repo = tmp_path_factory.mktemp("client-live") / "repo"
     deploy_repository(load_config(TINY_CONFIG), tiny_llama_dir, repo, target="cpu")
-    with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
-        yield server
+    server = TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log").start()
+    stopped_together.append(server)
+    yield server
 
 
 # Every step of the paced server's engine lasts at least this long: a generation of N tokens takes at least
@@ -110,7 +125,7 @@ MIN_STEP_MS = 20.0
 
 
 @pytest.fixture(scope="session")
-def paced_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def paced_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory, stopped_together):  # type: ignore[no-untyped-def]
     """ONE tritonserver on the tiny reference engine whose steps last at least MIN_STEP_MS (a deploy test switch)."""
     from trtkit.config import load_config
     from trtkit.repository import deploy_repository
@@ -118,8 +133,9 @@ def paced_server(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 
     repo = tmp_path_factory.mktemp("paced-live") / "repo"
     deploy_repository(load_config(TINY_CONFIG), tiny_llama_dir, repo, target="cpu", min_step_ms=MIN_STEP_MS)
-    with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
-        yield server
+    server = TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log").start()
+    stopped_together.append(server)
+    yield server
 
 
 @pytest.fixture(scope="session")
@@ -132,7 +148,7 @@ def echo_model_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(scope="session")
-def live(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def live(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory, stopped_together):  # type: ignore[no-untyped-def]
     """ONE tritonserver for every live test on the echo model (its output is known token for token)."""
     from tests.helpers.live_client import Live
     from trtkit.config import load_config
@@ -141,12 +157,13 @@ def live(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # typ
 
     repo = tmp_path_factory.mktemp("live") / "repo"
     deploy_repository(load_config(TINY_CONFIG), echo_model_dir, repo, target="cpu")
-    with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
-        yield Live(server, echo_model_dir)
+    server = TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log").start()
+    stopped_together.append(server)
+    yield Live(server, echo_model_dir)
 
 
 @pytest.fixture(scope="session")
-def live_batch(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def live_batch(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory, stopped_together):  # type: ignore[no-untyped-def]
     """The echo model served with max_batch_size 8: a batched request of B elements needs B <= max_batch_size
     (Triton's rule), and the shared ``live`` server keeps the latency profile's 4."""
     from tests.helpers.live_client import Live
@@ -158,8 +175,9 @@ def live_batch(echo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory): 
     config.serve.max_batch_size = 8
     repo = tmp_path_factory.mktemp("live-batch") / "repo"
     deploy_repository(config, echo_model_dir, repo, target="cpu")
-    with TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log") as server:
-        yield Live(server, echo_model_dir)
+    server = TritonServer(repo, start_timeout_s=150, log_path=repo.parent / "tritonserver.log").start()
+    stopped_together.append(server)
+    yield Live(server, echo_model_dir)
 
 
 # -- PostgreSQL: one throwaway cluster per session, started only if a test asks for it ------------------
