@@ -189,21 +189,13 @@ def llama_tools() -> Path:
 
 
 def gguf_for(tools: Path, hf_dir: Path, precision: str, cache: Path) -> Path:
-    """``hf_dir`` as a GGUF at ``precision`` (llama.cpp's converter, cached as tests/helpers/llama.py does)."""
-    outtype = GGUF_TYPES[precision]
-    out = cache / "llama-gguf" / f"{hf_dir.name}-{tools.name}.{outtype}.gguf"
-    if out.is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f"{out.stem}.partial-{os.getpid()}.gguf")
-    env = {k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"}  # the converter's own gguf-py, beside it
-    done = subprocess.run([sys.executable, str(tools / "convert_hf_to_gguf.py"), str(hf_dir), "--outfile",
-                           str(partial), "--outtype", outtype], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          env=env, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"convert_hf_to_gguf.py failed on {hf_dir}: {done.stderr[-3000:]}")
-    partial.rename(out)
-    return out
+    """``hf_dir`` as a GGUF at ``precision`` (llama.cpp's converter, cached: tests/helpers/llama.py)."""
+    from tests.helpers.llama import convert_to_gguf
+
+    try:
+        return convert_to_gguf(tools, hf_dir, cache, GGUF_TYPES[precision])
+    except AssertionError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 @contextlib.contextmanager

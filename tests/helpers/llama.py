@@ -34,16 +34,17 @@ def llama_server_dir() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def convert_to_gguf(tools: Path, hf_dir: Path, cache: Path) -> Path:
-    """``hf_dir`` as a bf16 GGUF (the HF folder's own dtype), converted once with llama.cpp's converter and cached."""
-    out = cache / "llama-gguf" / f"{hf_dir.name}-{tools.name}.bf16.gguf"
+def convert_to_gguf(tools: Path, hf_dir: Path, cache: Path, outtype: str = "bf16") -> Path:
+    """``hf_dir`` as a GGUF of ``outtype`` (bf16: the HF folder's own dtype), converted once with llama.cpp's converter
+    and cached (benchmarks/peer_servers.py converts its fp32 and bf16 peers' GGUF here too)."""
+    out = cache / "llama-gguf" / f"{hf_dir.name}-{tools.name}.{outtype}.gguf"
     if out.is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f"{out.stem}.partial-{os.getpid()}.gguf")
     env = {k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"}  # the converter's own gguf-py, beside it
     done = subprocess.run([sys.executable, str(tools / "convert_hf_to_gguf.py"), str(hf_dir), "--outfile",
-                           str(partial), "--outtype", "bf16"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           str(partial), "--outtype", outtype], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           env=env, text=True)
     if done.returncode != 0:
         raise AssertionError(f"convert_hf_to_gguf.py failed on {hf_dir}: {done.stderr[-3000:]}")
