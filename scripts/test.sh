@@ -42,7 +42,7 @@ fi
 pins=${TRTKIT_PINS:-$([ $# -eq 0 ] && echo 1 || echo 0)}
 # What only some tests need is set up in the background while the others run (tests/background_setup.py: those
 # tests run last and wait for it): llama.cpp's llama-server, the independent OpenAI-compatible upstream of
-# tests/upstreams (built once per machine, ~9 min on 2 cores, then cached under $TRTKIT_TEST_CACHE or .trtkit-cache);
+# tests/upstreams (built once per machine, ~3 min on 2 cores, then cached under $TRTKIT_TEST_CACHE or .trtkit-cache);
 # NVIDIA Dynamo 1.6.1 from PyPI in .venv-dynamo (its runtime pins pydantic below the project's: tests/dynamo run its
 # frontend and trtkit's worker in it). Each is built once, then found by its stamp in a second. The pins stage
 # (scripts/test_pins.sh: .venv-pins, then the checkpoint tests under the GPU container's pins) runs beside pytest.

@@ -28,7 +28,7 @@ SLOT_CONTEXT = 2048  # each slot's context: smollm2-135m.yaml's build.max_seq_le
 
 
 def llama_server_dir() -> Path:
-    """The cached build (scripts/setup_llama_server.sh builds it the first time, ~6 min on 2 cores)."""
+    """The cached build (scripts/setup_llama_server.sh builds it the first time, ~3 min on 2 cores)."""
     out = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "setup_llama_server.sh")], check=True,
                          stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     return Path(out.stdout.strip().splitlines()[-1])
