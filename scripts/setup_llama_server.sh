@@ -15,8 +15,6 @@ cd "$(dirname "$0")/.."
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 CACHE_ROOT=${TRTKIT_TEST_CACHE:-$PWD/.trtkit-cache}
 OUT="$CACHE_ROOT/llama-server/$VERSION"
-PYTHON=${PYTHON:-python3}
-[ -x "${TRTKIT_VENV:-.venv}/bin/python" ] && PYTHON="${TRTKIT_VENV:-.venv}/bin/python"
 cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-16)
 recipe=$(sha256sum scripts/llama_server_build.cmake | cut -c1-12)
 want="llama-cpp-python $VERSION $(uname -m) cpu:$cpu_flags recipe:$recipe"
@@ -46,6 +44,16 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/trtkit-llama-server.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 echo "setup: building llama-server from llama-cpp-python $VERSION (once per machine, ~3 min on 2 cores)" >&2
 started=$(date +%s)
+# pip only fetches the sdist. scripts/test.sh starts this build beside .venv's set-up: a python3 without pip (a bare
+# Debian) waits for .venv's, up to 10 minutes
+with_pip() {
+  for candidate in "${TRTKIT_VENV:-.venv}/bin/python" "${PYTHON:-python3}"; do
+    "$candidate" -m pip --version >/dev/null 2>&1 && { echo "$candidate"; return 0; }
+  done
+  return 1
+}
+for _ in $(seq 300); do PYTHON=$(with_pip) && break; sleep 2; done
+[ -n "${PYTHON:-}" ] && "$PYTHON" -m pip --version >/dev/null 2>&1 || { echo "setup: no python with pip to fetch llama-cpp-python's sdist" >&2; exit 1; }
 "$PYTHON" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$work" >&2
 tar -xzf "$work/llama_cpp_python-$VERSION.tar.gz" -C "$work"
 src="$work/llama_cpp_python-$VERSION/vendor/llama.cpp"

@@ -8,6 +8,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
+state=$(mktemp -d "${TMPDIR:-/tmp}/trtkit-setup.XXXXXX")
+export TRTKIT_SETUP_STATE="$state"
+background_pids=()
+in_background() {  # NAME SCRIPT: runs it at nice 10 in a process group of its own, its output to $state/NAME.log,
+  : > "$state/$1.log"  # its exit status to $state/NAME.rc
+  setsid nice -n 10 bash -c 'bash "$1" > "$2.log" 2>&1; echo $? > "$2.rc"' _ "$2" "$state/$1" &
+  background_pids+=($!)
+}
+stop_background() {  # a run that ends early (a failed lint, Ctrl-C) stops what it started; a set-up cut short
+  for pid in "${background_pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done  # starts again next time
+  rm -rf "$state"
+}
+trap stop_background EXIT
+# llama-server's build (the longest set-up: a compiler, not pip) starts first, beside .venv's set-up on a fresh machine
+[ "$quick" = "1" ] || in_background llama-server scripts/setup_llama_server.sh
 bash scripts/setup_env.sh
 . "${TRTKIT_VENV:-.venv}/bin/activate"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -46,21 +61,7 @@ pins=${TRTKIT_PINS:-$([ $# -eq 0 ] && echo 1 || echo 0)}
 # NVIDIA Dynamo 1.6.1 from PyPI in .venv-dynamo (its runtime pins pydantic below the project's: tests/dynamo run its
 # frontend and trtkit's worker in it). Each is built once, then found by its stamp in a second. The pins stage
 # (scripts/test_pins.sh: .venv-pins, then the checkpoint tests under the GPU container's pins) runs beside pytest.
-state=$(mktemp -d "${TMPDIR:-/tmp}/trtkit-setup.XXXXXX")
-export TRTKIT_SETUP_STATE="$state"
-background_pids=()
-in_background() {  # NAME SCRIPT: runs it at nice 10 in a process group of its own, its output to $state/NAME.log,
-  : > "$state/$1.log"  # its exit status to $state/NAME.rc
-  setsid nice -n 10 bash -c 'bash "$1" > "$2.log" 2>&1; echo $? > "$2.rc"' _ "$2" "$state/$1" &
-  background_pids+=($!)
-}
-stop_background() {  # a run that ends early (a failed lint, Ctrl-C) stops what it started; a set-up cut short
-  for pid in "${background_pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done  # starts again next time
-  rm -rf "$state"
-}
-trap stop_background EXIT
 in_background dynamo scripts/setup_dynamo_env.sh
-in_background llama-server scripts/setup_llama_server.sh
 [ "$pins" = "1" ] && in_background pins scripts/test_pins.sh
 # ruff and mypy: beside the whole suite (their output, and a failure, come after the tests), before a subset's tests
 if [ $# -eq 0 ]; then in_background lint scripts/lint.sh; else bash scripts/lint.sh; fi
