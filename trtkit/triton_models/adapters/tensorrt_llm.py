@@ -62,12 +62,12 @@ class TritonPythonModel:
         period = int(params.get("stats_check_period_ms") or 100) / 1000
         self.publisher = StatsPublisher(self.engine.stats, self.metrics.publish, period)
         self.publisher.start()
-        # Ask Triton every cancellation_check_period_ms whether a request's client left, as the C++ backend and
-        # upstream's LLM-API model do: a queued request sends nothing, and asking once per output (a round trip
-        # to the server each time) cost the engine's thread half of what handing a token on costs
+        # LLM API: a queued request sends nothing, so ask Triton whether its client left, as upstream's LLM-API
+        # model does (the CPU engine's loop sees its requests every step and needs no watch)
         self.watch = CancellationWatch(self.model.sweep_cancelled,
                                        int(params.get("cancellation_check_period_ms") or 100) / 1000)
-        self.watch.start()
+        if params.get("llm_api_engine"):
+            self.watch.start()
         # a non-decoupled request waits for its one answer at most this long (never forever)
         self.request_timeout_s = float(params.get("cpu_request_timeout_s") or 600)
         freeze_startup_heap()  # full collections skip torch, the weights' objects and the tokenizer
