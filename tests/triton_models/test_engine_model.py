@@ -128,7 +128,6 @@ def test_cancel_frees_the_request(engine_model: EngineModel) -> None:
     assert sink.first.wait(60)
     assert engine_model.loop.stats().used_kv_blocks > used_before  # held while the loop waits on us
     sink.cancel = True
-    assert engine_model.sweep_cancelled() == 1  # the adapter's CancellationWatch does this every 100 ms
     sink.release.set()
     assert sink.done.wait(60)
     stats = _settled(engine_model)
@@ -281,7 +280,6 @@ def test_not_decoupled_failure_is_an_error_and_waiting_is_bounded(engine_model: 
     rid = plain.submit(_request(plain, 30, stream=False, min_tokens=30), sink)
     _plant_sampling_fault(plain, rid)
     gate.cancel = True
-    assert engine_model.sweep_cancelled() == 1
     gate.release.set()
     failure = sink.wait(60)
     assert failure is not None and "IndexError" in failure and sink.outputs is None  # not an empty success
