@@ -42,6 +42,14 @@ def requests(count: int, prompt_len: int, max_tokens: int, seed: int) -> list[Re
     return [Request(i, [rng.randrange(FIRST_ID, VOCAB) for _ in range(prompt_len)], max_tokens) for i in range(count)]
 
 
+def checked(server: Any, figures: dict[str, Any]) -> dict[str, Any]:
+    """The figures of a run in which every request generated what it asked for; else the run stops, naming them."""
+    if figures["failed"] or figures["wrong_counts"]:
+        raise SystemExit(f"{server.name}: requests failed {figures['failed']} or generated other counts "
+                         f"{figures['wrong_counts']}: no figure from this run")
+    return figures
+
+
 def probe(server: Any, round_index: int) -> dict[str, float]:
     """One round of every probe on one stack; fresh prompts each round (no prefix is reused)."""
     seed = 1000 * (round_index + 1)
@@ -54,13 +62,14 @@ def probe(server: Any, round_index: int) -> dict[str, float]:
                 raise SystemExit(f"{server.name}: the prompt probe failed: {results[0].error}")
             ttfts.append(results[0].ttft * 1e3)
         out[f"prompt_{length}_ttft_ms"] = statistics.median(ttfts)
-    _, wall = asyncio.run(run_load(server, requests(16, 256, 1, seed + 1), 16))
+    results, wall = asyncio.run(run_load(server, requests(16, 256, 1, seed + 1), 16))
+    checked(server, summarize(results, wall))
     out["prompts_16x256_s"] = wall
     results, wall = asyncio.run(run_load(server, requests(16, 16, 128, seed + 2), 16))
-    figures = summarize(results, wall)
+    figures = checked(server, summarize(results, wall))
     out["decode_16x128_tok_s"], out["decode_16x128_itl_ms"] = figures["useful_tok_s"], figures["itl_p50_ms"]
     results, wall = asyncio.run(run_load(server, make_workload(16, (16, 256), (16, 64), seed + 3), 16))
-    figures = summarize(results, wall)
+    figures = checked(server, summarize(results, wall))
     out |= {"mixed_tok_s": figures["useful_tok_s"], "mixed_ttft_ms": figures["ttft_p50_ms"],
             "mixed_itl_ms": figures["itl_p50_ms"]}
     return out
