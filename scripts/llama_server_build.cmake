@@ -1,7 +1,7 @@
 # Included by scripts/setup_llama_server.sh into every project() of llama.cpp's build (CMAKE_PROJECT_INCLUDE).
 # The build compiles llama.cpp's C++ outside ggml (the model loader, the server, its JSON, its chat templates and
 # multimodal code: about 90% of the compile time) at -O1 and in unity batches, so each heavy header is parsed once per
-# batch; ggml, where the inference runs, keeps -O3 and one object per file. On 2 cores: 307 s -> about 130 s of wall.
+# batch; ggml, where the inference runs, keeps -O3 and one object per file. On 2 quiet cores: 307 s -> 170 s of wall.
 if(PROJECT_NAME STREQUAL "ggml")
   set(CMAKE_C_FLAGS_RELEASE "-O3 -DNDEBUG")
   set(CMAKE_CXX_FLAGS_RELEASE "-O3 -DNDEBUG")

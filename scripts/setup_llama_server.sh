@@ -16,7 +16,7 @@ VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 CACHE_ROOT=${TRTKIT_TEST_CACHE:-$PWD/.trtkit-cache}
 OUT="$CACHE_ROOT/llama-server/$VERSION"
 cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-16)
-recipe=$(sha256sum scripts/llama_server_build.cmake | cut -c1-12)
+recipe=$(grep -v '^[[:space:]]*#' scripts/llama_server_build.cmake | sha256sum | cut -c1-12)  # its comments aside
 want="llama-cpp-python $VERSION $(uname -m) cpu:$cpu_flags recipe:$recipe"
 if [ -x "$OUT/llama-server" ] && [ "$(cat "$OUT/stamp" 2>/dev/null)" = "$want" ]; then
   echo "$OUT"

@@ -234,7 +234,7 @@ static void pair_rows_bf16(const uint32_t *xt, int64_t pairs, const uint16_t *fi
 
 #ifdef __AVX512BF16__
 /* 13 to WIDE_ROWS rows in one pass over each panel: a pair of panels against 12 rows and again against the rest read
-   the weights twice and ran the second pass at a third of the vector pipes' width. One panel against every row holds
+   the weights twice, the second time with only the rest's multiply-adds per load. One panel against every row holds
    `rows` accumulators and one weight vector in registers, so each weight is read once, from memory, with 16
    multiply-adds per 64 bytes: the rate this machine's memory and its bf16 dot products meet at (2 cores, 27 GB/s,
    463 GFLOP/s). The sums are the same, in the same order: the result is bitwise that of the paired kernel. */
