@@ -19,6 +19,7 @@
 #                        trtkit and vLLM, 16 short requests, ~6 min: most of it vLLM's start); the issue-50 figures
 #                        are the full run's: ONLY=cpu_peers FULL=1
 #   step_split           full ~12 min (fp32 + bf16, two contexts) -> --quick (bf16, one context, ~5 min)
+#   phase_split          full: 3 rounds (~4 min with vLLM's start) -> --rounds 1 (~2 min)
 # Each benchmark runs under `flock /tmp/trtkit-bench.lock` (no two benchmarks at once, from here or elsewhere)
 # and at nice 0: on a shared machine, say so where the figures are used. A benchmark that misses a target exits
 # 1; the run goes on, and the recorded section says so.
@@ -76,6 +77,7 @@ bash benchmarks/setup_vllm.sh >/dev/null
 bash scripts/setup_llama_server.sh >/dev/null
 run cpu_peers cpu_peers.py $(quick_or_full --quick "")
 run step_split step_split.py $(quick_or_full --quick "")
+run phase_split phase_split.py $(quick_or_full "--rounds 1" "")
 run engine_vs_hf engine_vs_hf.py $(quick_or_full --quick "")
 run soak soak.py --minutes 5
 run soak soak.py --gateway --rss-every 30 --minutes "$(quick_or_full 5 15)"
