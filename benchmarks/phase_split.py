@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import statistics
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from figures import print_bench  # noqa: E402
-from peer_load import FIRST_ID, VOCAB, Request, make_workload, run_load, summarize  # noqa: E402
+from peer_load import Request, make_workload, run_load, summarize  # noqa: E402
 from peer_servers import trtkit_stack, vllm_stack  # noqa: E402
 
 from trtkit.sources.resolve import resolve_model_dir  # noqa: E402
@@ -38,8 +37,8 @@ STACKS = ("trtkit", "vllm")
 
 
 def requests(count: int, prompt_len: int, max_tokens: int, seed: int) -> list[Request]:
-    rng = random.Random(seed)
-    return [Request(i, [rng.randrange(FIRST_ID, VOCAB) for _ in range(prompt_len)], max_tokens) for i in range(count)]
+    """``count`` prompts of exactly ``prompt_len`` random ids, each asking for exactly ``max_tokens``."""
+    return make_workload(count, (prompt_len, prompt_len), (max_tokens, max_tokens), seed)
 
 
 def checked(server: Any, figures: dict[str, Any]) -> dict[str, Any]:
