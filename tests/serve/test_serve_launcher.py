@@ -51,6 +51,10 @@ def test_stop_leaves_no_stub_no_shm_and_no_record(tmp_path: Path) -> None:
     reused_log.write_text("E1202 model_lifecycle.cc:1] \"failed to load 'echo' version 1: Internal: old run\"\n")
     server = TritonServer(echo_repository(tmp_path / "repo"), start_timeout_s=60, log_path=reused_log).start()
     assert "old run" not in server.log_tail()
+    # ready means every endpoint answers: tritonserver starts its metrics listener last, and a scrape at once
+    # after start() was once refused (CI: a cancelled-stream test's first scrape)
+    with urllib.request.urlopen(server.metrics_url, timeout=5) as response:
+        assert response.status == 200
     pids, regions = leftovers(server.shm_prefix)
     assert len(pids) >= 2 and regions, "a running server has a stub and shm regions"
     assert [r.pid for r in read_records()] == [server.pid]

@@ -3,7 +3,8 @@
     with TritonServer(repo_dir, grpc_port=0) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
 
-Readiness is polled on ``/v2/health/ready`` under a deadline; a process that dies or a model that
+Readiness is polled on ``/v2/health/ready``, then on ``/metrics`` (tritonserver starts its metrics listener
+after the HTTP and gRPC ones, so "ready" alone can precede a scrapeable server), under one deadline; a process that dies or a model that
 fails to load ends the wait at once with the log tail (a stub that cannot start leaves the server in
 "loading" forever, so the deadline is the last resort). Each server gets a unique Python-backend shm
 prefix, which is how stop() finds its stray stubs and /dev/shm regions.
@@ -158,7 +159,8 @@ class TritonServer:
         """Poll readiness until the deadline; fail at once if the process dies or a model fails to load."""
         assert self._process is not None
         deadline = time.monotonic() + self.start_timeout_s
-        ready_url = f"{self.http_url}/v2/health/ready"
+        # the metrics listener starts after HTTP and gRPC: ready means every endpoint we hand out answers
+        pending = [f"{self.http_url}/v2/health/ready", self.metrics_url]
         while True:
             code = self._process.poll()
             if code is not None:
@@ -166,7 +168,9 @@ class TritonServer:
             failure = find_load_failure(self.log_path, self._log_start)
             if failure:
                 self._fail(f"model {failure} failed to load")
-            if _http_ok(ready_url):
+            while pending and _http_ok(pending[0]):
+                pending.pop(0)
+            if not pending:
                 return
             if time.monotonic() > deadline:
                 self._fail(f"tritonserver was not ready after {self.start_timeout_s:.0f} s (a model may be stuck "

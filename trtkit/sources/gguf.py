@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from trtkit.errors import ModelSourceError
+from trtkit.sources.cached_folder import build_once
 from trtkit.sources.portable import FOLDER_FORMAT, make_portable
 
 log = logging.getLogger(__name__)
@@ -44,22 +42,15 @@ def is_converted(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") -> 
 
 
 def gguf_to_hf(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") -> Path:
-    """Return a cached HF folder for ``gguf_path``, converting it the first time."""
-    out = converted_dir(gguf_path, cache_root, dtype)
-    if (out / COMPLETE_MARKER).is_file():
-        return out
-    log.info("converting %s to a Hugging Face folder (once; cached in %s)", gguf_path.name, out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
-    try:
+    """Return a cached HF folder for ``gguf_path``, converting it the first time (once, also when asked
+    concurrently: ``build_once``)."""
+    def convert(tmp: Path) -> None:
+        log.info("converting %s to a Hugging Face folder (once; cached in %s)", gguf_path.name, out)
         _convert(gguf_path, tmp, dtype)
         (tmp / COMPLETE_MARKER).write_text(str(gguf_path))
-        if out.exists():  # a concurrent conversion won, or a stale incomplete folder
-            shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+
+    out = converted_dir(gguf_path, cache_root, dtype)
+    return build_once(out, lambda folder: (folder / COMPLETE_MARKER).is_file(), convert)
 
 
 def _convert(gguf_path: Path, out: Path, dtype: str) -> None:

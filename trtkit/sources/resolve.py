@@ -7,6 +7,7 @@ from pathlib import Path
 from trtkit.config.paths import cache_dir
 from trtkit.errors import ModelSourceError
 from trtkit.sources.bundled import bundled_gguf_path
+from trtkit.sources.cached_folder import build_once
 from trtkit.sources.gguf import gguf_to_hf, is_converted
 from trtkit.sources.portable import FOLDER_FORMAT
 
@@ -63,6 +64,6 @@ def generated_model_dir(name: str, cache_root: Path) -> Path:
     if name not in GENERATED:
         raise ModelSourceError(f"generated:{name} is unknown; known: {', '.join('generated:' + n for n in GENERATED)}")
     out = cache_root / f"tiny-llama-h128-{FOLDER_FORMAT}"
-    if not (out / "model.safetensors").is_file():
-        make_tiny_llama(out, gguf_to_hf(bundled_gguf_path("smollm2-135m"), cache_root))
-    return out
+    tokenizer_dir = gguf_to_hf(bundled_gguf_path("smollm2-135m"), cache_root)
+    return build_once(out, lambda folder: (folder / "model.safetensors").is_file(),
+                      lambda tmp: make_tiny_llama(tmp, tokenizer_dir))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 from trtkit.sources.portable import make_portable
@@ -12,7 +10,8 @@ from trtkit.sources.portable import make_portable
 def make_tiny_llama(out: Path, tokenizer_dir: Path, *, hidden_size: int = 128, num_layers: int = 2,
                     num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 256,
                     max_position_embeddings: int = 1024, seed: int = 0) -> Path:
-    """Write a random LlamaForCausalLM (bf16 weights) plus the tokenizer from ``tokenizer_dir``."""
+    """Write a random LlamaForCausalLM (bf16 weights) plus the tokenizer from ``tokenizer_dir`` into ``out``
+    (a folder that exists; ``build_once`` hands over a temporary one and renames it when complete)."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -27,12 +26,7 @@ def make_tiny_llama(out: Path, tokenizer_dir: Path, *, hidden_size: int = 128, n
     )
     model = LlamaForCausalLM(config)
     model = model.to(dtype=torch.bfloat16)  # type: ignore[call-arg]
-    # Written to a temp folder and renamed, so a half-written model never looks complete.
-    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    make_portable(tmp)
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    make_portable(out)
     return out
