@@ -7,6 +7,7 @@ model gives a plain folder that every later stage (ModelOpt, our engine, tokeniz
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import logging
 from pathlib import Path
@@ -58,14 +59,17 @@ def _convert(gguf_path: Path, out: Path, dtype: str) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf_path.parent), gguf_path.name
+    # transformers parses the whole GGUF header (every vocabulary string) for each of these calls, 2-3 s each:
+    # the config is read once and handed to the model's load, and a copy of it makes the plain model
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         _match_gguf_tokenizer(tokenizer, gguf_path)
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        config = AutoConfig.from_pretrained(folder, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=copy.deepcopy(config),
+                                                      dtype=torch.float32)
     except Exception as exc:  # transformers raises many types for unreadable GGUF
         raise ModelSourceError(f"{gguf_path}: transformers cannot read this GGUF file ({exc}); "
                                f"use a Llama-family GGUF or a Hugging Face folder") from exc
-    config = AutoConfig.from_pretrained(folder, gguf_file=name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.dtype = dtype
