@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def build_once(out: Path, is_complete: Callable[[Path], bool], build: Callable[[Path], None]) -> Path:
+def build_once(out: Path, is_complete: Callable[[Path], bool], build: Callable[[Path], object]) -> Path:
     """Return ``out``, first calling ``build(tmp)`` on an empty folder renamed to ``out`` if it is incomplete."""
     if is_complete(out):
         return out
