@@ -249,7 +249,9 @@ def test_a_webhook_that_fails_twice_then_answers_gets_the_alert_once(fleet: Flee
             fleet.webhook.mode = "ok"
     attempts = [a for a, _, _ in fleet.webhook.posts if a["account"] == account]
     assert len(attempts) == 3 and len({a["id"] for a in attempts}) == 1  # one alert, three attempts
-    assert fleet.query("SELECT attempts, last_error FROM spend_alerts WHERE account = ?", (account,)) == [(3, None)]
+    # the webhook records the post before its answer reaches the sender, which then writes the row: wait for it
+    row = lambda: fleet.query("SELECT attempts, last_error FROM spend_alerts WHERE account = ?", (account,))  # noqa: E731
+    wait_for(lambda: row() == [(3, None)], what=lambda: f"the alert's row after its delivery: {row()}")
     assert fleet.metric("trtkit_gateway_spend_alert_failures_total") - failures_before == 2  # logged and counted
 
 

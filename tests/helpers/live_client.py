@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import re
@@ -58,14 +59,18 @@ class Live:
     server: object
     model_dir: Path
 
-    @property
-    def tokenizer(self) -> FastTokenizer:
+    @functools.cached_property
+    def tokenizer(self) -> FastTokenizer:  # loaded once (0.3 s each; the forced-length tests ask hundreds of times)
         return FastTokenizer(self.model_dir)
+
+    @functools.cached_property
+    def cycle(self) -> list[int]:
+        return list(json.loads((self.model_dir / "cycle.json").read_text()))
 
     def expected(self, num_tokens: int) -> str:
         """What the echo model writes after a prompt that ends a cycle (a character cut by the length
         limit is dropped, never sent as U+FFFD)."""
-        cycle = json.loads((self.model_dir / "cycle.json").read_text())
+        cycle = self.cycle
         ids = (cycle * (num_tokens // len(cycle) + 1))[:num_tokens]
         return without_broken_tail(decode_continuation(self.tokenizer, find_anchor(self.tokenizer), ids))
 
