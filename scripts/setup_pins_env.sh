@@ -32,8 +32,9 @@ fi
 echo "setup: building $VENV, the checkpoint stage under the GPU container's pins (first run about a minute)" >&2
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
+# --no-compile: as setup_env.sh says
 pip_install() {  # quiet, less this machine's index notices and pip's note on trtkit's own (CPU) pins
-  "$VENV/bin/python" -m pip install -q "$@" 2>&1 |
+  "$VENV/bin/python" -m pip install -q --no-compile "$@" 2>&1 |
     { grep -v -e "^WARNING: Location" -e "^trtkit .* requires" -e "dependency resolver does not currently" || true; } >&2
 }
 # CPU torch first, exactly as setup_env.sh takes it: a plain `pip install torch` pulls a multi-GB CUDA build.

@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
 if [ "${1:-}" = "--quick" ]; then quick=1; shift; fi
+# the suite starts hundreds of Python processes: each would compile what it imports if none could write bytecode
+unset PYTHONDONTWRITEBYTECODE
 state=$(mktemp -d "${TMPDIR:-/tmp}/trtkit-setup.XXXXXX")
 export TRTKIT_SETUP_STATE="$state"
 background_pids=()
