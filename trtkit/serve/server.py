@@ -4,9 +4,9 @@
         client = grpcclient.InferenceServerClient(server.grpc_url)
 
 Readiness is polled on ``/v2/health/ready``, then on ``/metrics`` (tritonserver starts its metrics listener
-after the HTTP and gRPC ones, so "ready" alone can precede a scrapeable server), under one deadline; a process that dies or a model that
-fails to load ends the wait at once with the log tail (a stub that cannot start leaves the server in
-"loading" forever, so the deadline is the last resort). Each server gets a unique Python-backend shm
+after the HTTP and gRPC ones, so "ready" alone can precede a scrapeable server), under one deadline; a process
+that dies or a model that fails to load ends the wait at once with the log tail (a stub that cannot start leaves
+the server in "loading" forever, so the deadline is the last resort). Each server gets a unique Python-backend shm
 prefix, which is how stop() finds its stray stubs and /dev/shm regions.
 """
 
