@@ -39,7 +39,11 @@ def converted_dir(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") ->
 
 
 def is_converted(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") -> bool:
-    return (converted_dir(gguf_path, cache_root, dtype) / COMPLETE_MARKER).is_file()
+    return _is_complete(converted_dir(gguf_path, cache_root, dtype))
+
+
+def _is_complete(folder: Path) -> bool:
+    return (folder / COMPLETE_MARKER).is_file()
 
 
 def gguf_to_hf(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") -> Path:
@@ -51,7 +55,7 @@ def gguf_to_hf(gguf_path: Path, cache_root: Path, dtype: str = "bfloat16") -> Pa
         (tmp / COMPLETE_MARKER).write_text(str(gguf_path))
 
     out = converted_dir(gguf_path, cache_root, dtype)
-    return build_once(out, lambda folder: (folder / COMPLETE_MARKER).is_file(), convert)
+    return build_once(out, _is_complete, convert)
 
 
 def _convert(gguf_path: Path, out: Path, dtype: str) -> None:

@@ -64,6 +64,5 @@ def generated_model_dir(name: str, cache_root: Path) -> Path:
     if name not in GENERATED:
         raise ModelSourceError(f"generated:{name} is unknown; known: {', '.join('generated:' + n for n in GENERATED)}")
     out = cache_root / f"tiny-llama-h128-{FOLDER_FORMAT}"
-    tokenizer_dir = gguf_to_hf(bundled_gguf_path("smollm2-135m"), cache_root)
     return build_once(out, lambda folder: (folder / "model.safetensors").is_file(),
-                      lambda tmp: make_tiny_llama(tmp, tokenizer_dir))
+                      lambda tmp: make_tiny_llama(tmp, gguf_to_hf(bundled_gguf_path("smollm2-135m"), cache_root)))
