@@ -159,7 +159,8 @@ class TritonServer:
         """Poll readiness until the deadline; fail at once if the process dies or a model fails to load."""
         assert self._process is not None
         deadline = time.monotonic() + self.start_timeout_s
-        # the metrics listener starts after HTTP and gRPC: ready means every endpoint we hand out answers
+        # the metrics listener starts after HTTP and gRPC (triton-inference-server/server src/main.cc, StartEndpoints,
+        # commit 01f2fe42): ready means every endpoint we hand out answers
         pending = [f"{self.http_url}/v2/health/ready", self.metrics_url]
         while True:
             code = self._process.poll()
