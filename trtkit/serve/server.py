@@ -174,7 +174,8 @@ class TritonServer:
             if not pending:
                 return
             if time.monotonic() > deadline:
-                self._fail(f"tritonserver was not ready after {self.start_timeout_s:.0f} s (a model may be stuck "
+                self._fail(f"tritonserver was not ready after {self.start_timeout_s:.0f} s ({pending[0]} did not "
+                           "answer 200; a model may be stuck "
                            "loading, e.g. a Python-backend stub that cannot start); raise serve.server_start_timeout_s "
                            "if the models are just slow")
             time.sleep(_POLL_S)
