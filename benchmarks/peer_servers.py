@@ -4,7 +4,7 @@ stops everything it started:
 - trtkit: the gateway (keys, exact counts, the usage ledger: the full governed path) -> tritonserver -> the CPU
   engine, deployed from model_configs/smollm2-135m.yaml (response cache off, so every request reaches the engine);
 - vLLM's CPU build: ``python -m vllm.entrypoints.openai.api_server`` from its own venv (benchmarks/setup_vllm.sh);
-- llama.cpp's ``llama-server`` (scripts/setup_llama_server.sh's cached build) on a GGUF that llama.cpp's own
+- llama.cpp's ``llama-server`` (``scripts/setup_llama_server.sh --serving``: built for speed) on a GGUF that llama.cpp's own
   converter makes from the same HF folder, at the same precision (f32 or bf16).
 
 All of them on the same SmolLM2-135M weights, with 2 threads, 16 sequences at most and loopback only.
@@ -183,7 +183,8 @@ def vllm_stack(work: Path, precision: str, model_dir: Path, *, threads: int, max
 # ---- llama.cpp's llama-server ----------------------------------------------------------------------------------
 
 def llama_tools() -> Path:
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "setup_llama_server.sh")], check=True,
+    """llama-server built for speed (--serving: the tests' build trades speed for compile time)."""
+    out = subprocess.run(["bash", str(ROOT / "scripts" / "setup_llama_server.sh"), "--serving"], check=True,
                          stdout=subprocess.PIPE, text=True, cwd=ROOT)
     return Path(out.stdout.strip().splitlines()[-1])
 

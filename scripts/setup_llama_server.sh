@@ -1,23 +1,33 @@
 #!/usr/bin/env bash
-# Build (once per machine) llama.cpp's `llama-server`, the independent OpenAI-compatible server the gateway's
-# upstream tests run against (tests/upstreams), from the llama-cpp-python sdist on PyPI (vendor/llama.cpp).
-# CPU only, one static binary. The result is cached under
-#   ${TRTKIT_TEST_CACHE:-<repo>/.trtkit-cache}/llama-server/<sdist version>/
+# Build (once per machine) llama.cpp's `llama-server`, the independent OpenAI-compatible server, from the
+# llama-cpp-python sdist on PyPI (vendor/llama.cpp). CPU only, one static binary, two ways:
+#   setup_llama_server.sh            for the tests (tests/upstreams: the gateway's upstream): built for compile time,
+#                                    ggml (the inference) at -O1 and the rest at -O0
+#   setup_llama_server.sh --serving  for the benchmarks (benchmarks/peer_servers.py: a CPU serving peer): built for
+#                                    speed, ggml at -O3 and the rest at -O1
+# The tests' build: 289 instead of 365 CPU seconds on a quiet 2-core machine; its tests take 8 CPU seconds more
+# (docs/setup.md). Both compile llama.cpp's C++ outside ggml in unity batches (scripts/llama_server_build.cmake).
+# The result is cached under
+#   ${TRTKIT_TEST_CACHE:-<repo>/.trtkit-cache}/llama-server/<tests|serving>/<sdist version>/
 # with llama.cpp's own convert_hf_to_gguf.py and gguf-py beside it (the tests convert the SmolLM2 HF folder
 # trtkit makes into the GGUF that llama-server serves). A later run finds the stamp and returns at once.
 # The build compiles for this CPU (GGML_NATIVE): the stamp records the CPU's flags and the build recipe, and another
-# CPU or recipe rebuilds. ggml (the inference) at -O3; the rest at -O1 in unity batches (scripts/llama_server_build.cmake):
-# 170 s instead of 307 s of wall on a quiet 2-core machine, 334 instead of 640 CPU seconds, at the same serving speed.
+# CPU or recipe rebuilds.
 # No network beyond the sdist download: the server's web UI is not fetched (LLAMA_USE_PREBUILT_UI=OFF).
 # About 3 minutes on 2 cores alone, at nice 10. Prints the folder on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 CACHE_ROOT=${TRTKIT_TEST_CACHE:-$PWD/.trtkit-cache}
-OUT="$CACHE_ROOT/llama-server/$VERSION"
+case "${1:-}" in
+  "") purpose=tests ggml_opt=-O1 other_opt=-O0 ;;
+  --serving) purpose=serving ggml_opt=-O3 other_opt=-O1 ;;
+  *) echo "usage: $0 [--serving]   (no option: the tests' build; --serving: the benchmarks' build)" >&2; exit 2 ;;
+esac
+OUT="$CACHE_ROOT/llama-server/$purpose/$VERSION"
 cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-16)
 recipe=$(grep -v '^[[:space:]]*#' scripts/llama_server_build.cmake | sha256sum | cut -c1-12)  # its comments aside
-want="llama-cpp-python $VERSION $(uname -m) cpu:$cpu_flags recipe:$recipe"
+want="llama-cpp-python $VERSION $(uname -m) cpu:$cpu_flags recipe:$recipe $purpose:ggml$ggml_opt,rest$other_opt"
 if [ -x "$OUT/llama-server" ] && [ "$(cat "$OUT/stamp" 2>/dev/null)" = "$want" ]; then
   echo "$OUT"
   exit 0
@@ -42,7 +52,7 @@ if ! command -v cmake >/dev/null 2>&1 || ! command -v c++ >/dev/null 2>&1; then
 fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/trtkit-llama-server.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-echo "setup: building llama-server from llama-cpp-python $VERSION (once per machine, ~3 min on 2 cores)" >&2
+echo "setup: building llama-server ($purpose) from llama-cpp-python $VERSION (once per machine, ~3 min on 2 cores)" >&2
 started=$(date +%s)
 # pip only fetches the sdist. scripts/test.sh starts this build beside .venv's set-up: a python3 without pip (a bare
 # Debian) waits for .venv's, up to 10 minutes
@@ -61,8 +71,8 @@ nice -n 10 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_S
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_CURL=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_NATIVE=ON \
-  -DCMAKE_UNITY_BUILD=ON -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-  -DCMAKE_PROJECT_INCLUDE="$PWD/scripts/llama_server_build.cmake" >&2
+  -DCMAKE_UNITY_BUILD=ON -DCMAKE_C_FLAGS_RELEASE="$other_opt -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="$other_opt -DNDEBUG" \
+  -DTRTKIT_GGML_FLAGS="$ggml_opt -DNDEBUG" -DCMAKE_PROJECT_INCLUDE="$PWD/scripts/llama_server_build.cmake" >&2
 nice -n 10 cmake --build "$work/build" --target llama-server -j "${LLAMA_BUILD_JOBS:-$(nproc)}" >&2
 rm -rf "$OUT.partial" && mkdir -p "$OUT.partial"
 cp "$work/build/bin/llama-server" "$OUT.partial/"
@@ -72,5 +82,5 @@ cp -r "$src/gguf-py" "$OUT.partial/gguf-py"
 echo "$want" > "$OUT.partial/stamp"
 echo "built in $(( $(date +%s) - started )) s on $(date -u +%Y-%m-%dT%H:%M:%SZ)" > "$OUT.partial/build.log"
 rm -rf "$OUT" && mv "$OUT.partial" "$OUT"
-echo "setup: llama-server cached in $OUT ($(( $(date +%s) - started )) s)" >&2
+echo "setup: llama-server ($purpose) cached in $OUT ($(( $(date +%s) - started )) s)" >&2
 echo "$OUT"
