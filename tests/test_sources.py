@@ -103,3 +103,32 @@ def test_portable_folder_keeps_scaled_rope_for_transformers_4(tmp_path: Path) ->
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["rope_theta"] == 500000.0 and config["rope_parameters"] == rope
     assert config["rope_scaling"] == {"rope_type": "llama3", "factor": 8.0}
+
+
+def test_a_gguf_read_parses_its_header_once_and_restores_gguf(tmp_path: Path) -> None:
+    """transformers parses the header for the tokenizer, the config and the weights, and builds the tensor-name map
+    per module: during a conversion each happens once; afterwards (also after an error) gguf is as it was."""
+    import gguf
+    import numpy as np
+
+    from trtkit.sources.gguf import _gguf_read_once
+
+    path = tmp_path / "small.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_tensor("token_embd.weight", np.ones((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with _gguf_read_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first and first.tensors[0].name == "token_embd.weight"
+        arch = gguf.MODEL_ARCH.LLAMA
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_class, name_map)
+    assert gguf.GGUFReader(path) is not first
+    with pytest.raises(RuntimeError), _gguf_read_once():
+        raise RuntimeError("transformers failed")
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_class, name_map)

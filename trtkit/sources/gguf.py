@@ -7,9 +7,12 @@ model gives a plain folder that every later stage (ModelOpt, our engine, tokeniz
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import hashlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,14 +66,14 @@ def _convert(gguf_path: Path, out: Path, dtype: str) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf_path.parent), gguf_path.name
-    # transformers parses the whole GGUF header (every vocabulary string) for each of these calls, 2-3 s each:
     # the config is read once and handed to the model's load, and a copy of it makes the plain model
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        _match_gguf_tokenizer(tokenizer, gguf_path)
-        config = AutoConfig.from_pretrained(folder, gguf_file=name)
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=copy.deepcopy(config),
-                                                      dtype=torch.float32)
+        with _gguf_read_once():
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            _match_gguf_tokenizer(tokenizer, gguf_path)
+            config = AutoConfig.from_pretrained(folder, gguf_file=name)
+            loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, config=copy.deepcopy(config),
+                                                          dtype=torch.float32)
     except Exception as exc:  # transformers raises many types for unreadable GGUF
         raise ModelSourceError(f"{gguf_path}: transformers cannot read this GGUF file ({exc}); "
                                f"use a Llama-family GGUF or a Hugging Face folder") from exc
@@ -84,6 +87,34 @@ def _convert(gguf_path: Path, out: Path, dtype: str) -> None:
     fresh.save_pretrained(out)
     tokenizer.save_pretrained(out)
     make_portable(out)
+
+
+@contextlib.contextmanager
+def _gguf_read_once() -> Iterator[None]:
+    """While transformers reads one GGUF file: its header parsed once, and the tensor-name map built once.
+
+    transformers (4.57 and 5) parses the whole header (every vocabulary string: about 4 s for SmolLM2) for the
+    tokenizer, the config and the weights, and builds gguf-py's name map of every layer once per module of the model
+    (about 6 s). Both come from ``gguf``'s module attributes at each call (``from gguf import ...`` inside the
+    function), and neither changes between calls, so they are memoized for the duration: the same files, in half the
+    time (tests/test_sources.py)."""
+    import gguf
+
+    module: Any = gguf  # its attributes are swapped for the duration
+    original_reader, original_map = module.GGUFReader, module.get_tensor_name_map
+    readers: dict[tuple[str, str], Any] = {}
+
+    def reader(path: Any, mode: Any = "r") -> Any:
+        key = (str(Path(path).resolve()), mode)
+        if key not in readers:
+            readers[key] = original_reader(path, mode)
+        return readers[key]
+
+    module.GGUFReader, module.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(original_map)
+    try:
+        yield
+    finally:
+        module.GGUFReader, module.get_tensor_name_map = original_reader, original_map
 
 
 # tokenizer attribute -> the GGUF key of its token id
