@@ -129,6 +129,40 @@ def test_a_build_is_reused_and_an_unwritable_cache_falls_back_to_tmp(monkeypatch
     assert native.build_library() == first and first.stat().st_mtime_ns == stamp  # found, not rebuilt
 
 
+FAKE_CC = """#!/bin/sh
+# a stand-in compiler: says its version, and for a build writes the file asked for, slowly, noting each compile
+case "$1" in --version) echo "fake-cc 1.0"; exit 0 ;; esac
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+case " $* " in *" -c "*) echo compile >> "$FAKE_CC_LOG"; sleep 0.3 ;; esac
+: > "$out"
+"""
+
+
+def test_engines_starting_together_build_the_library_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A first run starts several engines at once (each tritonserver's engine model, both halves of the suite): one
+    compiles, the others wait for it and load what it built. The compiler is a stand-in that counts its compiles:
+    what is tested is the waiting (test_a_build_is_reused_... compiles for real)."""
+    import subprocess
+    import sys
+
+    cc, log = tmp_path / "cc", tmp_path / "compiles.log"
+    cc.write_text(FAKE_CC)
+    cc.chmod(0o755)
+    env = {**os.environ, "CC": str(cc), "FAKE_CC_LOG": str(log), "TRTKIT_CACHE_DIR": str(tmp_path / "cache")}
+    # each imports first, then all ask at once (a barrier of files): without the lock, each would compile
+    code = ("import sys, time; from pathlib import Path; from trtkit.refengine import paged_attention as p\n"
+            "here = Path(sys.argv[1]); (here / f'ready-{sys.argv[2]}').touch()\n"
+            "while len(list(here.glob('ready-*'))) < 2: time.sleep(0.01)\n"
+            "print(p.build_library())")
+    starts = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(i)], env=env, stdout=subprocess.PIPE,
+                               text=True) for i in range(2)]
+    built = {process.communicate(timeout=120)[0].strip() for process in starts}
+    assert all(process.returncode == 0 for process in starts)
+    assert len(built) == 1 and Path(built.pop()).parent == tmp_path / "cache" / "native"
+    assert log.read_text().count("compile") == len(native.SOURCES)  # one build: the others found it
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_packed_projection_equals_f_linear(dtype: torch.dtype) -> None:
     if not packing_supported(dtype):

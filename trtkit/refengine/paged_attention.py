@@ -25,6 +25,7 @@ the torch path.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import logging
 import os
@@ -147,18 +148,24 @@ def build_library(arch: str = NATIVE_ARCH) -> Path:
         if (folder / name).exists():
             return folder / name
     target = writable_cache_dir() / name
-    handle, partial = tempfile.mkstemp(dir=target.parent, prefix=".build-", suffix=".so")
-    os.close(handle)
-    objects = [f"{partial[:-3]}-{index}.o" for index in range(len(SOURCES))]
-    try:
-        _run_together([[cc, *FLAGS, f"-march={arch}", "-c", "-o", obj, str(source)]
-                       for obj, source in zip(objects, SOURCES, strict=True)], cc)
-        _run_together([[cc, "-shared", "-o", partial, *objects, *link_arguments(runtime)]], cc)
-        os.replace(partial, target)  # atomic: concurrent builders each rename a complete file
-    finally:
-        for leftover in (partial, *objects):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+    # one build per folder at a time: a first run starts several engines at once (a test session's servers, each
+    # tritonserver's engine model), and each would compile the same library (~15 CPU s); the others wait, then find it
+    with (target.parent / ".build.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():
+            return target
+        handle, partial = tempfile.mkstemp(dir=target.parent, prefix=".build-", suffix=".so")
+        os.close(handle)
+        objects = [f"{partial[:-3]}-{index}.o" for index in range(len(SOURCES))]
+        try:
+            _run_together([[cc, *FLAGS, f"-march={arch}", "-c", "-o", obj, str(source)]
+                           for obj, source in zip(objects, SOURCES, strict=True)], cc)
+            _run_together([[cc, "-shared", "-o", partial, *objects, *link_arguments(runtime)]], cc)
+            os.replace(partial, target)  # atomic: a reader never sees a partial file
+        finally:
+            for leftover in (partial, *objects):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
     return target
 
 
