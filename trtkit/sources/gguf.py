@@ -12,6 +12,7 @@ import copy
 import functools
 import hashlib
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from trtkit.sources.portable import FOLDER_FORMAT, make_portable
 
 log = logging.getLogger(__name__)
 COMPLETE_MARKER = ".trtkit-complete"
+_SWAP_LOCK = threading.Lock()  # one conversion at a time swaps gguf's attributes (each swap restores what it found)
 
 
 def file_fingerprint(path: Path) -> str:
@@ -101,20 +103,21 @@ def _gguf_read_once() -> Iterator[None]:
     import gguf
 
     module: Any = gguf  # its attributes are swapped for the duration
-    original_reader, original_map = module.GGUFReader, module.get_tensor_name_map
-    readers: dict[tuple[str, str], Any] = {}
+    with _SWAP_LOCK:
+        original_reader, original_map = module.GGUFReader, module.get_tensor_name_map
+        readers: dict[tuple[str, str], Any] = {}
 
-    def reader(path: Any, mode: Any = "r") -> Any:
-        key = (str(Path(path).resolve()), mode)
-        if key not in readers:
-            readers[key] = original_reader(path, mode)
-        return readers[key]
+        def reader(path: Any, mode: Any = "r") -> Any:
+            key = (str(Path(path).resolve()), mode)
+            if key not in readers:
+                readers[key] = original_reader(path, mode)
+            return readers[key]
 
-    module.GGUFReader, module.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(original_map)
-    try:
-        yield
-    finally:
-        module.GGUFReader, module.get_tensor_name_map = original_reader, original_map
+        module.GGUFReader, module.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(original_map)
+        try:
+            yield
+        finally:
+            module.GGUFReader, module.get_tensor_name_map = original_reader, original_map
 
 
 # tokenizer attribute -> the GGUF key of its token id
