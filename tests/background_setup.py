@@ -57,12 +57,18 @@ def needs(item: pytest.Item) -> str | None:
     return None
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The modules whose tests need a background set-up run last, whole, in the order of LAST; the rest keep their
-    order."""
+def module_ranks(items: list[pytest.Item]) -> dict[str, int]:
+    """Each module's place at the end: 0 for a module that needs no background set-up, else its LAST rank."""
     rank: dict[str, int] = {}
     for item in items:
         name = needs(item)
         module = item.nodeid.split("::", 1)[0]
         rank[module] = max(rank.get(module, 0), LAST[name] if name else 0)
+    return rank
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The modules whose tests need a background set-up run last, whole, in the order of LAST; the rest keep their
+    order."""
+    rank = module_ranks(items)
     items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])  # stable: the order within a rank stays

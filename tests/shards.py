@@ -9,19 +9,30 @@ not in it costs ``DEFAULT_TEST_S`` a test), plus the start of each session serve
 that its shard has not started yet. The modules go, the costliest first, to the shard where they add the least: a
 shard's modules share its servers, and a server is started twice only where that balances the halves better than one
 more module on one side. Then modules move from the heaviest shard to the lightest while that lowers the heaviest.
-Every process computes the same split from the same collection, so each test runs exactly once."""
+Every process computes the same split from the same collection, so each test runs exactly once.
+
+Within a shard, the modules run so that one shard's waiting meets another's computing: each module keeps some cores
+busy while it runs (``tests/module_cpu.json``: system-wide CPU seconds per second of wall, from a one-process run,
+written by ``--record-cpu``; 1.0 for a module not in it), and the first shard runs its busiest modules first, the second
+its least busy first (and so on, alternating). The modules that wait for a background set-up stay last
+(tests/background_setup.py). Two halves in one order both waited on servers at once (a paced engine, a killed
+server): 270 of a run's core-seconds idle."""
 
 from __future__ import annotations
 
 import fcntl
 import json
+import os
+import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from background_setup import module_ranks
 from server_guard import SERVER_FIXTURES
 
 DURATIONS = Path(__file__).with_name("durations.json")
+MODULE_CPU = Path(__file__).with_name("module_cpu.json")
 DEFAULT_TEST_S = 0.3
 SERVER_START_S = 5.0  # a tritonserver on the tiny model starts in 3 s of wall and 3.5 s of CPU (measured); the
 # first module to use a server already carries its start in its recorded seconds
@@ -35,6 +46,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--record-durations", default=None, metavar="PATH",
                      help="write each module's seconds (setup + call + teardown) to PATH as JSON, merged into what "
                           "PATH holds (tests/durations.json is what --shard balances by)")
+    parser.addoption("--record-cpu", default=None, metavar="PATH",
+                     help="write each module's busy cores (the machine's CPU seconds per second of wall while its "
+                          "tests run) to PATH as JSON, merged into what PATH holds; one process only "
+                          "(tests/module_cpu.json is what --shard orders a shard's modules by)")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -53,6 +68,7 @@ def module_of(nodeid: str) -> str:
 
 
 def recorded_durations(path: Path = DURATIONS) -> dict[str, float]:
+    """A recorded JSON object of module -> number (``tests/durations.json``, ``tests/module_cpu.json``); {} if none."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -127,7 +143,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     owner = split_modules(costs, {m: frozenset(s) for m, s in servers.items()}, count)
     kept = [item for item in items if owner[module_of(item.nodeid)] == index]
     config.hook.pytest_deselected(items=[item for item in items if owner[module_of(item.nodeid)] != index])
-    items[:] = kept
+    items[:] = interleaved(kept, recorded_durations(MODULE_CPU), index)
+
+
+def interleaved(items: list[pytest.Item], busy: dict[str, float], index: int) -> list[pytest.Item]:
+    """A shard's items, whole modules in the order that meets the other shards' (module docstring): shard 0 its
+    busiest modules first, shard 1 its least busy first, ...; the background set-up's modules last, as they were."""
+    rank, sign = module_ranks(items), -1 if index % 2 == 0 else 1
+    return sorted(items, key=lambda item: (rank[module_of(item.nodeid)],  # stable: a module's tests keep their order
+                                           sign * busy.get(module_of(item.nodeid), 1.0)))
 
 
 class DurationRecorder:
@@ -147,6 +171,40 @@ class DurationRecorder:
             self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
 
 
+class CpuRecorder:
+    """Each module's busy cores: the machine's CPU seconds (/proc/stat) over the wall seconds of its tests, written at
+    the end of the session. Only a run in one process measures its own modules so."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.cpu: dict[str, float] = defaultdict(float)
+        self.wall: dict[str, float] = defaultdict(float)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
+        cpu, wall = machine_cpu_s(), time.monotonic()
+        yield
+        module = module_of(item.nodeid)
+        self.cpu[module] += machine_cpu_s() - cpu
+        self.wall[module] += time.monotonic() - wall
+
+    def pytest_sessionfinish(self) -> None:
+        measured = {m: round(self.cpu[m] / w, 2) for m, w in self.wall.items() if w > 0}
+        merged = recorded_durations(self.path) | measured
+        self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds every core of this machine has spent busy (not idle, not waiting on I/O) since boot."""
+    with open("/proc/stat") as stat:
+        ticks = [int(v) for v in stat.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if path := config.getoption("--record-durations"):
         config.pluginmanager.register(DurationRecorder(Path(path)), "shards-duration-recorder")
+    if path := config.getoption("--record-cpu"):
+        if config.getoption("--shard"):
+            raise pytest.UsageError("--record-cpu measures the whole machine: run it in one process, without --shard")
+        config.pluginmanager.register(CpuRecorder(Path(path)), "shards-cpu-recorder")

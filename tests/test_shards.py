@@ -63,3 +63,41 @@ def test_modules_move_from_the_heaviest_shard_while_that_lowers_it() -> None:
     servers = {m: frozenset() for m in costs}
     owner = rebalanced(dict.fromkeys(costs, 0), costs, servers, 2)
     assert sorted(shard_loads(owner, costs, servers, 2)) == [10.0, 10.0]
+
+
+def test_a_shard_runs_its_modules_so_that_one_waits_while_the_other_computes(pytester: pytest.Pytester,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first half its busiest modules first, the second its least busy first (tests/module_cpu.json); each
+    module's tests together and in their order."""
+    import json
+
+    import shards
+
+    pytester.makepyfile(**MODULES)
+    busy = {"test_m0.py": 0.2, "test_m1.py": 1.9, "test_m2.py": 0.5, "test_m3.py": 1.2, "test_m4.py": 1.0}
+    (pytester.path / "module_cpu.json").write_text(json.dumps(busy))
+    monkeypatch.setattr(shards, "MODULE_CPU", pytester.path / "module_cpu.json")
+    orders = []
+    for index in (0, 1):
+        names = ran(pytester.runpytest_inprocess("-p", "shards", "-p", "no:cacheprovider", "--shard", f"{index}/2"))
+        modules = list(dict.fromkeys(name.split("::")[0] for name in names))
+        assert names == [f"{module}::{test}" for module in modules for test in ("test_a", "test_b")]
+        orders.append([busy[module] for module in modules])
+    assert orders[0] == sorted(orders[0], reverse=True) and len(orders[0]) > 1
+    assert orders[1] == sorted(orders[1]) and len(orders[1]) > 1
+
+
+def test_the_busy_cores_recorded_are_what_the_shards_order_by(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(**MODULES)
+    record = pytester.path / "module_cpu.json"
+    record.write_text('{"gone.py": 0.5}')
+    pytester.runpytest_inprocess("-p", "shards", "-p", "no:cacheprovider", "--record-cpu", str(record))
+    from shards import recorded_durations
+
+    recorded = recorded_durations(record)
+    assert set(recorded) == {"gone.py", *(f"{name}.py" for name in MODULES)} and recorded["gone.py"] == 0.5
+    assert all(cores >= 0 for cores in recorded.values())
+    sharded = pytester.runpytest_inprocess("-p", "shards", "-p", "no:cacheprovider", "--record-cpu", str(record),
+                                           "--shard", "0/2")
+    assert sharded.ret == pytest.ExitCode.USAGE_ERROR
+    sharded.stderr.fnmatch_lines(["*--record-cpu measures the whole machine*"])
