@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,22 +58,37 @@ def served_by(cluster: DynamoCluster, send: Callable[[], dict]) -> tuple[int, di
     return moved[0], answer
 
 
+def stored_events_applied(cluster: DynamoCluster) -> tuple[float, float]:
+    """The KV "stored" events Dynamo's router has applied so far: (ok, not ok)."""
+    applied = [line for line in cluster.frontend_metrics().splitlines()
+               if line.startswith("dynamo_component_kv_cache_events_applied{") and 'event_type="stored"' in line]
+    return (sum(float(line.rsplit(" ", 1)[1]) for line in applied if 'status="ok"' in line),
+            sum(float(line.rsplit(" ", 1)[1]) for line in applied if 'status="ok"' not in line))
+
+
+def stored_events_published(cluster: DynamoCluster) -> list[float]:
+    """Each worker's KV "stored" events published so far."""
+    return [parse_samples(cluster.worker_metrics(i), "trtkit_worker_kv_events_total").get("stored", 0.0)
+            for i in range(len(cluster.workers))]
+
+
 def test_a_repeated_prefix_goes_to_the_worker_that_holds_it(dynamo_cluster: DynamoCluster) -> None:
-    holder, first = served_by(dynamo_cluster, lambda: completion(dynamo_cluster, PREFIX + " first"))
+    # a prefix no other test of the session's cluster sent (tests/dynamo/test_gateway.py sends PREFIX too): its first
+    # request finds nothing cached, whatever ran before
+    prefix = f"route-{uuid.uuid4().hex[:8]} {PREFIX}"
+    applied_before, published_before = stored_events_applied(dynamo_cluster), stored_events_published(dynamo_cluster)
+    holder, first = served_by(dynamo_cluster, lambda: completion(dynamo_cluster, prefix + " first"))
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     for ask in ("second", "third", "fourth"):
-        worker, answer = served_by(dynamo_cluster, lambda a=ask: completion(dynamo_cluster, f"{PREFIX} {a}"))
+        worker, answer = served_by(dynamo_cluster, lambda a=ask: completion(dynamo_cluster, f"{prefix} {a}"))
         assert worker == holder
         cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"]
         assert cached > 0 and cached % BLOCK == 0 and cached < answer["usage"]["prompt_tokens"]
-    # the router saw the workers' own KV events: stored blocks applied, none rejected
-    applied = [line for line in dynamo_cluster.frontend_metrics().splitlines()
-               if line.startswith("dynamo_component_kv_cache_events_applied{") and 'event_type="stored"' in line]
-    ok = sum(float(line.rsplit(" ", 1)[1]) for line in applied if 'status="ok"' in line)
-    rejected = sum(float(line.rsplit(" ", 1)[1]) for line in applied if 'status="ok"' not in line)
+    # the router saw the workers' own KV events: stored blocks applied, none rejected (counted from this test's start:
+    # the cluster is the session's)
+    ok, rejected = (now - then for now, then in zip(stored_events_applied(dynamo_cluster), applied_before, strict=True))
     assert ok >= len(PREFIX.split()) // BLOCK and rejected == 0
-    published = parse_samples(dynamo_cluster.worker_metrics(holder), "trtkit_worker_kv_events_total")
-    assert published["stored"] >= ok / 2
+    assert stored_events_published(dynamo_cluster)[holder] - published_before[holder] >= ok / 2
 
 
 def test_streamed_and_not_streamed_agree_in_text_and_counts(dynamo_cluster: DynamoCluster) -> None:

@@ -12,6 +12,7 @@ import tritonclient.grpc as grpcclient
 from server_gauges import settled_engine
 
 from tests.helpers.streams import cancel_mid_stream
+from tests.helpers.waits import wait_for
 from trtkit.conversation import Conversation, SessionExpiredError, SessionStore
 from trtkit.errors import BudgetExceededError, InputTooLongError
 from trtkit.governance import Caller, ClientMetrics, SamplingParams, budget_scope
@@ -32,6 +33,14 @@ def server_successes(server, model: str = "ensemble") -> int:
     stats = client.get_inference_statistics(model)
     client.close()
     return int(stats.model_stats[0].inference_stats.success.count)
+
+
+def counted(server, at_least: int) -> int:  # type: ignore[no-untyped-def]
+    """The server's success count once it has reached ``at_least``: tritonserver counts a request just after its last
+    response is sent, so a count read the moment a call returns can miss that call (seen: 30, then 31)."""
+    wait_for(lambda: server_successes(server) >= at_least, what=lambda: f"{at_least} successes counted, "
+             f"{server_successes(server)} so far")
+    return server_successes(server)
 
 
 def ledger_rows(columns: str = "prompt_tokens, completion_tokens, cached_tokens, finish_reason, cache_hit"):
@@ -95,7 +104,7 @@ def test_cache_hit_records_zero_tokens(live_server, tiny_config) -> None:
     assert not miss.cache_hit and hit.cache_hit and hit.text == miss.text
     assert hit.usage.total_tokens == 0 and hit.cost == 0
     assert not other.cache_hit and not sampled.cache_hit  # other tenant; non-deterministic request
-    assert server_successes(live_server) - before == 3
+    assert counted(live_server, before + 3) - before == 3
     rows = ledger_rows("prompt_tokens + completion_tokens, cache_hit")
     assert rows[1] == (0, 1) and [r[1] for r in rows] == [0, 1, 0, 0]
     assert metrics.value("trtkit_client_cache_hits_total", model="tiny-llama") == 1
@@ -106,8 +115,9 @@ def test_nested_budget_overrun_is_refused_before_sending(live_server, nocache_co
     prompt_tokens = tiny_counter.count_prompt("Plan the trip")
     with connect(live_server.grpc_url, config=nocache_config, metrics=metrics) as client:
         with budget_scope(max_tokens=2 * prompt_tokens + 30, name="agent") as agent:
+            before = server_successes(live_server)
             client.generate("Plan the trip", SamplingParams(max_tokens=10))
-            sent = server_successes(live_server)
+            sent = counted(live_server, before + 1)
             with budget_scope(max_tokens=10_000, name="tool"):  # a nested call cannot escape its parent
                 with pytest.raises(BudgetExceededError, match="budget 'agent'"):
                     client.generate("Plan the trip", SamplingParams(max_tokens=40))
