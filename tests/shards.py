@@ -148,10 +148,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def interleaved(items: list[pytest.Item], busy: dict[str, float], index: int) -> list[pytest.Item]:
     """A shard's items, whole modules in the order that meets the other shards' (module docstring): shard 0 its
-    busiest modules first, shard 1 its least busy first, ...; the background set-up's modules last, as they were."""
+    busiest modules first, shard 1 its least busy first, ...; the background set-up's modules last, in the order they
+    had."""
     rank, sign = module_ranks(items), -1 if index % 2 == 0 else 1
-    return sorted(items, key=lambda item: (rank[module_of(item.nodeid)],  # stable: a module's tests keep their order
-                                           sign * busy.get(module_of(item.nodeid), 1.0)))
+
+    def place(item: pytest.Item) -> tuple[int, float]:  # sorted stably: a module's tests keep their order
+        module = module_of(item.nodeid)
+        return (rank[module], sign * busy.get(module, 1.0) if rank[module] == 0 else 0.0)
+
+    return sorted(items, key=place)
 
 
 class DurationRecorder:
