@@ -4,7 +4,7 @@ quick command's two halves, and the full run's). Whole modules, so that a module
 process.
 
 Each module costs what it took in a whole run (``tests/durations.json``, written by ``--record-durations``; a module
-not in it costs ``DEFAULT_TEST_S`` a test), plus the start of each session server (tests/server_guard.py's
+not in it costs ``DEFAULT_TEST_S`` a test; a module some of whose tests -m or -k left out, its share by count), plus the start of each session server (tests/server_guard.py's
 ``SERVER_FIXTURES``: a tritonserver, PostgreSQL, llama-server, the Dynamo cluster; ``SERVER_START_S``, ``STARTS_S``)
 that its shard has not started yet. The modules go, the costliest first, to the shard where they add the least: a
 shard's modules share its servers, and a server is started twice only where that balances the halves better than one
@@ -126,20 +126,33 @@ def rebalanced(owner: dict[str, int], costs: dict[str, float], servers: dict[str
     return owner
 
 
+LEFT_OUT = pytest.StashKey[dict[str, int]]()
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """Count, per module, the tests that -m or -k left out before the split (the split's own come after it)."""
+    for item in items:
+        counts = item.config.stash.setdefault(LEFT_OUT, {})
+        counts[module_of(item.nodeid)] = counts.get(module_of(item.nodeid), 0) + 1
+
+
 @pytest.hookimpl(trylast=True)  # after the other plugins have ordered and marked the items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     shard = config.getoption("--shard")
     if shard is None:
         return
     index, count = parse_shard(shard)
-    recorded = recorded_durations()
+    recorded = recorded_durations(DURATIONS)
     tests: dict[str, int] = defaultdict(int)
     servers: dict[str, set[str]] = defaultdict(set)
     for item in items:
         module = module_of(item.nodeid)
         tests[module] += 1
         servers[module] |= SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
-    costs = {m: recorded.get(m, n * DEFAULT_TEST_S) for m, n in tests.items()}
+    # a module whose tests a -m or -k left out in part (the quick command) costs its share of what it took whole
+    left_out = config.stash.get(LEFT_OUT, {})
+    costs = {m: recorded[m] * n / (n + left_out.get(m, 0)) if m in recorded else n * DEFAULT_TEST_S
+             for m, n in tests.items()}
     owner = split_modules(costs, {m: frozenset(s) for m, s in servers.items()}, count)
     kept = [item for item in items if owner[module_of(item.nodeid)] == index]
     config.hook.pytest_deselected(items=[item for item in items if owner[module_of(item.nodeid)] != index])

@@ -101,3 +101,22 @@ def test_the_busy_cores_recorded_are_what_the_shards_order_by(pytester: pytest.P
                                            "--shard", "0/2")
     assert sharded.ret == pytest.ExitCode.USAGE_ERROR
     sharded.stderr.fnmatch_lines(["*--record-cpu measures the whole machine*"])
+
+
+def test_a_module_left_out_in_part_costs_its_share(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quick command's -m leaves out most of a module that took long whole: it counts a quarter here, so the two
+    other modules are split between the halves (at its whole cost, both would share the half it does not take)."""
+    import json
+
+    import shards
+
+    slow_three = "import pytest\n\n" + "".join(
+        f"@pytest.mark.slow\ndef test_{i}():\n    pass\n\n" for i in range(3)) + "def test_quick():\n    pass\n"
+    pytester.makepyfile(test_a=slow_three, test_b=MODULES["test_m0"], test_c=MODULES["test_m1"])
+    (pytester.path / "durations.json").write_text(json.dumps({"test_a.py": 100.0, "test_b.py": 40.0,
+                                                              "test_c.py": 40.0}))
+    monkeypatch.setattr(shards, "DURATIONS", pytester.path / "durations.json")
+    halves = [{name.split("::")[0] for name in ran(pytester.runpytest_inprocess(
+        "-p", "shards", "-p", "no:cacheprovider", "-m", "not slow", "--shard", f"{index}/2"))} for index in (0, 1)]
+    assert sorted(map(len, halves)) == [1, 2] and not {"test_b.py", "test_c.py"} <= halves[0]
+    assert not {"test_b.py", "test_c.py"} <= halves[1]
