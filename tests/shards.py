@@ -151,8 +151,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         servers[module] |= SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))
     # a module whose tests a -m or -k left out in part (the quick command) costs its share of what it took whole
     left_out = config.stash.get(LEFT_OUT, {})
-    costs = {m: recorded[m] * n / (n + left_out.get(m, 0)) if m in recorded else n * DEFAULT_TEST_S
-             for m, n in tests.items()}
+    costs = {m: recorded[m] * (n / (n + left_out[m]) if m in left_out else 1) if m in recorded else n * DEFAULT_TEST_S
+             for m, n in tests.items()}  # x 1 exactly: a whole run splits as before, to the last bit
     owner = split_modules(costs, {m: frozenset(s) for m, s in servers.items()}, count)
     kept = [item for item in items if owner[module_of(item.nodeid)] == index]
     config.hook.pytest_deselected(items=[item for item in items if owner[module_of(item.nodeid)] != index])
