@@ -4,8 +4,8 @@ quick command's two halves, and the full run's). Whole modules, so that a module
 process.
 
 Each module costs what it took in a whole run (``tests/durations.json``, written by ``--record-durations``; a module
-not in it costs ``DEFAULT_TEST_S`` a test; a module some of whose tests -m or -k left out, its share by count), plus the start of each session server (tests/server_guard.py's
-``SERVER_FIXTURES``: a tritonserver, PostgreSQL, llama-server, the Dynamo cluster; ``SERVER_START_S``, ``STARTS_S``)
+not in it costs ``DEFAULT_TEST_S`` a test; a module some of whose tests -m or -k left out, its share by count), plus
+the start of each session server (tests/server_guard.py's ``SERVER_FIXTURES``: a tritonserver, PostgreSQL, llama-server, the Dynamo cluster; ``SERVER_START_S``, ``STARTS_S``)
 that its shard has not started yet. The modules go, the costliest first, to the shard where they add the least: a
 shard's modules share its servers, and a server is started twice only where that balances the halves better than one
 more module on one side. Then modules move from the heaviest shard to the lightest while that lowers the heaviest.
@@ -183,10 +183,16 @@ class DurationRecorder:
         self.spent[module_of(report.nodeid)] += report.duration
 
     def pytest_sessionfinish(self) -> None:
-        with open(self.path.with_name(self.path.name + ".lock"), "w") as lock:  # the shards finish together
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            merged = recorded_durations(self.path) | {m: round(s, 1) for m, s in self.spent.items()}
-            self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
+        write_merged(self.path, {m: round(s, 1) for m, s in self.spent.items()})
+
+
+def write_merged(path: Path, measured: dict[str, float]) -> None:
+    """``measured`` merged into the JSON object at ``path`` (its other modules kept), under a lock: the shards of a
+    recording run finish together."""
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merged = recorded_durations(path) | measured
+        path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
 
 
 class CpuRecorder:
@@ -207,9 +213,7 @@ class CpuRecorder:
         self.wall[module] += time.monotonic() - wall
 
     def pytest_sessionfinish(self) -> None:
-        measured = {m: round(self.cpu[m] / w, 2) for m, w in self.wall.items() if w > 0}
-        merged = recorded_durations(self.path) | measured
-        self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=1) + "\n")
+        write_merged(self.path, {m: round(self.cpu[m] / w, 2) for m, w in self.wall.items() if w > 0})
 
 
 def machine_cpu_s() -> float:

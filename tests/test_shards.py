@@ -41,19 +41,25 @@ def test_modules_that_share_a_server_stay_together_unless_that_unbalances_the_ha
     assert heavy["a"] != heavy["b"]
 
 
-def test_the_durations_recorded_are_what_the_shards_balance_by(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(**MODULES)
-    record = pytester.path / "durations.json"
-    record.write_text('{"gone.py": 3.0}')
-    pytester.runpytest_inprocess("-p", "shards", "-p", "no:cacheprovider", "--record-durations", str(record))
+def recorded_by(pytester: pytest.Pytester, option: str, name: str, gone: float) -> dict[str, float]:
+    """A run of MODULES recording with ``option`` into a file that already held ``gone.py``: what the file holds then,
+    each of MODULES measured and ``gone.py`` kept."""
     import json
 
     from shards import recorded_durations
 
+    pytester.makepyfile(**MODULES)
+    record = pytester.path / name
+    record.write_text(json.dumps({"gone.py": gone}))
+    pytester.runpytest_inprocess("-p", "shards", "-p", "no:cacheprovider", option, str(record))
     recorded = recorded_durations(record)
-    assert set(recorded) == {"gone.py", *(f"{name}.py" for name in MODULES)} and recorded["gone.py"] == 3.0
-    assert all(seconds >= 0 for seconds in recorded.values())
-    assert json.loads(record.read_text()) == recorded
+    assert set(recorded) == {"gone.py", *(f"{module}.py" for module in MODULES)} and recorded["gone.py"] == gone
+    assert all(value >= 0 for value in recorded.values()) and json.loads(record.read_text()) == recorded
+    return recorded
+
+
+def test_the_durations_recorded_are_what_the_shards_balance_by(pytester: pytest.Pytester) -> None:
+    recorded_by(pytester, "--record-durations", "durations.json", 3.0)
 
 
 def test_modules_move_from_the_heaviest_shard_while_that_lowers_it() -> None:
@@ -88,15 +94,8 @@ def test_a_shard_runs_its_modules_so_that_one_waits_while_the_other_computes(pyt
 
 
 def test_the_busy_cores_recorded_are_what_the_shards_order_by(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(**MODULES)
+    recorded_by(pytester, "--record-cpu", "module_cpu.json", 0.5)
     record = pytester.path / "module_cpu.json"
-    record.write_text('{"gone.py": 0.5}')
-    pytester.runpytest_inprocess("-p", "shards", "-p", "no:cacheprovider", "--record-cpu", str(record))
-    from shards import recorded_durations
-
-    recorded = recorded_durations(record)
-    assert set(recorded) == {"gone.py", *(f"{name}.py" for name in MODULES)} and recorded["gone.py"] == 0.5
-    assert all(cores >= 0 for cores in recorded.values())
     sharded = pytester.runpytest_inprocess("-p", "shards", "-p", "no:cacheprovider", "--record-cpu", str(record),
                                            "--shard", "0/2")
     assert sharded.ret == pytest.ExitCode.USAGE_ERROR
